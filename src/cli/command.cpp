@@ -1,0 +1,50 @@
+#include "cli/command.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "escpod/core/log.hpp"
+
+namespace escpod::cli {
+namespace {
+// The body of the subcommand that was selected. CLI11 runs callbacks during parse; we only
+// record the body there and run it after parsing succeeded, so usage errors exit 2 cleanly.
+CommandBody* g_selected = nullptr;
+}  // namespace
+
+void set_body(CLI::App* sub, CommandBody body) {
+  auto holder = std::make_shared<CommandBody>(std::move(body));
+  sub->callback([holder] { g_selected = holder.get(); });
+  // Keep the body alive as long as the app: CLI11 owns the callback, which owns the holder.
+}
+
+CommandBody* selected_body() { return g_selected; }
+
+void add_common_flags(CLI::App* sub, GlobalOptions& global) {
+  sub->add_option("-t,-j,--threads", global.n_threads,
+                  "Worker threads (default: min(16, available CPUs); env ESCPOD_THREADS)")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag_callback("-q,--quiet", [&global] { global.verbosity = -1; }, "Only print errors");
+  sub->add_flag_callback("-v,--verbose", [&global] { global.verbosity = 1; },
+                         "Print debugging detail");
+}
+
+int resolve_threads(const GlobalOptions& global) {
+  if (global.n_threads > 0) return global.n_threads;
+  if (const char* env = std::getenv("ESCPOD_THREADS")) {
+    int n = std::atoi(env);
+    if (n > 0) return n;
+    log::warn("ignoring ESCPOD_THREADS={} (not a positive integer)", env);
+  }
+  int available = 0;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) available = CPU_COUNT(&set);
+  if (available <= 0) available = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(available, 1, 16);
+}
+
+}  // namespace escpod::cli

@@ -1,0 +1,40 @@
+// How subcommands plug into `escpod`: each cli/<name>_cmd.cpp defines one register function that
+// adds its CLI11 subcommand, parses flags into an options struct and sets a callback returning a
+// Status. main() maps that Status to an exit code. cli/ holds no algorithms.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+
+#include "escpod/core/status.hpp"
+
+namespace escpod::cli {
+
+// Settings shared by every command, filled from the global flags before a command runs.
+struct GlobalOptions {
+  int verbosity = 0;      // -q: -1, default 0, -v: 1
+  int n_threads = 0;      // --threads; 0 = default (min(16, CPUs available))
+};
+
+// A command's body: runs after parsing; its Status becomes the exit code (0 ok, 1 failure).
+using CommandBody = std::function<Status()>;
+
+// Each subcommand registers itself with this: `set_body(sub, [opts]{ return run(*opts); })`.
+void set_body(CLI::App* sub, CommandBody body);
+
+// Adds the shared -t/--threads, -q, -v flags to a subcommand.
+void add_common_flags(CLI::App* sub, GlobalOptions& global);
+
+// Worker threads to use: explicit --threads, else ESCPOD_THREADS, else min(16, CPUs usable by
+// this process per its affinity mask).
+int resolve_threads(const GlobalOptions& global);
+
+// Register functions, one per command file.
+void register_inspect(CLI::App& app, GlobalOptions& global);
+void register_view(CLI::App& app, GlobalOptions& global);
+void register_repack(CLI::App& app, GlobalOptions& global);
+void register_model(CLI::App& app, GlobalOptions& global);  // nn engine (weak: optional)
+
+}  // namespace escpod::cli

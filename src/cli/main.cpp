@@ -1,0 +1,46 @@
+// escpod: the command-line entry point. Maps subcommand names to their register functions and
+// Status to exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted.
+#include <csignal>
+#include <cstdio>
+
+#include "cli/command.hpp"
+#include "escpod/core/log.hpp"
+
+namespace escpod::cli {
+CommandBody* selected_body();
+}
+
+int main(int argc, char** argv) {
+  using namespace escpod;
+  // `escpod view ... | head` must end quietly: writes to a closed pipe fail with EPIPE, which
+  // the output code treats as "consumer is done" instead of dying on SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  CLI::App app{"escpod: fast POD5 tools and signal-level barcode demultiplexing for nanopore "
+               "direct-RNA reads"};
+  app.set_version_flag("--version", std::string("escpod ") + ESCPOD_VERSION);
+  app.require_subcommand(1);
+  cli::GlobalOptions global;
+
+  // cli::register_inspect(app, global);
+  // cli::register_view(app, global);
+  // cli::register_repack(app, global);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  log::set_level(global.verbosity < 0   ? log::Level::kError
+                 : global.verbosity > 0 ? log::Level::kDebug
+                                        : log::Level::kInfo);
+  cli::CommandBody* body = cli::selected_body();
+  if (body == nullptr) return 2;
+  Status status = (*body)();
+  if (status.is_ok()) return 0;
+  log::error("{}", status.message());
+  if (status.code() == StatusCode::kCancelled) return 130;
+  if (status.code() == StatusCode::kInvalidArgument) return 2;
+  return 1;
+}

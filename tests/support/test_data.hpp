@@ -1,0 +1,34 @@
+// Where tests find the shared real data and their scratch folder.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+namespace escpod::test {
+
+// Path of `relative` inside the shared data folder (CMake variable ESCPOD_SHARED_DATA).
+// Fails the calling test, naming where it looked, when the file is missing: tests that need real
+// data must not pass silently without it.
+inline std::filesystem::path shared_data(const std::string& relative) {
+  std::filesystem::path path = std::filesystem::path(ESCPOD_SHARED_DATA_DIR) / relative;
+  if (!std::filesystem::exists(path)) {
+    ADD_FAILURE() << "shared test data missing: " << path
+                  << " (set -DESCPOD_SHARED_DATA=<folder> to where ../shared/data lives)";
+  }
+  return path;
+}
+
+// A fresh, empty scratch folder for one test, under the build tree.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::filesystem::path dir = std::filesystem::path(ESCPOD_TEST_TMP_DIR) /
+                              (std::string(info ? info->test_suite_name() : "t") + "." +
+                               (info ? info->name() : "x") + "." + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace escpod::test
