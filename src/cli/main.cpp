@@ -5,6 +5,7 @@
 
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/core/staged_file.hpp"
 
 namespace escpod::cli {
 CommandBody* selected_body();
@@ -15,6 +16,8 @@ int main(int argc, char** argv) {
   // `escpod view ... | head` must end quietly: writes to a closed pipe fail with EPIPE, which
   // the output code treats as "consumer is done" instead of dying on SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  // Ctrl-C or a scheduler's SIGTERM removes every staging file and exits 130.
+  install_interrupt_cleanup();
 
   CLI::App app{"escpod: fast POD5 tools and signal-level barcode demultiplexing for nanopore "
                "direct-RNA reads"};
@@ -22,9 +25,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   cli::GlobalOptions global;
 
-  // cli::register_inspect(app, global);
-  // cli::register_view(app, global);
-  // cli::register_repack(app, global);
+  cli::register_inspect(app, global);
+  cli::register_view(app, global);
+  cli::register_repack(app, global);
 
   try {
     app.parse(argc, argv);

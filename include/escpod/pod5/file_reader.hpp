@@ -1,0 +1,140 @@
+// Reading POD5 files of every table version (V0-V7): footer, run infos, reads, signal.
+//
+// Opening probes the header and footer with ordinary reads, then memory-maps the file and opens
+// the embedded Arrow tables with Apache Arrow's IPC reader, checking each column's type against
+// the POD5 schema of its version. After open() a FileReader is immutable: every const method is
+// thread-safe, and views it returns live as long as the reader.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "escpod/core/status.hpp"
+#include "escpod/pod5/read_id.hpp"
+#include "escpod/pod5/records.hpp"
+#include "escpod/pod5/vbz.hpp"
+
+namespace escpod::pod5 {
+
+// Reads-table layout versions (../shared/docs/pod5-format.md 5.4), detected from the columns.
+enum class ReadTableVersion : int { kV0 = 0, kV1, kV2, kV3, kV4, kV5, kV6, kV7 };
+
+struct FileInfo {
+  std::filesystem::path path;
+  uint64_t file_size = 0;
+  std::string file_identifier;
+  std::string software;      // the program that wrote the file
+  std::string pod5_version;  // library version stamped in the footer
+  ReadTableVersion read_table_version = ReadTableVersion::kV7;
+  bool is_vbz = true;        // signal compression (per file)
+  uint64_t n_reads = 0;
+  uint64_t n_samples = 0;    // sum of every read's num_samples
+  uint64_t n_signal_rows = 0;
+  size_t n_read_batches = 0;
+  size_t n_signal_batches = 0;
+  size_t n_run_info_rows = 0;      // before de-duplication by acquisition id
+  bool signal_batches_uniform = true;  // false: official tools misread this file (repack it)
+  std::vector<std::string> warnings;
+};
+
+// Reads of one reads-table batch, columnar and version-independent. Dictionary columns are
+// indices into the file-wide tables FileReader::pore_types(), end_reasons(), run_info_ids().
+struct ReadBatch {
+  size_t batch_idx = 0;
+  uint64_t first_read_idx = 0;  // file-wide index of row 0
+  std::vector<ReadId> read_id;
+  std::vector<uint64_t> signal_offsets;  // size()+1 offsets into signal_rows
+  std::vector<uint64_t> signal_rows;     // global signal-table rows, read after read
+  std::vector<uint32_t> read_number;
+  std::vector<uint64_t> start_sample;
+  std::vector<float> median_before;
+  std::vector<uint64_t> num_minknow_events;
+  std::vector<float> tracked_scaling_scale, tracked_scaling_shift;
+  std::vector<float> predicted_scaling_scale, predicted_scaling_shift;
+  std::vector<uint32_t> num_reads_since_mux_change;
+  std::vector<float> time_since_mux_change;
+  std::vector<uint64_t> num_samples;
+  std::vector<uint32_t> channel;
+  std::vector<uint8_t> well;
+  std::vector<int16_t> pore_type_idx;
+  std::vector<float> calibration_offset, calibration_scale;
+  std::vector<int16_t> end_reason_idx;
+  std::vector<uint8_t> end_reason_forced;
+  std::vector<int16_t> run_info_idx;
+  std::vector<float> open_pore_level, expected_open_pore_level, selected_read_level;
+
+  size_t size() const { return read_id.size(); }
+  std::span<const uint64_t> rows_of(size_t i) const {
+    return {signal_rows.data() + signal_offsets[i], signal_offsets[i + 1] - signal_offsets[i]};
+  }
+};
+
+// One stored signal chunk (a signal-table row), as stored: VBZ bytes or raw little-endian int16.
+struct SignalChunk {
+  std::span<const uint8_t> bytes;
+  uint32_t n_samples = 0;
+  ReadId read_id;  // the owner recorded in the signal table
+};
+
+class FileReader {
+ public:
+  ~FileReader();
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+
+  // Opens and validates `path`. Errors name the file and the problem: kNotFound, kIoError,
+  // kCorrupt (not a POD5, truncated, bad footer, table not matching its schema), kUnsupported
+  // (unknown version or table type).
+  static Result<std::unique_ptr<FileReader>> open(const std::filesystem::path& path);
+
+  const FileInfo& info() const;
+  const std::filesystem::path& path() const;
+
+  // Run infos, de-duplicated by acquisition id, in file order.
+  const std::vector<RunInfo>& run_infos() const;
+  // The run info of an acquisition id, or nullptr.
+  const RunInfo* find_run_info(std::string_view acquisition_id) const;
+
+  // File-wide dictionaries the ReadBatch index columns point into.
+  const std::vector<std::string>& pore_types() const;
+  const std::vector<std::string>& end_reasons() const;
+  const std::vector<std::string>& run_info_ids() const;
+
+  size_t n_read_batches() const;
+  // Decodes reads-table batch `batch_idx` (< n_read_batches()). Thread-safe.
+  Result<ReadBatch> read_batch(size_t batch_idx) const;
+  // Row `i` of `batch` as a self-contained record (strings resolved).
+  ReadRecord record(const ReadBatch& batch, size_t i) const;
+
+  // Calls fn for every reads batch, from up to `n_threads` threads, batches handed out one at a
+  // time (work stealing); stops at and returns the first error fn or decoding returns.
+  Status for_each_batch(int n_threads,
+                        const std::function<Status(const ReadBatch&)>& fn) const;
+
+  // The read with this id. Builds an id index on first use (thread-safe). kNotFound if absent.
+  Result<ReadRecord> find_read(const ReadId& id) const;
+
+  // Raw stored chunk `row` (global signal-table row). kCorrupt if out of range.
+  Result<SignalChunk> signal_chunk(uint64_t row) const;
+
+  // Decodes the first out.size() samples of the read whose chunks are `rows` into `out`
+  // (out.size() <= the read's sample count; a prefix decodes only what it needs). `codec` is the
+  // calling worker's scratch. Errors name the file, the row and the problem.
+  Status read_signal(std::span<const uint64_t> rows, std::span<int16_t> out,
+                     VbzCodec& codec) const;
+  // Total samples of the chunks `rows`, from the signal table (not the reads table).
+  Result<uint64_t> count_samples(std::span<const uint64_t> rows) const;
+
+ private:
+  struct Impl;
+  explicit FileReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace escpod::pod5

@@ -1,0 +1,75 @@
+// Writing POD5 files that the official pod5 library reads back with every field equal.
+//
+// Layout follows the current official writer (reads table V7, stamped with the matching library
+// version): signal table streamed first, then run infos, then reads; signal cut into chunks of
+// at most max_chunk_samples, signal batches of exactly signal_batch_rows rows except the last
+// (official readers assume a uniform stride), real read ids in the signal table, VBZ frames with
+// their content size. The file is written to a staging file beside the destination and renamed
+// into place by close(); a writer destroyed without close() leaves nothing behind.
+// Not thread-safe: one thread drives a writer (compress in workers, then add_read_chunks).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "escpod/core/staged_file.hpp"
+#include "escpod/core/status.hpp"
+#include "escpod/pod5/file_reader.hpp"
+#include "escpod/pod5/records.hpp"
+
+namespace escpod::pod5 {
+
+// The pod5 library version our files are stamped with: the first whose reads-table layout (V7)
+// is the one we write, so no official reader migrates (or rewrites) what we wrote.
+inline constexpr const char* kWrittenPod5Version = "0.3.49";
+
+struct WriterOptions {
+  std::string software = "escpod";  // recorded in the footer and schema metadata
+  bool vbz = true;                   // false: uncompressed LargeList<int16> signal
+  uint32_t max_chunk_samples = 102400;
+  uint32_t signal_batch_rows = 100;
+  uint32_t read_batch_rows = 1000;
+  int zstd_level = 1;
+  bool overwrite = false;            // replace an existing destination
+  FsyncMode fsync = FsyncMode::kNone;
+};
+
+class FileWriter {
+ public:
+  ~FileWriter();
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+
+  // Starts writing `path` (through a staging file in its folder). kAlreadyExists unless
+  // options.overwrite; kIoError/kNotFound naming the folder if it cannot be written.
+  static Result<std::unique_ptr<FileWriter>> create(const std::filesystem::path& path,
+                                                    const WriterOptions& options = {});
+
+  // Adds a run info. One with an acquisition id already added is ignored (deduplication).
+  Status add_run_info(const RunInfo& run_info);
+
+  // Adds a read and its samples (ADC counts). read.run_info must name a run info added before;
+  // read.end_reason must be a known end reason; read.num_samples and read.signal_rows are
+  // ignored (computed from `signal`). Read ids must be unique (checked at close()).
+  Status add_read(const ReadRecord& read, std::span<const int16_t> signal);
+
+  // Adds a read whose signal is already stored in this file's format (VBZ cells for a VBZ
+  // writer, raw little-endian int16 bytes otherwise): chunks are copied as they are.
+  Status add_read_chunks(const ReadRecord& read, std::span<const SignalChunk> chunks);
+
+  bool is_vbz() const;
+  uint64_t n_reads() const;
+
+  // Finishes the file and renames it into place. Afterwards the writer accepts nothing.
+  Status close();
+
+ private:
+  struct Impl;
+  explicit FileWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace escpod::pod5

@@ -1,0 +1,138 @@
+// escpod inspect: what a POD5 file holds (summary), or every field of chosen reads.
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "cli/output.hpp"
+#include "cli/read_fields.hpp"
+#include "escpod/core/log.hpp"
+#include "escpod/pod5/file_reader.hpp"
+#include "escpod/pod5/inputs.hpp"
+
+namespace escpod::cli {
+namespace {
+
+struct InspectOptions {
+  std::vector<std::string> args;
+  std::string output = "-";
+};
+
+std::string format_time_ms(int64_t ms) {
+  const time_t secs = static_cast<time_t>(ms / 1000);
+  struct tm tm_utc;
+  gmtime_r(&secs, &tm_utc);
+  char buf[64];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm_utc);
+  return fmt::format("{}.{:03}Z", buf, ((ms % 1000) + 1000) % 1000);
+}
+
+void append_summary(const pod5::FileReader& file, std::string& out) {
+  const auto& info = file.info();
+  auto line = [&out](std::string_view key, const auto& value) {
+    fmt::format_to(std::back_inserter(out), "  {:<22} {}\n", key, value);
+  };
+  fmt::format_to(std::back_inserter(out), "{}\n", info.path.string());
+  line("file size", fmt::format("{} bytes", info.file_size));
+  line("pod5 version", info.pod5_version);
+  line("reads table version", fmt::format("V{}", static_cast<int>(info.read_table_version)));
+  line("writing software", info.software);
+  line("file identifier", info.file_identifier);
+  line("signal compression", info.is_vbz ? "vbz" : "none");
+  line("reads", info.n_reads);
+  line("samples", info.n_samples);
+  line("read batches", info.n_read_batches);
+  line("signal rows", info.n_signal_rows);
+  line("signal batches", fmt::format("{}{}", info.n_signal_batches,
+                                     info.signal_batches_uniform ? "" : " (NOT uniform: not portable)"));
+  line("run infos", file.run_infos().size());
+  for (const auto& ri : file.run_infos()) {
+    fmt::format_to(std::back_inserter(out), "  run info {}\n", ri.acquisition_id);
+    line("  acquisition start", format_time_ms(ri.acquisition_start_time_ms));
+    line("  sample rate", ri.sample_rate);
+    line("  adc range", fmt::format("[{}, {}]", ri.adc_min, ri.adc_max));
+    line("  flow cell", fmt::format("{} ({})", ri.flow_cell_id, ri.flow_cell_product_code));
+    line("  sequencing kit", ri.sequencing_kit);
+    line("  experiment", ri.experiment_name);
+    line("  sample id", ri.sample_id);
+    line("  protocol", ri.protocol_name);
+    line("  software", ri.software);
+    line("  system", fmt::format("{} ({})", ri.system_name, ri.system_type));
+    line("  position", fmt::format("{} ({})", ri.sequencer_position, ri.sequencer_position_type));
+  }
+  for (const auto& w : info.warnings) line("warning", w);
+}
+
+Status inspect_read(const InspectOptions& opts, Output& out) {
+  if (opts.args.size() < 3) {
+    return Status::invalid_argument("usage: escpod inspect read FILE READ_ID...");
+  }
+  ESCPOD_ASSIGN_OR_RETURN(auto file, pod5::FileReader::open(opts.args[1]));
+  for (size_t a = 2; a < opts.args.size(); ++a) {
+    ESCPOD_ASSIGN_OR_RETURN(pod5::ReadId id, pod5::ReadId::parse(opts.args[a]));
+    ESCPOD_ASSIGN_OR_RETURN(pod5::ReadRecord rec, file->find_read(id));
+    for (size_t b = 0; b < file->n_read_batches(); ++b) {
+      ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, file->read_batch(b));
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (batch.read_id[i] != id) continue;
+        std::string& s = out.buffer();
+        for (const auto& f : all_read_fields()) {
+          fmt::format_to(std::back_inserter(s), "{:<28} ", f.name);
+          f.append(*file, batch, i, s);
+          s += '\n';
+        }
+        if (const auto* ri = file->find_run_info(rec.run_info)) {
+          fmt::format_to(std::back_inserter(s), "{:<28} {} Hz, adc [{}, {}], flow cell {}\n",
+                         "run_info.summary", ri->sample_rate, ri->adc_min, ri->adc_max,
+                         ri->flow_cell_id);
+        }
+        s += '\n';
+      }
+    }
+  }
+  return out.finish();
+}
+
+Status run_inspect(const InspectOptions& opts) {
+  ESCPOD_ASSIGN_OR_RETURN(Output out, Output::open(opts.output));
+  if (!opts.args.empty() && opts.args[0] == "read") return inspect_read(opts, out);
+  std::vector<std::string> inputs = opts.args;
+  if (!inputs.empty() && inputs[0] == "summary") inputs.erase(inputs.begin());
+  if (inputs.empty()) return Status::invalid_argument("inspect needs at least one FILE or DIR");
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(inputs));
+  size_t n_failed = 0;
+  Status first_error;
+  for (const auto& path : files) {
+    auto file = pod5::FileReader::open(path);
+    if (!file.is_ok()) {
+      log::error("{}", file.status().message());
+      if (first_error.is_ok()) first_error = file.status();
+      ++n_failed;
+      continue;
+    }
+    append_summary(**file, out.buffer());
+    out.flush();
+    if (out.closed()) break;
+  }
+  ESCPOD_RETURN_IF_ERROR(out.finish());
+  if (n_failed > 0) {
+    return Status(first_error.code(), fmt::format("{} of {} files could not be read", n_failed, files.size()));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_inspect(CLI::App& app, GlobalOptions& global) {
+  auto opts = std::make_shared<InspectOptions>();
+  auto* sub = app.add_subcommand(
+      "inspect",
+      "Describe POD5 files: versions, writing software, reads, samples, batches, run infos.\n"
+      "  escpod inspect FILE|DIR...            summary of each file (DIRs walked for *.pod5)\n"
+      "  escpod inspect read FILE READ_ID...   every field of the given reads (ids with or\n"
+      "                                        without dashes)");
+  sub->add_option("args", opts->args, "[summary|read] FILE|DIR... [READ_ID...]")->required();
+  sub->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
+  add_common_flags(sub, global);
+  set_body(sub, [opts] { return run_inspect(*opts); });
+}
+
+}  // namespace escpod::cli

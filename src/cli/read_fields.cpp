@@ -1,0 +1,85 @@
+#include "cli/read_fields.hpp"
+
+#include <fmt/format.h>
+
+namespace escpod::cli {
+namespace {
+
+template <typename T>
+void append_number(std::string& out, T v) {
+  fmt::format_to(std::back_inserter(out), "{}", v);
+}
+
+#define ESCPOD_FIELD(NAME, HELP, EXPR)                                                        \
+  ReadField {                                                                                 \
+    NAME, HELP,                                                                               \
+        [](const pod5::FileReader& file, const pod5::ReadBatch& b, size_t i, std::string& out) { \
+          (void)file; (void)b; (void)i;                                                       \
+          EXPR;                                                                               \
+        }                                                                                     \
+  }
+
+}  // namespace
+
+const std::vector<ReadField>& all_read_fields() {
+  static const std::vector<ReadField> fields = {
+      ESCPOD_FIELD("read_id", "read UUID", {
+        char buf[36];
+        b.read_id[i].format_to(buf);
+        out.append(buf, 36);
+      }),
+      ESCPOD_FIELD("filename", "file the read is in", out += file.path().filename().string()),
+      ESCPOD_FIELD("channel", "1-based channel", append_number(out, b.channel[i])),
+      ESCPOD_FIELD("well", "1-based well (mux)", append_number(out, b.well[i])),
+      ESCPOD_FIELD("read_number", "per-channel read counter", append_number(out, b.read_number[i])),
+      ESCPOD_FIELD("start_sample", "samples on the channel before the read", append_number(out, b.start_sample[i])),
+      ESCPOD_FIELD("num_samples", "samples in the read", append_number(out, b.num_samples[i])),
+      ESCPOD_FIELD("end_reason", "why the read ended",
+                   out += file.end_reasons()[static_cast<size_t>(b.end_reason_idx[i])]),
+      ESCPOD_FIELD("end_reason_forced", "end forced externally",
+                   out += (b.end_reason_forced[i] ? "true" : "false")),
+      ESCPOD_FIELD("pore_type", "pore type", out += file.pore_types()[static_cast<size_t>(b.pore_type_idx[i])]),
+      ESCPOD_FIELD("median_before", "current before the read, pA", append_number(out, b.median_before[i])),
+      ESCPOD_FIELD("num_minknow_events", "MinKNOW events", append_number(out, b.num_minknow_events[i])),
+      ESCPOD_FIELD("calibration_offset", "ADC offset", append_number(out, b.calibration_offset[i])),
+      ESCPOD_FIELD("calibration_scale", "pA per ADC unit", append_number(out, b.calibration_scale[i])),
+      ESCPOD_FIELD("run_info", "acquisition id", out += file.run_info_ids()[static_cast<size_t>(b.run_info_idx[i])]),
+      ESCPOD_FIELD("sample_rate", "samples per second (from the run info)", {
+        const auto* ri = file.find_run_info(file.run_info_ids()[static_cast<size_t>(b.run_info_idx[i])]);
+        if (ri) append_number(out, ri->sample_rate);
+      }),
+      ESCPOD_FIELD("open_pore_level", "open-pore current, pA", append_number(out, b.open_pore_level[i])),
+      ESCPOD_FIELD("expected_open_pore_level", "expected open-pore current, pA",
+                   append_number(out, b.expected_open_pore_level[i])),
+      ESCPOD_FIELD("selected_read_level", "selected read level, pA", append_number(out, b.selected_read_level[i])),
+      ESCPOD_FIELD("tracked_scaling_scale", "deprecated", append_number(out, b.tracked_scaling_scale[i])),
+      ESCPOD_FIELD("tracked_scaling_shift", "deprecated", append_number(out, b.tracked_scaling_shift[i])),
+      ESCPOD_FIELD("predicted_scaling_scale", "deprecated", append_number(out, b.predicted_scaling_scale[i])),
+      ESCPOD_FIELD("predicted_scaling_shift", "deprecated", append_number(out, b.predicted_scaling_shift[i])),
+      ESCPOD_FIELD("num_reads_since_mux_change", "deprecated", append_number(out, b.num_reads_since_mux_change[i])),
+      ESCPOD_FIELD("time_since_mux_change", "deprecated, s", append_number(out, b.time_since_mux_change[i])),
+      ESCPOD_FIELD("signal_rows", "signal-table rows (;-separated)", {
+        bool first = true;
+        for (uint64_t r : b.rows_of(i)) {
+          if (!first) out += ';';
+          first = false;
+          append_number(out, r);
+        }
+      }),
+  };
+  return fields;
+}
+
+const std::vector<std::string_view>& default_view_fields() {
+  static const std::vector<std::string_view> names = {
+      "read_id", "channel", "well", "read_number", "start_sample", "num_samples", "end_reason"};
+  return names;
+}
+
+const ReadField* find_read_field(std::string_view name) {
+  for (const auto& f : all_read_fields())
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+}  // namespace escpod::cli

@@ -1,0 +1,228 @@
+#include "escpod/core/staged_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <random>
+
+namespace escpod {
+namespace {
+
+// Registry of in-flight files, readable from a signal handler: fixed slots, each a path buffer
+// guarded by an atomic state (0 free, 1 being written, 2 live).
+constexpr int kSlots = 512;
+constexpr size_t kPathMax = 4096;
+struct Slot {
+  std::atomic<int> state{0};
+  char path[kPathMax];
+};
+std::array<Slot, kSlots> g_slots;
+std::atomic<bool> g_interrupted{false};
+
+int register_path(const std::filesystem::path& p) {
+  const std::string s = p.string();
+  if (s.size() + 1 > kPathMax) return -1;
+  for (int i = 0; i < kSlots; ++i) {
+    int expected = 0;
+    if (g_slots[i].state.compare_exchange_strong(expected, 1)) {
+      std::memcpy(g_slots[i].path, s.c_str(), s.size() + 1);
+      g_slots[i].state.store(2);
+      return i;
+    }
+  }
+  return -1;  // registry full: the file is still cleaned up normally, just not on a signal
+}
+
+void unregister_path(int slot) {
+  if (slot >= 0) g_slots[slot].state.store(0);
+}
+
+void on_interrupt(int sig) {
+  if (g_interrupted.exchange(true)) _exit(130);  // second signal: leave at once
+  for (auto& slot : g_slots) {
+    if (slot.state.load() == 2) ::unlink(slot.path);
+  }
+  (void)sig;
+  _exit(130);
+}
+
+std::string random_suffix() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::string s(12, 'x');
+  for (char& c : s) c = kChars[rng() % (sizeof(kChars) - 1)];
+  return s;
+}
+
+Status errno_status(const std::string& what, const std::filesystem::path& p) {
+  return Status::io_error(what + " " + p.string() + ": " + std::strerror(errno));
+}
+
+Status fsync_path(const std::filesystem::path& p, bool directory) {
+  int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return errno_status("cannot open for fsync", p);
+  int rc = ::fsync(fd);
+  int saved = errno;
+  ::close(fd);
+  if (rc != 0) {
+    errno = saved;
+    return errno_status("fsync failed for", p);
+  }
+  return Status::ok();
+}
+
+// Creates an empty, exclusive file named `<dir>/.escpod-tmp-<random><suffix>`.
+Result<std::filesystem::path> create_hidden(const std::filesystem::path& dir,
+                                            const std::string& suffix) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    if (g_interrupted.load()) return Status::cancelled("interrupted");
+    auto p = dir / (".escpod-tmp-" + random_suffix() + suffix);
+    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return p;
+    }
+    if (errno != EEXIST) return errno_status("cannot create a file in", dir.empty() ? "." : dir);
+  }
+  return Status::io_error("cannot create a unique staging file in " + dir.string());
+}
+
+}  // namespace
+
+Result<FsyncMode> parse_fsync_mode(std::string_view text) {
+  if (text == "none") return FsyncMode::kNone;
+  if (text == "file") return FsyncMode::kFile;
+  if (text == "full") return FsyncMode::kFull;
+  return Status::invalid_argument("--fsync must be none, file or full, not '" + std::string(text) + "'");
+}
+
+Result<StagedFile> StagedFile::create(const std::filesystem::path& final_path, bool overwrite) {
+  std::error_code ec;
+  if (std::filesystem::exists(final_path, ec) && !overwrite) {
+    return Status::already_exists(final_path.string() + " exists (use --force to overwrite)");
+  }
+  if (std::filesystem::is_directory(final_path, ec)) {
+    return Status::invalid_argument(final_path.string() + " is a directory");
+  }
+  auto dir = final_path.parent_path();
+  if (dir.empty()) dir = ".";
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::not_found("output folder " + dir.string() + " does not exist");
+  }
+  StagedFile f;
+  f.m_final = final_path;
+  f.m_overwrite = overwrite;
+  ESCPOD_ASSIGN_OR_RETURN(f.m_staging, create_hidden(dir, ".partial"));
+  f.m_slot = register_path(f.m_staging);
+  return f;
+}
+
+StagedFile::StagedFile(StagedFile&& o) noexcept
+    : m_final(std::move(o.m_final)), m_staging(std::move(o.m_staging)), m_slot(o.m_slot),
+      m_overwrite(o.m_overwrite) {
+  o.m_staging.clear();
+  o.m_slot = -1;
+}
+
+StagedFile& StagedFile::operator=(StagedFile&& o) noexcept {
+  if (this != &o) {
+    discard();
+    m_final = std::move(o.m_final);
+    m_staging = std::move(o.m_staging);
+    m_slot = o.m_slot;
+    m_overwrite = o.m_overwrite;
+    o.m_staging.clear();
+    o.m_slot = -1;
+  }
+  return *this;
+}
+
+StagedFile::~StagedFile() { discard(); }
+
+void StagedFile::discard() {
+  if (!m_staging.empty()) {
+    ::unlink(m_staging.c_str());
+    m_staging.clear();
+  }
+  unregister_path(m_slot);
+  m_slot = -1;
+}
+
+Status StagedFile::commit(FsyncMode mode) {
+  if (m_staging.empty()) return Status::internal("commit of a discarded staging file");
+  Status s;
+  if (mode != FsyncMode::kNone) s = fsync_path(m_staging, false);
+  if (s.is_ok()) {
+    struct stat st;
+    mode_t perms = 0644;
+    if (::stat(m_final.c_str(), &st) == 0) {
+      perms = st.st_mode & 07777;
+      if (!m_overwrite) s = Status::already_exists(m_final.string() + " appeared while writing");
+    }
+    if (s.is_ok() && ::chmod(m_staging.c_str(), perms) != 0) s = errno_status("cannot chmod", m_staging);
+  }
+  if (s.is_ok() && ::rename(m_staging.c_str(), m_final.c_str()) != 0) {
+    s = errno_status("cannot rename into place:", m_final);
+  }
+  if (!s.is_ok()) {
+    discard();
+    return s;
+  }
+  m_staging.clear();
+  unregister_path(m_slot);
+  m_slot = -1;
+  if (mode == FsyncMode::kFull) {
+    auto dir = m_final.parent_path();
+    ESCPOD_RETURN_IF_ERROR(fsync_path(dir.empty() ? "." : dir, true));
+  }
+  return Status::ok();
+}
+
+Result<ScratchPath> ScratchPath::create(const std::filesystem::path& near, const std::string& suffix) {
+  auto dir = near.parent_path();
+  if (dir.empty()) dir = ".";
+  ScratchPath p;
+  ESCPOD_ASSIGN_OR_RETURN(p.m_path, create_hidden(dir, suffix));
+  p.m_slot = register_path(p.m_path);
+  return p;
+}
+
+ScratchPath::ScratchPath(ScratchPath&& o) noexcept : m_path(std::move(o.m_path)), m_slot(o.m_slot) {
+  o.m_path.clear();
+  o.m_slot = -1;
+}
+
+ScratchPath& ScratchPath::operator=(ScratchPath&& o) noexcept {
+  if (this != &o) {
+    if (!m_path.empty()) ::unlink(m_path.c_str());
+    unregister_path(m_slot);
+    m_path = std::move(o.m_path);
+    m_slot = o.m_slot;
+    o.m_path.clear();
+    o.m_slot = -1;
+  }
+  return *this;
+}
+
+ScratchPath::~ScratchPath() {
+  if (!m_path.empty()) ::unlink(m_path.c_str());
+  unregister_path(m_slot);
+}
+
+void install_interrupt_cleanup() {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
+
+}  // namespace escpod

@@ -1,0 +1,39 @@
+// Arrow schemas of the POD5 tables and the two extension types (minknow.uuid, minknow.vbz).
+// Internal: Arrow stays out of include/.
+#pragma once
+
+#include <arrow/api.h>
+
+#include <memory>
+#include <string>
+
+#include "escpod/core/status.hpp"
+
+namespace escpod::pod5::detail {
+
+// minknow.uuid: FixedSizeBinary(16); minknow.vbz: LargeBinary. Both with empty metadata.
+std::shared_ptr<arrow::DataType> uuid_type();
+std::shared_ptr<arrow::DataType> vbz_type();
+// Registers both with Arrow (once per process) so IPC reading yields extension arrays.
+void register_extension_types();
+
+// The storage array behind an extension array (or the array itself).
+std::shared_ptr<arrow::Array> storage_of(const std::shared_ptr<arrow::Array>& array);
+// Extension name of a field: from its type if registered, else from its field metadata.
+std::string extension_name(const arrow::Field& field);
+
+// Schemas we write (the newest official layout, V7 reads table), with MINKNOW:* metadata.
+std::shared_ptr<arrow::Schema> signal_schema(bool vbz, const std::string& file_identifier,
+                                             const std::string& software,
+                                             const std::string& pod5_version);
+std::shared_ptr<arrow::Schema> reads_schema(const std::string& file_identifier,
+                                            const std::string& software,
+                                            const std::string& pod5_version);
+std::shared_ptr<arrow::Schema> run_info_schema(const std::string& file_identifier,
+                                               const std::string& software,
+                                               const std::string& pod5_version);
+
+// Converts an arrow::Status into ours, with context.
+Status from_arrow(const arrow::Status& s, const std::string& context);
+
+}  // namespace escpod::pod5::detail

@@ -1,0 +1,841 @@
+#include "escpod/pod5/file_reader.hpp"
+
+#include <arrow/io/file.h>
+#include <arrow/io/memory.h>
+#include <arrow/ipc/reader.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "pod5/arrow_types.hpp"
+#include "pod5/container.hpp"
+
+namespace escpod::pod5 {
+
+using detail::from_arrow;
+using detail::storage_of;
+
+namespace {
+
+// Direct pointers into one memory-mapped signal batch, so reading a chunk costs no Arrow calls.
+struct SignalBatchView {
+  std::shared_ptr<arrow::RecordBatch> batch;  // keeps the buffers alive
+  const uint8_t* read_ids = nullptr;          // 16 bytes a row
+  const int64_t* offsets = nullptr;           // n_rows + 1 (bytes for VBZ, samples for raw)
+  const uint8_t* vbz_data = nullptr;
+  const int16_t* raw_values = nullptr;
+  int64_t data_size = 0;                      // bytes (VBZ) or values (raw) addressable
+  const uint32_t* samples = nullptr;
+  int64_t n_rows = 0;
+};
+
+// How a V0-V2 dictionary-of-struct entry or a V3+ dictionary entry maps to our fields.
+struct DictMaps {
+  // V3+: straight string dictionaries (file-wide, from the last batch: deltas only append).
+  // V0-V2: derived per struct-dictionary entry.
+  std::vector<uint32_t> pore_channel;
+  std::vector<uint8_t> pore_well;
+  std::vector<int16_t> pore_type;  // -> pore_types
+  std::vector<float> calib_offset, calib_scale;
+  std::vector<int16_t> end_reason;  // -> end_reasons
+  std::vector<uint8_t> end_forced;
+  std::vector<int16_t> run_info;  // -> run_info_ids
+};
+
+Status type_error(const std::string& path, const char* table, const std::string& column,
+                  const std::string& expected, const arrow::DataType& found) {
+  return Status::corrupt(path + ": " + table + " table column '" + column + "' has type " +
+                         found.ToString() + ", expected " + expected);
+}
+
+int16_t intern(std::vector<std::string>& table, const std::string& value) {
+  for (size_t i = 0; i < table.size(); ++i)
+    if (table[i] == value) return static_cast<int16_t>(i);
+  table.push_back(value);
+  return static_cast<int16_t>(table.size() - 1);
+}
+
+std::vector<std::pair<std::string, std::string>> map_entries(const arrow::MapArray& map,
+                                                             int64_t row) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (map.IsNull(row)) return out;
+  auto keys = std::static_pointer_cast<arrow::StringArray>(map.keys());
+  auto items = std::static_pointer_cast<arrow::StringArray>(map.items());
+  for (int32_t j = map.value_offset(row); j < map.value_offset(row) + map.value_length(row); ++j) {
+    out.emplace_back(keys->GetString(j), items->IsNull(j) ? "" : items->GetString(j));
+  }
+  return out;
+}
+
+// Reads row `row` of a run-info struct/record (columns looked up by name through `get`).
+template <typename Get>
+Status run_info_from_columns(const Get& get, int64_t row, RunInfo* out, const std::string& ctx) {
+  auto str = [&](const char* name, std::string* dst) -> Status {
+    auto a = get(name);
+    if (!a) return Status::corrupt(ctx + ": run info lacks '" + name + "'");
+    if (a->type_id() != arrow::Type::STRING)
+      return Status::corrupt(ctx + ": run info '" + name + "' is " + a->type()->ToString());
+    auto& s = static_cast<const arrow::StringArray&>(*a);
+    *dst = s.IsNull(row) ? "" : s.GetString(row);
+    return Status::ok();
+  };
+  auto ts = [&](const char* name, int64_t* dst) -> Status {
+    auto a = get(name);
+    if (!a || a->type_id() != arrow::Type::TIMESTAMP)
+      return Status::corrupt(ctx + ": run info '" + name + "' missing or not a timestamp");
+    auto unit = static_cast<const arrow::TimestampType&>(*a->type()).unit();
+    int64_t v = static_cast<const arrow::TimestampArray&>(*a).Value(row);
+    switch (unit) {
+      case arrow::TimeUnit::SECOND: v *= 1000; break;
+      case arrow::TimeUnit::MILLI: break;
+      case arrow::TimeUnit::MICRO: v /= 1000; break;
+      case arrow::TimeUnit::NANO: v /= 1000000; break;
+    }
+    *dst = v;
+    return Status::ok();
+  };
+  auto map = [&](const char* name, std::vector<std::pair<std::string, std::string>>* dst) {
+    auto a = get(name);
+    if (!a || a->type_id() != arrow::Type::MAP)
+      return Status::corrupt(ctx + ": run info '" + std::string(name) + "' missing or not a map");
+    *dst = map_entries(static_cast<const arrow::MapArray&>(*a), row);
+    return Status::ok();
+  };
+  auto i16 = [&](const char* name, int16_t* dst) -> Status {
+    auto a = get(name);
+    if (!a || a->type_id() != arrow::Type::INT16)
+      return Status::corrupt(ctx + ": run info '" + std::string(name) + "' missing or not int16");
+    *dst = static_cast<const arrow::Int16Array&>(*a).Value(row);
+    return Status::ok();
+  };
+  ESCPOD_RETURN_IF_ERROR(str("acquisition_id", &out->acquisition_id));
+  ESCPOD_RETURN_IF_ERROR(ts("acquisition_start_time", &out->acquisition_start_time_ms));
+  ESCPOD_RETURN_IF_ERROR(i16("adc_max", &out->adc_max));
+  ESCPOD_RETURN_IF_ERROR(i16("adc_min", &out->adc_min));
+  ESCPOD_RETURN_IF_ERROR(map("context_tags", &out->context_tags));
+  ESCPOD_RETURN_IF_ERROR(str("experiment_name", &out->experiment_name));
+  ESCPOD_RETURN_IF_ERROR(str("flow_cell_id", &out->flow_cell_id));
+  ESCPOD_RETURN_IF_ERROR(str("flow_cell_product_code", &out->flow_cell_product_code));
+  ESCPOD_RETURN_IF_ERROR(str("protocol_name", &out->protocol_name));
+  ESCPOD_RETURN_IF_ERROR(str("protocol_run_id", &out->protocol_run_id));
+  ESCPOD_RETURN_IF_ERROR(ts("protocol_start_time", &out->protocol_start_time_ms));
+  ESCPOD_RETURN_IF_ERROR(str("sample_id", &out->sample_id));
+  {
+    auto a = get("sample_rate");
+    if (!a || a->type_id() != arrow::Type::UINT16)
+      return Status::corrupt(ctx + ": run info 'sample_rate' missing or not uint16");
+    out->sample_rate = static_cast<const arrow::UInt16Array&>(*a).Value(row);
+  }
+  ESCPOD_RETURN_IF_ERROR(str("sequencing_kit", &out->sequencing_kit));
+  ESCPOD_RETURN_IF_ERROR(str("sequencer_position", &out->sequencer_position));
+  ESCPOD_RETURN_IF_ERROR(str("sequencer_position_type", &out->sequencer_position_type));
+  ESCPOD_RETURN_IF_ERROR(str("software", &out->software));
+  ESCPOD_RETURN_IF_ERROR(str("system_name", &out->system_name));
+  ESCPOD_RETURN_IF_ERROR(str("system_type", &out->system_type));
+  ESCPOD_RETURN_IF_ERROR(map("tracking_id", &out->tracking_id));
+  return Status::ok();
+}
+
+// Copies a primitive column into `out`, or fills it with `fallback` when the column is absent.
+template <typename ArrowType, typename T>
+void copy_column(const std::shared_ptr<arrow::Array>& a, int64_t n, T fallback,
+                 std::vector<T>& out) {
+  out.resize(static_cast<size_t>(n));
+  if (!a) {
+    std::fill(out.begin(), out.end(), fallback);
+    return;
+  }
+  const auto& typed = static_cast<const arrow::NumericArray<ArrowType>&>(*a);
+  const auto* values = typed.raw_values();
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<T>(values[i]);
+}
+
+}  // namespace
+
+struct FileReader::Impl {
+  FileInfo info;
+  std::shared_ptr<arrow::io::MemoryMappedFile> file;
+  std::shared_ptr<arrow::ipc::RecordBatchFileReader> reads_reader;
+  std::vector<std::shared_ptr<arrow::RecordBatch>> read_batches;
+  std::vector<uint64_t> read_batch_first;  // prefix sums of rows
+  std::vector<SignalBatchView> signal_batches;
+  std::vector<uint64_t> signal_batch_first;  // prefix sums, size n_batches + 1
+  std::vector<RunInfo> run_infos;
+  std::vector<std::string> pore_types, end_reasons, run_info_ids;
+  DictMaps dict;
+  bool legacy_struct_columns = false;  // V0-V2
+  // Column indices in the reads schema (-1 when absent).
+  std::unordered_map<std::string, int> col;
+  mutable std::once_flag id_index_once;
+  mutable std::unordered_map<ReadId, std::pair<uint32_t, uint32_t>, ReadIdHash> id_index;
+
+  std::string where() const { return info.path.string(); }
+
+  std::shared_ptr<arrow::Array> column(const arrow::RecordBatch& b, const char* name) const {
+    auto it = col.find(name);
+    if (it == col.end()) return nullptr;
+    return storage_of(b.column(it->second));
+  }
+
+  Result<std::shared_ptr<arrow::ipc::RecordBatchFileReader>> open_table(
+      const detail::EmbeddedTable& t, const char* what) {
+    auto buffer = file->ReadAt(t.offset, t.length);
+    if (!buffer.ok()) return from_arrow(buffer.status(), where() + ": " + what + " table");
+    auto reader = arrow::ipc::RecordBatchFileReader::Open(
+        std::make_shared<arrow::io::BufferReader>(*buffer));
+    if (!reader.ok()) return from_arrow(reader.status(), where() + ": " + what + " table");
+    return *reader;
+  }
+
+  Status check_metadata(const arrow::Schema& schema, const char* what) {
+    auto md = schema.metadata();
+    if (!md) return Status::corrupt(where() + ": " + what + " table schema has no MINKNOW metadata");
+    auto id = md->Get("MINKNOW:file_identifier");
+    if (!id.ok()) {
+      return Status::corrupt(where() + ": " + what + " table lacks MINKNOW:file_identifier");
+    }
+    if (*id != info.file_identifier) {
+      info.warnings.push_back(std::string(what) + " table file identifier " + *id +
+                              " differs from the footer's " + info.file_identifier);
+    }
+    return Status::ok();
+  }
+
+  Status load_signal(const detail::EmbeddedTable& t);
+  Status load_reads(const detail::EmbeddedTable& t);
+  Status load_run_info(const detail::EmbeddedTable& t);
+  Status load_legacy_dictionaries();
+  Status load_dictionaries();
+  Status decode_batch(size_t batch_idx, ReadBatch* out) const;
+  const SignalBatchView* locate(uint64_t row, int64_t* row_in_batch) const;
+};
+
+Status FileReader::Impl::load_signal(const detail::EmbeddedTable& t) {
+  ESCPOD_ASSIGN_OR_RETURN(auto reader, open_table(t, "signal"));
+  const auto& schema = *reader->schema();
+  ESCPOD_RETURN_IF_ERROR(check_metadata(schema, "signal"));
+  const int id_col = schema.GetFieldIndex("read_id");
+  const int sig_col = schema.GetFieldIndex("signal");
+  const int n_col = schema.GetFieldIndex("samples");
+  if (id_col < 0 || sig_col < 0 || n_col < 0) {
+    return Status::corrupt(where() + ": signal table lacks read_id, signal or samples");
+  }
+  const auto& id_field = *schema.field(id_col);
+  const auto* id_storage = id_field.type()->id() == arrow::Type::EXTENSION
+      ? static_cast<const arrow::ExtensionType&>(*id_field.type()).storage_type().get()
+      : id_field.type().get();
+  if (detail::extension_name(id_field) != "minknow.uuid" ||
+      !id_storage->Equals(*arrow::fixed_size_binary(16))) {
+    return type_error(where(), "signal", "read_id", "minknow.uuid", *id_field.type());
+  }
+  const auto& sig_field = *schema.field(sig_col);
+  if (detail::extension_name(sig_field) == "minknow.vbz") {
+    info.is_vbz = true;
+  } else if (sig_field.type()->id() == arrow::Type::LARGE_LIST &&
+             static_cast<const arrow::LargeListType&>(*sig_field.type()).value_type()->id() ==
+                 arrow::Type::INT16) {
+    info.is_vbz = false;
+  } else {
+    return type_error(where(), "signal", "signal", "minknow.vbz or large_list<int16>",
+                      *sig_field.type());
+  }
+  if (schema.field(n_col)->type()->id() != arrow::Type::UINT32) {
+    return type_error(where(), "signal", "samples", "uint32", *schema.field(n_col)->type());
+  }
+  signal_batch_first.push_back(0);
+  for (int b = 0; b < reader->num_record_batches(); ++b) {
+    auto batch = reader->ReadRecordBatch(b);
+    const std::string ctx = where() + ": signal batch " + std::to_string(b);
+    if (!batch.ok()) return from_arrow(batch.status(), ctx);
+    ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+    SignalBatchView v;
+    v.batch = *batch;
+    v.n_rows = v.batch->num_rows();
+    auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(storage_of(v.batch->column(id_col)));
+    v.read_ids = ids->raw_values();
+    auto sig = storage_of(v.batch->column(sig_col));
+    if (info.is_vbz) {
+      auto bin = std::static_pointer_cast<arrow::LargeBinaryArray>(sig);
+      v.offsets = bin->raw_value_offsets();
+      v.vbz_data = bin->value_data() ? bin->value_data()->data() : nullptr;
+      v.data_size = bin->value_data() ? bin->value_data()->size() : 0;
+    } else {
+      auto list = std::static_pointer_cast<arrow::LargeListArray>(sig);
+      v.offsets = list->raw_value_offsets();
+      auto values = std::static_pointer_cast<arrow::Int16Array>(list->values());
+      v.raw_values = values->raw_values();
+      v.data_size = values->length();
+    }
+    v.samples = std::static_pointer_cast<arrow::UInt32Array>(v.batch->column(n_col))->raw_values();
+    if (b > 0 && b + 1 < reader->num_record_batches() &&
+        v.n_rows != signal_batches.front().n_rows) {
+      info.signal_batches_uniform = false;
+    }
+    if (b + 1 == reader->num_record_batches() && b > 0 && v.n_rows > signal_batches.front().n_rows) {
+      info.signal_batches_uniform = false;
+    }
+    signal_batch_first.push_back(signal_batch_first.back() + static_cast<uint64_t>(v.n_rows));
+    signal_batches.push_back(std::move(v));
+  }
+  info.n_signal_batches = signal_batches.size();
+  info.n_signal_rows = signal_batch_first.back();
+  if (!info.signal_batches_uniform) {
+    info.warnings.push_back(
+        "signal batches have unequal row counts: official tools and dorado misread such files "
+        "(run `escpod repack`)");
+  }
+  return Status::ok();
+}
+
+Status FileReader::Impl::load_run_info(const detail::EmbeddedTable& t) {
+  ESCPOD_ASSIGN_OR_RETURN(auto reader, open_table(t, "run info"));
+  ESCPOD_RETURN_IF_ERROR(check_metadata(*reader->schema(), "run info"));
+  for (int b = 0; b < reader->num_record_batches(); ++b) {
+    auto batch = reader->ReadRecordBatch(b);
+    const std::string ctx = where() + ": run info batch " + std::to_string(b);
+    if (!batch.ok()) return from_arrow(batch.status(), ctx);
+    ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+    const auto& rb = **batch;
+    auto get = [&rb](const char* name) { return rb.GetColumnByName(name); };
+    for (int64_t r = 0; r < rb.num_rows(); ++r) {
+      RunInfo ri;
+      ESCPOD_RETURN_IF_ERROR(run_info_from_columns(get, r, &ri, ctx));
+      ++info.n_run_info_rows;
+      if (std::none_of(run_infos.begin(), run_infos.end(),
+                       [&](const RunInfo& x) { return x.acquisition_id == ri.acquisition_id; })) {
+        run_infos.push_back(std::move(ri));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status FileReader::Impl::load_reads(const detail::EmbeddedTable& t) {
+  ESCPOD_ASSIGN_OR_RETURN(reads_reader, open_table(t, "reads"));
+  const auto& schema = *reads_reader->schema();
+  ESCPOD_RETURN_IF_ERROR(check_metadata(schema, "reads"));
+  for (int i = 0; i < schema.num_fields(); ++i) col[schema.field(i)->name()] = i;
+
+  auto expect = [&](const char* name, const std::shared_ptr<arrow::DataType>& type,
+                    bool required) -> Status {
+    auto it = col.find(name);
+    if (it == col.end()) {
+      return required ? Status::corrupt(where() + ": reads table lacks column '" + name + "'")
+                      : Status::ok();
+    }
+    const auto& found = schema.field(it->second)->type();
+    if (!found->Equals(*type)) return type_error(where(), "reads", name, type->ToString(), *found);
+    return Status::ok();
+  };
+  // read_id and the signal row list are common to every version.
+  const auto& id_field = *schema.field(col.count("read_id") ? col["read_id"] : 0);
+  if (!col.count("read_id") || detail::extension_name(id_field) != "minknow.uuid") {
+    return Status::corrupt(where() + ": reads table lacks a minknow.uuid 'read_id' column");
+  }
+  ESCPOD_RETURN_IF_ERROR(expect("signal", arrow::list(arrow::uint64()), true));
+  ESCPOD_RETURN_IF_ERROR(expect("read_number", arrow::uint32(), true));
+  ESCPOD_RETURN_IF_ERROR(expect("start", arrow::uint64(), true));
+  ESCPOD_RETURN_IF_ERROR(expect("median_before", arrow::float32(), true));
+  // V1 fields (optional: absent in V0).
+  ESCPOD_RETURN_IF_ERROR(expect("num_minknow_events", arrow::uint64(), false));
+  for (const char* f : {"tracked_scaling_scale", "tracked_scaling_shift", "predicted_scaling_scale",
+                        "predicted_scaling_shift", "time_since_mux_change"}) {
+    ESCPOD_RETURN_IF_ERROR(expect(f, arrow::float32(), false));
+  }
+  ESCPOD_RETURN_IF_ERROR(expect("num_reads_since_mux_change", arrow::uint32(), false));
+  ESCPOD_RETURN_IF_ERROR(expect("num_samples", arrow::uint64(), false));
+  for (const char* f : {"open_pore_level", "expected_open_pore_level", "selected_read_level"}) {
+    ESCPOD_RETURN_IF_ERROR(expect(f, arrow::float32(), false));
+  }
+
+  legacy_struct_columns = col.count("pore") > 0;
+  if (legacy_struct_columns) {
+    for (const char* f : {"pore", "calibration", "end_reason", "run_info"}) {
+      auto it = col.find(f);
+      if (it == col.end()) return Status::corrupt(where() + ": V0-V2 reads table lacks '" + f + "'");
+      const auto& type = *schema.field(it->second)->type();
+      if (type.id() != arrow::Type::DICTIONARY ||
+          static_cast<const arrow::DictionaryType&>(type).value_type()->id() != arrow::Type::STRUCT) {
+        return type_error(where(), "reads", f, "dictionary<struct>", type);
+      }
+    }
+    info.read_table_version = col.count("num_samples")          ? ReadTableVersion::kV2
+                              : col.count("num_minknow_events") ? ReadTableVersion::kV1
+                                                                : ReadTableVersion::kV0;
+  } else {
+    auto dict_type = arrow::dictionary(arrow::int16(), arrow::utf8());
+    for (const char* f : {"pore_type", "end_reason", "run_info"}) {
+      ESCPOD_RETURN_IF_ERROR(expect(f, dict_type, true));
+    }
+    ESCPOD_RETURN_IF_ERROR(expect("well", arrow::uint8(), true));
+    ESCPOD_RETURN_IF_ERROR(expect("calibration_offset", arrow::float32(), true));
+    ESCPOD_RETURN_IF_ERROR(expect("calibration_scale", arrow::float32(), true));
+    ESCPOD_RETURN_IF_ERROR(expect("end_reason_forced", arrow::boolean(), true));
+    ESCPOD_RETURN_IF_ERROR(expect("channel_32bit", arrow::uint32(), false));
+    auto ch = col.find("channel");
+    if (ch == col.end()) return Status::corrupt(where() + ": reads table lacks column 'channel'");
+    const auto& ch_type = *schema.field(ch->second)->type();
+    if (ch_type.id() != arrow::Type::UINT16 && ch_type.id() != arrow::Type::UINT32) {
+      return type_error(where(), "reads", "channel", "uint16 or uint32", ch_type);
+    }
+    info.read_table_version = col.count("channel_32bit")              ? ReadTableVersion::kV7
+                              : ch_type.id() == arrow::Type::UINT32   ? ReadTableVersion::kV6
+                              : col.count("expected_open_pore_level") ? ReadTableVersion::kV5
+                              : col.count("open_pore_level")          ? ReadTableVersion::kV4
+                                                                      : ReadTableVersion::kV3;
+  }
+
+  read_batch_first.push_back(0);
+  for (int b = 0; b < reads_reader->num_record_batches(); ++b) {
+    auto batch = reads_reader->ReadRecordBatch(b);
+    const std::string ctx = where() + ": reads batch " + std::to_string(b);
+    if (!batch.ok()) return from_arrow(batch.status(), ctx);
+    ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+    read_batch_first.push_back(read_batch_first.back() + static_cast<uint64_t>((*batch)->num_rows()));
+    read_batches.push_back(std::move(*batch));
+  }
+  info.n_read_batches = read_batches.size();
+  info.n_reads = read_batch_first.back();
+  return legacy_struct_columns ? load_legacy_dictionaries() : load_dictionaries();
+}
+
+// V3+: string dictionaries. Arrow's file reader applies every dictionary (deltas included) up
+// front, so the last batch's dictionary is the complete one and earlier indices stay valid.
+Status FileReader::Impl::load_dictionaries() {
+  if (read_batches.empty()) return Status::ok();
+  const auto& last = *read_batches.back();
+  auto strings = [&](const char* name, std::vector<std::string>& out) {
+    auto d = std::static_pointer_cast<arrow::DictionaryArray>(last.column(col.at(name)));
+    auto values = std::static_pointer_cast<arrow::StringArray>(d->dictionary());
+    out.clear();
+    for (int64_t i = 0; i < values->length(); ++i) out.push_back(values->GetString(i));
+  };
+  strings("pore_type", pore_types);
+  strings("end_reason", end_reasons);
+  strings("run_info", run_info_ids);
+  return Status::ok();
+}
+
+// V0-V2: pore, calibration, end_reason and run_info are dictionaries of structs; derive our
+// columns per dictionary entry once, and the run infos from the run_info structs.
+Status FileReader::Impl::load_legacy_dictionaries() {
+  if (read_batches.empty()) return Status::ok();
+  const auto& last = *read_batches.back();
+  const std::string ctx = where() + ": reads table";
+  auto struct_dict = [&](const char* name) {
+    auto d = std::static_pointer_cast<arrow::DictionaryArray>(last.column(col.at(name)));
+    return std::static_pointer_cast<arrow::StructArray>(d->dictionary());
+  };
+  auto field = [&](const std::shared_ptr<arrow::StructArray>& s, const char* f,
+                   arrow::Type::type type) -> Result<std::shared_ptr<arrow::Array>> {
+    auto a = s->GetFieldByName(f);
+    if (!a || a->type_id() != type) {
+      return Status::corrupt(ctx + ": struct field '" + f + "' missing or of the wrong type");
+    }
+    return a;
+  };
+  {
+    auto pore = struct_dict("pore");
+    ESCPOD_ASSIGN_OR_RETURN(auto channel, field(pore, "channel", arrow::Type::UINT16));
+    ESCPOD_ASSIGN_OR_RETURN(auto well, field(pore, "well", arrow::Type::UINT8));
+    ESCPOD_ASSIGN_OR_RETURN(auto type, field(pore, "pore_type", arrow::Type::STRING));
+    for (int64_t i = 0; i < pore->length(); ++i) {
+      dict.pore_channel.push_back(static_cast<const arrow::UInt16Array&>(*channel).Value(i));
+      dict.pore_well.push_back(static_cast<const arrow::UInt8Array&>(*well).Value(i));
+      dict.pore_type.push_back(
+          intern(pore_types, static_cast<const arrow::StringArray&>(*type).GetString(i)));
+    }
+  }
+  {
+    auto calib = struct_dict("calibration");
+    ESCPOD_ASSIGN_OR_RETURN(auto offset, field(calib, "offset", arrow::Type::FLOAT));
+    ESCPOD_ASSIGN_OR_RETURN(auto scale, field(calib, "scale", arrow::Type::FLOAT));
+    for (int64_t i = 0; i < calib->length(); ++i) {
+      dict.calib_offset.push_back(static_cast<const arrow::FloatArray&>(*offset).Value(i));
+      dict.calib_scale.push_back(static_cast<const arrow::FloatArray&>(*scale).Value(i));
+    }
+  }
+  {
+    auto end = struct_dict("end_reason");
+    ESCPOD_ASSIGN_OR_RETURN(auto name, field(end, "name", arrow::Type::STRING));
+    ESCPOD_ASSIGN_OR_RETURN(auto forced, field(end, "forced", arrow::Type::BOOL));
+    for (int64_t i = 0; i < end->length(); ++i) {
+      dict.end_reason.push_back(
+          intern(end_reasons, static_cast<const arrow::StringArray&>(*name).GetString(i)));
+      dict.end_forced.push_back(static_cast<const arrow::BooleanArray&>(*forced).Value(i));
+    }
+  }
+  {
+    auto runs = struct_dict("run_info");
+    auto get = [&runs](const char* name) { return runs->GetFieldByName(name); };
+    for (int64_t i = 0; i < runs->length(); ++i) {
+      RunInfo ri;
+      ESCPOD_RETURN_IF_ERROR(run_info_from_columns(get, i, &ri, ctx));
+      dict.run_info.push_back(intern(run_info_ids, ri.acquisition_id));
+      ++info.n_run_info_rows;
+      if (std::none_of(run_infos.begin(), run_infos.end(),
+                       [&](const RunInfo& x) { return x.acquisition_id == ri.acquisition_id; })) {
+        run_infos.push_back(std::move(ri));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
+  const arrow::RecordBatch& rb = *read_batches[batch_idx];
+  const int64_t n = rb.num_rows();
+  const auto rows = static_cast<size_t>(n);
+  out->batch_idx = batch_idx;
+  out->first_read_idx = read_batch_first[batch_idx];
+
+  auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(column(rb, "read_id"));
+  out->read_id.resize(rows);
+  if (n > 0) std::memcpy(out->read_id.data(), ids->raw_values(), rows * 16);
+
+  auto list = std::static_pointer_cast<arrow::ListArray>(column(rb, "signal"));
+  auto list_values = std::static_pointer_cast<arrow::UInt64Array>(list->values());
+  const int32_t* offs = list->raw_value_offsets();
+  out->signal_offsets.resize(rows + 1);
+  out->signal_rows.assign(list_values->raw_values() + offs[0], list_values->raw_values() + offs[n]);
+  for (size_t i = 0; i <= rows; ++i) out->signal_offsets[i] = static_cast<uint64_t>(offs[i] - offs[0]);
+
+  copy_column<arrow::UInt32Type>(column(rb, "read_number"), n, uint32_t{0}, out->read_number);
+  copy_column<arrow::UInt64Type>(column(rb, "start"), n, uint64_t{0}, out->start_sample);
+  copy_column<arrow::FloatType>(column(rb, "median_before"), n, kNaN, out->median_before);
+  copy_column<arrow::UInt64Type>(column(rb, "num_minknow_events"), n, uint64_t{0},
+                                 out->num_minknow_events);
+  copy_column<arrow::FloatType>(column(rb, "tracked_scaling_scale"), n, kNaN, out->tracked_scaling_scale);
+  copy_column<arrow::FloatType>(column(rb, "tracked_scaling_shift"), n, kNaN, out->tracked_scaling_shift);
+  copy_column<arrow::FloatType>(column(rb, "predicted_scaling_scale"), n, kNaN,
+                                out->predicted_scaling_scale);
+  copy_column<arrow::FloatType>(column(rb, "predicted_scaling_shift"), n, kNaN,
+                                out->predicted_scaling_shift);
+  copy_column<arrow::UInt32Type>(column(rb, "num_reads_since_mux_change"), n, uint32_t{0},
+                                 out->num_reads_since_mux_change);
+  copy_column<arrow::FloatType>(column(rb, "time_since_mux_change"), n, 0.0f,
+                                out->time_since_mux_change);
+  copy_column<arrow::FloatType>(column(rb, "open_pore_level"), n, kNaN, out->open_pore_level);
+  copy_column<arrow::FloatType>(column(rb, "expected_open_pore_level"), n, kNaN,
+                                out->expected_open_pore_level);
+  copy_column<arrow::FloatType>(column(rb, "selected_read_level"), n, kNaN, out->selected_read_level);
+
+  auto indices = [&](const char* name, size_t dict_size, std::vector<int16_t>& dst) -> Status {
+    auto d = std::static_pointer_cast<arrow::DictionaryArray>(rb.column(col.at(name)));
+    auto idx = std::static_pointer_cast<arrow::Int16Array>(d->indices());
+    dst.resize(rows);
+    for (size_t i = 0; i < rows; ++i) {
+      int16_t v = idx->Value(static_cast<int64_t>(i));
+      if (v < 0 || static_cast<size_t>(v) >= dict_size) {
+        return Status::corrupt(where() + ": reads batch " + std::to_string(batch_idx) + " row " +
+                               std::to_string(i) + ": " + name + " index " + std::to_string(v) +
+                               " outside its dictionary");
+      }
+      dst[i] = v;
+    }
+    return Status::ok();
+  };
+
+  if (legacy_struct_columns) {
+    std::vector<int16_t> pore, calib, end, run;
+    ESCPOD_RETURN_IF_ERROR(indices("pore", dict.pore_type.size(), pore));
+    ESCPOD_RETURN_IF_ERROR(indices("calibration", dict.calib_offset.size(), calib));
+    ESCPOD_RETURN_IF_ERROR(indices("end_reason", dict.end_reason.size(), end));
+    ESCPOD_RETURN_IF_ERROR(indices("run_info", dict.run_info.size(), run));
+    out->channel.resize(rows);
+    out->well.resize(rows);
+    out->pore_type_idx.resize(rows);
+    out->calibration_offset.resize(rows);
+    out->calibration_scale.resize(rows);
+    out->end_reason_idx.resize(rows);
+    out->end_reason_forced.resize(rows);
+    out->run_info_idx.resize(rows);
+    for (size_t i = 0; i < rows; ++i) {
+      const auto p = static_cast<size_t>(pore[i]), c = static_cast<size_t>(calib[i]);
+      const auto e = static_cast<size_t>(end[i]), r = static_cast<size_t>(run[i]);
+      out->channel[i] = dict.pore_channel[p];
+      out->well[i] = dict.pore_well[p];
+      out->pore_type_idx[i] = dict.pore_type[p];
+      out->calibration_offset[i] = dict.calib_offset[c];
+      out->calibration_scale[i] = dict.calib_scale[c];
+      out->end_reason_idx[i] = dict.end_reason[e];
+      out->end_reason_forced[i] = dict.end_forced[e];
+      out->run_info_idx[i] = dict.run_info[r];
+    }
+  } else {
+    ESCPOD_RETURN_IF_ERROR(indices("pore_type", pore_types.size(), out->pore_type_idx));
+    ESCPOD_RETURN_IF_ERROR(indices("end_reason", end_reasons.size(), out->end_reason_idx));
+    ESCPOD_RETURN_IF_ERROR(indices("run_info", run_info_ids.size(), out->run_info_idx));
+    if (auto c32 = column(rb, "channel_32bit")) {
+      copy_column<arrow::UInt32Type>(c32, n, uint32_t{0}, out->channel);
+    } else if (auto ch = column(rb, "channel"); ch->type_id() == arrow::Type::UINT32) {
+      copy_column<arrow::UInt32Type>(ch, n, uint32_t{0}, out->channel);
+    } else {
+      copy_column<arrow::UInt16Type>(ch, n, uint32_t{0}, out->channel);
+    }
+    copy_column<arrow::UInt8Type>(column(rb, "well"), n, uint8_t{0}, out->well);
+    copy_column<arrow::FloatType>(column(rb, "calibration_offset"), n, 0.0f, out->calibration_offset);
+    copy_column<arrow::FloatType>(column(rb, "calibration_scale"), n, 0.0f, out->calibration_scale);
+    auto forced = std::static_pointer_cast<arrow::BooleanArray>(column(rb, "end_reason_forced"));
+    out->end_reason_forced.resize(rows);
+    for (size_t i = 0; i < rows; ++i) out->end_reason_forced[i] = forced->Value(static_cast<int64_t>(i));
+  }
+
+  if (auto ns = column(rb, "num_samples")) {
+    copy_column<arrow::UInt64Type>(ns, n, uint64_t{0}, out->num_samples);
+  } else {
+    // V0-V1: the sum of the read's chunk sizes, from the signal table.
+    out->num_samples.resize(rows);
+    for (size_t i = 0; i < rows; ++i) {
+      uint64_t total = 0;
+      for (uint64_t row : out->rows_of(i)) {
+        int64_t in_batch = 0;
+        const SignalBatchView* v = locate(row, &in_batch);
+        if (!v) {
+          return Status::corrupt(where() + ": read " + out->read_id[i].to_string() +
+                                 " refers to signal row " + std::to_string(row) + " of " +
+                                 std::to_string(info.n_signal_rows));
+        }
+        total += v->samples[in_batch];
+      }
+      out->num_samples[i] = total;
+    }
+  }
+  return Status::ok();
+}
+
+const SignalBatchView* FileReader::Impl::locate(uint64_t row, int64_t* row_in_batch) const {
+  if (row >= info.n_signal_rows) return nullptr;
+  // Uniform files (the norm) resolve with one division; others by binary search.
+  size_t b;
+  const uint64_t stride = signal_batch_first.size() > 1 ? signal_batch_first[1] : 0;
+  if (info.signal_batches_uniform && stride > 0) {
+    b = static_cast<size_t>(row / stride);
+  } else {
+    b = static_cast<size_t>(std::upper_bound(signal_batch_first.begin(), signal_batch_first.end(), row) -
+                            signal_batch_first.begin()) - 1;
+  }
+  *row_in_batch = static_cast<int64_t>(row - signal_batch_first[b]);
+  return &signal_batches[b];
+}
+
+Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path& path) {
+  detail::register_extension_types();
+  auto impl = std::make_unique<Impl>();
+  impl->info.path = path;
+  ESCPOD_ASSIGN_OR_RETURN(detail::Footer footer, detail::read_footer(path, &impl->info.file_size));
+  impl->info.file_identifier = footer.file_identifier;
+  impl->info.software = footer.software;
+  impl->info.pod5_version = footer.pod5_version;
+  impl->info.warnings = footer.warnings;
+
+  auto mapped = arrow::io::MemoryMappedFile::Open(path.string(), arrow::io::FileMode::READ);
+  if (!mapped.ok()) return from_arrow(mapped.status(), path.string() + ": cannot map");
+  impl->file = *mapped;
+
+  ESCPOD_RETURN_IF_ERROR(impl->load_signal(footer.signal));
+  ESCPOD_RETURN_IF_ERROR(impl->load_reads(footer.reads));
+  if (footer.run_info.present() && !impl->legacy_struct_columns) {
+    ESCPOD_RETURN_IF_ERROR(impl->load_run_info(footer.run_info));
+  } else if (!impl->legacy_struct_columns) {
+    return Status::corrupt(path.string() + ": footer lacks the run info table");
+  }
+  for (const auto& id : impl->run_info_ids) {
+    if (!std::any_of(impl->run_infos.begin(), impl->run_infos.end(),
+                     [&](const RunInfo& r) { return r.acquisition_id == id; })) {
+      impl->info.warnings.push_back("reads refer to run info '" + id +
+                                    "' missing from the run info table");
+    }
+  }
+  // Total samples from the signal table (cheap: the samples columns are in memory).
+  uint64_t total = 0;
+  for (const auto& v : impl->signal_batches)
+    for (int64_t r = 0; r < v.n_rows; ++r) total += v.samples[r];
+  impl->info.n_samples = total;
+  return std::unique_ptr<FileReader>(new FileReader(std::move(impl)));
+}
+
+Result<ReadBatch> FileReader::read_batch(size_t batch_idx) const {
+  if (batch_idx >= m_impl->read_batches.size()) {
+    return Status::invalid_argument(m_impl->where() + ": reads batch " + std::to_string(batch_idx) +
+                                    " of " + std::to_string(m_impl->read_batches.size()));
+  }
+  ReadBatch batch;
+  ESCPOD_RETURN_IF_ERROR(m_impl->decode_batch(batch_idx, &batch));
+  return batch;
+}
+
+ReadRecord FileReader::record(const ReadBatch& b, size_t i) const {
+  ReadRecord r;
+  r.read_id = b.read_id[i];
+  r.read_number = b.read_number[i];
+  r.start_sample = b.start_sample[i];
+  r.median_before = b.median_before[i];
+  r.num_minknow_events = b.num_minknow_events[i];
+  r.tracked_scaling_scale = b.tracked_scaling_scale[i];
+  r.tracked_scaling_shift = b.tracked_scaling_shift[i];
+  r.predicted_scaling_scale = b.predicted_scaling_scale[i];
+  r.predicted_scaling_shift = b.predicted_scaling_shift[i];
+  r.num_reads_since_mux_change = b.num_reads_since_mux_change[i];
+  r.time_since_mux_change = b.time_since_mux_change[i];
+  r.num_samples = b.num_samples[i];
+  r.channel = b.channel[i];
+  r.well = b.well[i];
+  r.pore_type = m_impl->pore_types[static_cast<size_t>(b.pore_type_idx[i])];
+  r.calibration_offset = b.calibration_offset[i];
+  r.calibration_scale = b.calibration_scale[i];
+  r.end_reason = m_impl->end_reasons[static_cast<size_t>(b.end_reason_idx[i])];
+  r.end_reason_forced = b.end_reason_forced[i] != 0;
+  r.run_info = m_impl->run_info_ids[static_cast<size_t>(b.run_info_idx[i])];
+  r.open_pore_level = b.open_pore_level[i];
+  r.expected_open_pore_level = b.expected_open_pore_level[i];
+  r.selected_read_level = b.selected_read_level[i];
+  auto rows = b.rows_of(i);
+  r.signal_rows.assign(rows.begin(), rows.end());
+  return r;
+}
+
+Status FileReader::for_each_batch(int n_threads,
+                                  const std::function<Status(const ReadBatch&)>& fn) const {
+  const size_t n = n_read_batches();
+  if (n_threads <= 1 || n <= 1) {
+    for (size_t b = 0; b < n; ++b) {
+      ESCPOD_ASSIGN_OR_RETURN(ReadBatch batch, read_batch(b));
+      ESCPOD_RETURN_IF_ERROR(fn(batch));
+    }
+    return Status::ok();
+  }
+  std::mutex error_mutex;
+  Status first_error;
+  tbb::task_group_context context;
+  tbb::task_arena arena(n_threads);
+  arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<size_t>(0, n, 1),
+        [&](const tbb::blocked_range<size_t>& range) {
+          for (size_t b = range.begin(); b != range.end(); ++b) {
+            Status s;
+            auto batch = read_batch(b);
+            s = batch.is_ok() ? fn(*batch) : batch.status();
+            if (!s.is_ok()) {
+              std::lock_guard lock(error_mutex);
+              if (first_error.is_ok()) first_error = s;
+              context.cancel_group_execution();
+              return;
+            }
+          }
+        },
+        tbb::simple_partitioner(), context);
+  });
+  return first_error;
+}
+
+Result<ReadRecord> FileReader::find_read(const ReadId& id) const {
+  std::call_once(m_impl->id_index_once, [this] {
+    for (size_t b = 0; b < m_impl->read_batches.size(); ++b) {
+      auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(
+          m_impl->column(*m_impl->read_batches[b], "read_id"));
+      for (int64_t r = 0; r < ids->length(); ++r) {
+        ReadId rid;
+        std::memcpy(rid.bytes.data(), ids->GetValue(r), 16);
+        m_impl->id_index.emplace(rid, std::make_pair(static_cast<uint32_t>(b), static_cast<uint32_t>(r)));
+      }
+    }
+  });
+  auto it = m_impl->id_index.find(id);
+  if (it == m_impl->id_index.end()) {
+    return Status::not_found(m_impl->where() + ": no read " + id.to_string());
+  }
+  ESCPOD_ASSIGN_OR_RETURN(ReadBatch batch, read_batch(it->second.first));
+  return record(batch, it->second.second);
+}
+
+Result<SignalChunk> FileReader::signal_chunk(uint64_t row) const {
+  int64_t r = 0;
+  const SignalBatchView* v = m_impl->locate(row, &r);
+  if (!v) {
+    return Status::corrupt(m_impl->where() + ": signal row " + std::to_string(row) +
+                           " out of range (" + std::to_string(m_impl->info.n_signal_rows) + " rows)");
+  }
+  SignalChunk c;
+  c.n_samples = v->samples[r];
+  std::memcpy(c.read_id.bytes.data(), v->read_ids + 16 * r, 16);
+  const int64_t begin = v->offsets[r], end = v->offsets[r + 1];
+  if (m_impl->info.is_vbz) {
+    c.bytes = {v->vbz_data + begin, static_cast<size_t>(end - begin)};
+  } else {
+    c.bytes = {reinterpret_cast<const uint8_t*>(v->raw_values + begin),
+               static_cast<size_t>(end - begin) * sizeof(int16_t)};
+  }
+  return c;
+}
+
+Result<uint64_t> FileReader::count_samples(std::span<const uint64_t> rows) const {
+  uint64_t total = 0;
+  for (uint64_t row : rows) {
+    int64_t r = 0;
+    const SignalBatchView* v = m_impl->locate(row, &r);
+    if (!v) {
+      return Status::corrupt(m_impl->where() + ": signal row " + std::to_string(row) +
+                             " out of range (" + std::to_string(m_impl->info.n_signal_rows) + " rows)");
+    }
+    total += v->samples[r];
+  }
+  return total;
+}
+
+Status FileReader::read_signal(std::span<const uint64_t> rows, std::span<int16_t> out,
+                               VbzCodec& codec) const {
+  size_t pos = 0;
+  for (uint64_t row : rows) {
+    if (pos == out.size()) break;
+    ESCPOD_ASSIGN_OR_RETURN(SignalChunk c, signal_chunk(row));
+    const size_t take = std::min<size_t>(c.n_samples, out.size() - pos);
+    auto dst = out.subspan(pos, take);
+    Status s;
+    if (m_impl->info.is_vbz) {
+      s = take == c.n_samples ? codec.decompress(c.bytes, dst)
+                              : codec.decompress_prefix(c.bytes, c.n_samples, dst);
+    } else if (c.bytes.size() != size_t{c.n_samples} * 2) {
+      s = Status::corrupt("holds " + std::to_string(c.bytes.size() / 2) + " samples, 'samples' says " +
+                          std::to_string(c.n_samples));
+    } else {
+      std::memcpy(dst.data(), c.bytes.data(), take * sizeof(int16_t));
+    }
+    if (!s.is_ok()) {
+      return s.with_context(m_impl->where() + ": signal row " + std::to_string(row) + " (read " +
+                            c.read_id.to_string() + ")");
+    }
+    pos += take;
+  }
+  if (pos < out.size()) {
+    return Status::corrupt(m_impl->where() + ": signal rows hold " + std::to_string(pos) +
+                           " samples, " + std::to_string(out.size()) + " requested");
+  }
+  return Status::ok();
+}
+
+
+FileReader::FileReader(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+FileReader::~FileReader() = default;
+
+const FileInfo& FileReader::info() const { return m_impl->info; }
+const std::filesystem::path& FileReader::path() const { return m_impl->info.path; }
+const std::vector<RunInfo>& FileReader::run_infos() const { return m_impl->run_infos; }
+const std::vector<std::string>& FileReader::pore_types() const { return m_impl->pore_types; }
+const std::vector<std::string>& FileReader::end_reasons() const { return m_impl->end_reasons; }
+const std::vector<std::string>& FileReader::run_info_ids() const { return m_impl->run_info_ids; }
+size_t FileReader::n_read_batches() const { return m_impl->read_batches.size(); }
+
+const RunInfo* FileReader::find_run_info(std::string_view acquisition_id) const {
+  for (const auto& r : m_impl->run_infos)
+    if (r.acquisition_id == acquisition_id) return &r;
+  return nullptr;
+}
+
+}  // namespace escpod::pod5

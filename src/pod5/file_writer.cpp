@@ -1,0 +1,593 @@
+#include "escpod/pod5/file_writer.hpp"
+
+#include <arrow/builder.h>
+#include <arrow/extension_type.h>
+#include <arrow/io/interfaces.h>
+#include <arrow/ipc/writer.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <unordered_set>
+
+#include "pod5/arrow_types.hpp"
+#include "pod5/container.hpp"
+
+namespace escpod::pod5 {
+
+using detail::from_arrow;
+
+namespace {
+
+// Buffered writes to a file descriptor, tracking the absolute position. Write errors (disk full)
+// are kept and reported by every later call.
+class FdSink {
+ public:
+  explicit FdSink(int fd) : m_fd(fd) { m_buffer.reserve(kBufferSize); }
+  ~FdSink() {
+    if (m_fd >= 0) ::close(m_fd);
+  }
+  arrow::Status write(const void* data, int64_t n) {
+    if (!m_error.ok()) return m_error;
+    const auto* p = static_cast<const uint8_t*>(data);
+    m_position += n;
+    if (m_buffer.size() + static_cast<size_t>(n) > kBufferSize) {
+      ARROW_RETURN_NOT_OK(flush());
+      if (static_cast<size_t>(n) >= kBufferSize) return write_through(p, static_cast<size_t>(n));
+    }
+    m_buffer.insert(m_buffer.end(), p, p + n);
+    return arrow::Status::OK();
+  }
+  arrow::Status flush() {
+    if (!m_error.ok()) return m_error;
+    auto s = write_through(m_buffer.data(), m_buffer.size());
+    m_buffer.clear();
+    return s;
+  }
+  arrow::Status pad_to_8() {
+    static const uint8_t zeros[8] = {};
+    const int64_t pad = (8 - m_position % 8) % 8;
+    return write(zeros, pad);
+  }
+  int64_t position() const { return m_position; }
+  arrow::Status close() {
+    auto s = flush();
+    if (m_fd >= 0 && ::close(m_fd) != 0 && s.ok()) s = arrow::Status::IOError(std::strerror(errno));
+    m_fd = -1;
+    return s;
+  }
+
+ private:
+  static constexpr size_t kBufferSize = 1 << 20;
+  arrow::Status write_through(const uint8_t* p, size_t n) {
+    while (n > 0) {
+      ssize_t w = ::write(m_fd, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        m_error = arrow::Status::IOError("write failed: ", std::strerror(errno));
+        return m_error;
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return arrow::Status::OK();
+  }
+  int m_fd;
+  int64_t m_position = 0;
+  std::vector<uint8_t> m_buffer;
+  arrow::Status m_error;
+};
+
+// An Arrow output stream over part of an FdSink: positions count from where it was opened, since
+// each embedded Arrow file's internal offsets are relative to its own start.
+class EmbeddedStream : public arrow::io::OutputStream {
+ public:
+  explicit EmbeddedStream(FdSink* sink) : m_sink(sink), m_base(sink->position()) {}
+  arrow::Status Close() override {
+    m_closed = true;
+    return arrow::Status::OK();
+  }
+  bool closed() const override { return m_closed; }
+  arrow::Result<int64_t> Tell() const override { return m_sink->position() - m_base; }
+  arrow::Status Write(const void* data, int64_t nbytes) override { return m_sink->write(data, nbytes); }
+  int64_t base() const { return m_base; }
+
+ private:
+  FdSink* m_sink;
+  int64_t m_base;
+  bool m_closed = false;
+};
+
+Result<int> open_for_write(const std::filesystem::path& p) {
+  int fd = ::open(p.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) return Status::io_error("cannot open " + p.string() + ": " + std::strerror(errno));
+  return fd;
+}
+
+arrow::ipc::IpcWriteOptions ipc_options(bool dictionary_deltas) {
+  auto o = arrow::ipc::IpcWriteOptions::Defaults();
+  o.alignment = 8;
+  o.emit_dictionary_deltas = dictionary_deltas;
+  return o;
+}
+
+std::shared_ptr<arrow::Array> wrap(const std::shared_ptr<arrow::DataType>& ext,
+                                   const std::shared_ptr<arrow::Array>& storage) {
+  return arrow::ExtensionType::WrapArray(ext, storage);
+}
+
+}  // namespace
+
+struct FileWriter::Impl {
+  WriterOptions options;
+  std::filesystem::path path;
+  std::optional<StagedFile> staged;
+  std::optional<ScratchPath> reads_scratch;
+  std::string file_identifier;
+  std::vector<uint8_t> marker;  // 16 random bytes
+  std::unique_ptr<FdSink> sink;        // the staging file
+  std::unique_ptr<FdSink> reads_sink;  // the reads-table scratch file
+  std::shared_ptr<EmbeddedStream> signal_stream, reads_stream;
+  std::shared_ptr<arrow::ipc::RecordBatchWriter> signal_writer, reads_writer;
+  std::shared_ptr<arrow::Schema> signal_schema, reads_schema;
+  VbzCodec codec;
+  std::vector<uint8_t> compressed;
+  bool closed = false;
+  Status failed;  // a failed write poisons the writer
+
+  // Pending signal batch.
+  arrow::FixedSizeBinaryBuilder sig_ids{arrow::fixed_size_binary(16)};
+  arrow::LargeBinaryBuilder sig_vbz;
+  std::shared_ptr<arrow::Int16Builder> sig_raw_values = std::make_shared<arrow::Int16Builder>();
+  std::unique_ptr<arrow::LargeListBuilder> sig_raw;
+  arrow::UInt32Builder sig_samples;
+  int64_t sig_pending = 0;
+  uint64_t sig_rows_written = 0;
+
+  // Pending reads batch (columns as plain vectors; turned into Arrow arrays per batch).
+  std::vector<ReadRecord> pending_reads;  // signal_rows filled with the rows we wrote
+  uint64_t n_reads = 0;
+  std::unordered_set<ReadId, ReadIdHash> seen_ids;
+
+  // Dictionaries: cumulative (each reads batch carries all values so far).
+  std::vector<std::string> pore_types;
+  std::vector<std::string> run_info_ids;
+  std::vector<RunInfo> run_infos;
+
+  Status fail(Status s) {
+    if (failed.is_ok()) failed = s;
+    return s;
+  }
+  Status arrow_status(const arrow::Status& s, const char* what) {
+    if (s.ok()) return Status::ok();
+    return fail(Status::io_error(path.string() + ": " + what + ": " + s.message()));
+  }
+
+  Status start();
+  Status add_chunk(const ReadId& id, const uint8_t* bytes, size_t n_bytes, uint32_t n_samples);
+  Status flush_signal_batch();
+  Status flush_reads_batch();
+  Status write_run_info_table();
+  Status finish();
+  Status check_read(const ReadRecord& read);
+};
+
+Status FileWriter::Impl::start() {
+  ESCPOD_ASSIGN_OR_RETURN(StagedFile s, StagedFile::create(path, options.overwrite));
+  staged.emplace(std::move(s));
+  ESCPOD_ASSIGN_OR_RETURN(ScratchPath r, ScratchPath::create(path, ".reads"));
+  reads_scratch.emplace(std::move(r));
+  file_identifier = ReadId::random().to_string();
+  ReadId m = ReadId::random();
+  marker.assign(m.bytes.begin(), m.bytes.end());
+  ESCPOD_ASSIGN_OR_RETURN(int fd, open_for_write(staged->staging_path()));
+  sink = std::make_unique<FdSink>(fd);
+  ESCPOD_ASSIGN_OR_RETURN(int rfd, open_for_write(reads_scratch->path()));
+  reads_sink = std::make_unique<FdSink>(rfd);
+
+  ESCPOD_RETURN_IF_ERROR(arrow_status(sink->write(detail::kSignature, 8), "write"));
+  ESCPOD_RETURN_IF_ERROR(arrow_status(sink->write(marker.data(), 16), "write"));
+
+  signal_schema = detail::signal_schema(options.vbz, file_identifier, options.software,
+                                        kWrittenPod5Version);
+  reads_schema = detail::reads_schema(file_identifier, options.software, kWrittenPod5Version);
+  signal_stream = std::make_shared<EmbeddedStream>(sink.get());
+  auto sw = arrow::ipc::MakeFileWriter(signal_stream, signal_schema, ipc_options(false),
+                                       signal_schema->metadata());
+  if (!sw.ok()) return arrow_status(sw.status(), "signal table");
+  signal_writer = *sw;
+  reads_stream = std::make_shared<EmbeddedStream>(reads_sink.get());
+  auto rw = arrow::ipc::MakeFileWriter(reads_stream, reads_schema, ipc_options(true),
+                                       reads_schema->metadata());
+  if (!rw.ok()) return arrow_status(rw.status(), "reads table");
+  reads_writer = *rw;
+  sig_raw = std::make_unique<arrow::LargeListBuilder>(
+      arrow::default_memory_pool(), sig_raw_values,
+      arrow::large_list(arrow::field("item", arrow::int16())));
+  return Status::ok();
+}
+
+Status FileWriter::Impl::add_chunk(const ReadId& id, const uint8_t* bytes, size_t n_bytes,
+                                   uint32_t n_samples) {
+  auto check = [this](const arrow::Status& s) { return arrow_status(s, "signal batch"); };
+  ESCPOD_RETURN_IF_ERROR(check(sig_ids.Append(id.bytes.data())));
+  if (options.vbz) {
+    ESCPOD_RETURN_IF_ERROR(check(sig_vbz.Append(bytes, static_cast<int64_t>(n_bytes))));
+  } else {
+    ESCPOD_RETURN_IF_ERROR(check(sig_raw->Append()));
+    ESCPOD_RETURN_IF_ERROR(check(sig_raw_values->AppendValues(
+        reinterpret_cast<const int16_t*>(bytes), static_cast<int64_t>(n_bytes / 2))));
+  }
+  ESCPOD_RETURN_IF_ERROR(check(sig_samples.Append(n_samples)));
+  ++sig_pending;
+  ++sig_rows_written;
+  // Flush as soon as the batch is full, even mid-read: every batch but the last is uniform.
+  if (sig_pending == static_cast<int64_t>(options.signal_batch_rows)) return flush_signal_batch();
+  return Status::ok();
+}
+
+Status FileWriter::Impl::flush_signal_batch() {
+  if (sig_pending == 0) return Status::ok();
+  auto check = [this](const arrow::Status& s) { return arrow_status(s, "signal batch"); };
+  std::shared_ptr<arrow::Array> ids, signal, samples;
+  ESCPOD_RETURN_IF_ERROR(check(sig_ids.Finish(&ids)));
+  if (options.vbz) {
+    ESCPOD_RETURN_IF_ERROR(check(sig_vbz.Finish(&signal)));
+    signal = wrap(detail::vbz_type(), signal);
+  } else {
+    ESCPOD_RETURN_IF_ERROR(check(sig_raw->Finish(&signal)));
+  }
+  ESCPOD_RETURN_IF_ERROR(check(sig_samples.Finish(&samples)));
+  auto batch = arrow::RecordBatch::Make(signal_schema, sig_pending,
+                                        {wrap(detail::uuid_type(), ids), signal, samples});
+  sig_pending = 0;
+  return check(signal_writer->WriteRecordBatch(*batch));
+}
+
+Status FileWriter::Impl::flush_reads_batch() {
+  if (pending_reads.empty()) return Status::ok();
+  auto check = [this](const arrow::Status& s) { return arrow_status(s, "reads batch"); };
+  const auto n = static_cast<int64_t>(pending_reads.size());
+  arrow::FixedSizeBinaryBuilder ids(arrow::fixed_size_binary(16));
+  auto row_values = std::make_shared<arrow::UInt64Builder>();
+  arrow::ListBuilder rows(arrow::default_memory_pool(), row_values,
+                          arrow::list(arrow::field("item", arrow::uint64())));
+  arrow::UInt32Builder read_number, num_reads_since_mux_change, channel_32bit;
+  arrow::UInt64Builder start, num_minknow_events, num_samples;
+  arrow::FloatBuilder median_before, tss, tsh, pss, psh, time_since_mux_change, cal_off, cal_scale,
+      open_pore, expected_open_pore, selected_level;
+  arrow::UInt16Builder channel;
+  arrow::UInt8Builder well;
+  arrow::Int16Builder pore_idx, end_idx, run_idx;
+  arrow::BooleanBuilder forced;
+  for (const ReadRecord& r : pending_reads) {
+    ESCPOD_RETURN_IF_ERROR(check(ids.Append(r.read_id.bytes.data())));
+    ESCPOD_RETURN_IF_ERROR(check(rows.Append()));
+    ESCPOD_RETURN_IF_ERROR(check(row_values->AppendValues(r.signal_rows)));
+    ESCPOD_RETURN_IF_ERROR(check(read_number.Append(r.read_number)));
+    ESCPOD_RETURN_IF_ERROR(check(start.Append(r.start_sample)));
+    ESCPOD_RETURN_IF_ERROR(check(median_before.Append(r.median_before)));
+    ESCPOD_RETURN_IF_ERROR(check(num_minknow_events.Append(r.num_minknow_events)));
+    ESCPOD_RETURN_IF_ERROR(check(tss.Append(r.tracked_scaling_scale)));
+    ESCPOD_RETURN_IF_ERROR(check(tsh.Append(r.tracked_scaling_shift)));
+    ESCPOD_RETURN_IF_ERROR(check(pss.Append(r.predicted_scaling_scale)));
+    ESCPOD_RETURN_IF_ERROR(check(psh.Append(r.predicted_scaling_shift)));
+    ESCPOD_RETURN_IF_ERROR(check(num_reads_since_mux_change.Append(r.num_reads_since_mux_change)));
+    ESCPOD_RETURN_IF_ERROR(check(time_since_mux_change.Append(r.time_since_mux_change)));
+    ESCPOD_RETURN_IF_ERROR(check(num_samples.Append(r.num_samples)));
+    // V7: channel holds the value when it fits 16 bits, else 0; channel_32bit always holds it.
+    ESCPOD_RETURN_IF_ERROR(check(channel.Append(r.channel > 0xffff ? 0 : static_cast<uint16_t>(r.channel))));
+    ESCPOD_RETURN_IF_ERROR(check(well.Append(r.well)));
+    int16_t p = 0;
+    while (pore_types[static_cast<size_t>(p)] != r.pore_type) ++p;
+    ESCPOD_RETURN_IF_ERROR(check(pore_idx.Append(p)));
+    ESCPOD_RETURN_IF_ERROR(check(cal_off.Append(r.calibration_offset)));
+    ESCPOD_RETURN_IF_ERROR(check(cal_scale.Append(r.calibration_scale)));
+    ESCPOD_RETURN_IF_ERROR(check(end_idx.Append(static_cast<int16_t>(end_reason_index(r.end_reason)))));
+    ESCPOD_RETURN_IF_ERROR(check(forced.Append(r.end_reason_forced)));
+    int16_t q = 0;
+    while (run_info_ids[static_cast<size_t>(q)] != r.run_info) ++q;
+    ESCPOD_RETURN_IF_ERROR(check(run_idx.Append(q)));
+    ESCPOD_RETURN_IF_ERROR(check(open_pore.Append(r.open_pore_level)));
+    ESCPOD_RETURN_IF_ERROR(check(expected_open_pore.Append(r.expected_open_pore_level)));
+    ESCPOD_RETURN_IF_ERROR(check(selected_level.Append(r.selected_read_level)));
+    ESCPOD_RETURN_IF_ERROR(check(channel_32bit.Append(r.channel)));
+  }
+  auto strings = [&](const auto& values) -> arrow::Result<std::shared_ptr<arrow::Array>> {
+    arrow::StringBuilder b;
+    for (const auto& v : values) ARROW_RETURN_NOT_OK(b.Append(std::string_view(v)));
+    return b.Finish();
+  };
+  auto dictionary = [&](arrow::Int16Builder& idx, const auto& values)
+      -> arrow::Result<std::shared_ptr<arrow::Array>> {
+    ARROW_ASSIGN_OR_RAISE(auto indices, idx.Finish());
+    ARROW_ASSIGN_OR_RAISE(auto dict, strings(values));
+    return arrow::DictionaryArray::FromArrays(arrow::dictionary(arrow::int16(), arrow::utf8()),
+                                              indices, dict);
+  };
+  auto finish = [](auto& builder) { return builder.Finish(); };
+  std::vector<std::shared_ptr<arrow::Array>> cols;
+  arrow::Status st;
+  auto push = [&](arrow::Result<std::shared_ptr<arrow::Array>> r) {
+    if (!r.ok()) {
+      if (st.ok()) st = r.status();
+      cols.push_back(nullptr);
+    } else {
+      cols.push_back(*r);
+    }
+  };
+  push(finish(ids).Map([](auto a) { return wrap(detail::uuid_type(), a); }));
+  push(finish(rows));
+  push(finish(read_number));
+  push(finish(start));
+  push(finish(median_before));
+  push(finish(num_minknow_events));
+  push(finish(tss));
+  push(finish(tsh));
+  push(finish(pss));
+  push(finish(psh));
+  push(finish(num_reads_since_mux_change));
+  push(finish(time_since_mux_change));
+  push(finish(num_samples));
+  push(finish(channel));
+  push(finish(well));
+  push(dictionary(pore_idx, pore_types));
+  push(finish(cal_off));
+  push(finish(cal_scale));
+  push(dictionary(end_idx, kEndReasonNames));
+  push(finish(forced));
+  push(dictionary(run_idx, run_info_ids));
+  push(finish(open_pore));
+  push(finish(expected_open_pore));
+  push(finish(selected_level));
+  push(finish(channel_32bit));
+  ESCPOD_RETURN_IF_ERROR(check(st));
+  auto batch = arrow::RecordBatch::Make(reads_schema, n, cols);
+  pending_reads.clear();
+  return check(reads_writer->WriteRecordBatch(*batch));
+}
+
+Status FileWriter::Impl::write_run_info_table() {
+  auto schema = detail::run_info_schema(file_identifier, options.software, kWrittenPod5Version);
+  auto stream = std::make_shared<EmbeddedStream>(sink.get());
+  auto check = [this](const arrow::Status& s) { return arrow_status(s, "run info table"); };
+  auto w = arrow::ipc::MakeFileWriter(stream, schema, ipc_options(false), schema->metadata());
+  ESCPOD_RETURN_IF_ERROR(check(w.status()));
+  auto map_type = std::static_pointer_cast<arrow::MapType>(schema->GetFieldByName("context_tags")->type());
+  for (const RunInfo& ri : run_infos) {
+    std::vector<std::shared_ptr<arrow::Array>> cols;
+    arrow::Status st;
+    auto str = [&](const std::string& v) {
+      arrow::StringBuilder b;
+      st &= b.Append(v);
+      std::shared_ptr<arrow::Array> a;
+      st &= b.Finish(&a);
+      cols.push_back(a);
+    };
+    auto ts = [&](int64_t v) {
+      arrow::TimestampBuilder b(arrow::timestamp(arrow::TimeUnit::MILLI, "UTC"), arrow::default_memory_pool());
+      st &= b.Append(v);
+      std::shared_ptr<arrow::Array> a;
+      st &= b.Finish(&a);
+      cols.push_back(a);
+    };
+    auto i16 = [&](int16_t v) {
+      arrow::Int16Builder b;
+      st &= b.Append(v);
+      std::shared_ptr<arrow::Array> a;
+      st &= b.Finish(&a);
+      cols.push_back(a);
+    };
+    auto map = [&](const std::vector<std::pair<std::string, std::string>>& kv) {
+      auto keys = std::make_shared<arrow::StringBuilder>();
+      auto items = std::make_shared<arrow::StringBuilder>();
+      arrow::MapBuilder b(arrow::default_memory_pool(), keys, items, map_type);
+      st &= b.Append();
+      for (const auto& [k, v] : kv) {
+        st &= keys->Append(k);
+        st &= items->Append(v);
+      }
+      std::shared_ptr<arrow::Array> a;
+      st &= b.Finish(&a);
+      cols.push_back(a);
+    };
+    str(ri.acquisition_id);
+    ts(ri.acquisition_start_time_ms);
+    i16(ri.adc_max);
+    i16(ri.adc_min);
+    map(ri.context_tags);
+    str(ri.experiment_name);
+    str(ri.flow_cell_id);
+    str(ri.flow_cell_product_code);
+    str(ri.protocol_name);
+    str(ri.protocol_run_id);
+    ts(ri.protocol_start_time_ms);
+    str(ri.sample_id);
+    {
+      arrow::UInt16Builder b;
+      st &= b.Append(ri.sample_rate);
+      std::shared_ptr<arrow::Array> a;
+      st &= b.Finish(&a);
+      cols.push_back(a);
+    }
+    str(ri.sequencing_kit);
+    str(ri.sequencer_position);
+    str(ri.sequencer_position_type);
+    str(ri.software);
+    str(ri.system_name);
+    str(ri.system_type);
+    map(ri.tracking_id);
+    ESCPOD_RETURN_IF_ERROR(check(st));
+    // Official files hold one run info per batch.
+    ESCPOD_RETURN_IF_ERROR(check((*w)->WriteRecordBatch(*arrow::RecordBatch::Make(schema, 1, cols))));
+  }
+  return check((*w)->Close());
+}
+
+Status FileWriter::Impl::finish() {
+  auto io = [this](const arrow::Status& s) { return arrow_status(s, "write"); };
+  ESCPOD_RETURN_IF_ERROR(flush_signal_batch());
+  ESCPOD_RETURN_IF_ERROR(flush_reads_batch());
+  ESCPOD_RETURN_IF_ERROR(io(signal_writer->Close()));
+  const detail::EmbeddedTable signal{signal_stream->base(), sink->position() - signal_stream->base()};
+  ESCPOD_RETURN_IF_ERROR(io(sink->pad_to_8()));
+  ESCPOD_RETURN_IF_ERROR(io(sink->write(marker.data(), 16)));
+
+  const int64_t run_info_start = sink->position();
+  ESCPOD_RETURN_IF_ERROR(write_run_info_table());
+  const detail::EmbeddedTable run_info{run_info_start, sink->position() - run_info_start};
+  ESCPOD_RETURN_IF_ERROR(io(sink->pad_to_8()));
+  ESCPOD_RETURN_IF_ERROR(io(sink->write(marker.data(), 16)));
+
+  // Append the reads table from its scratch file.
+  ESCPOD_RETURN_IF_ERROR(io(reads_writer->Close()));
+  ESCPOD_RETURN_IF_ERROR(io(reads_sink->close()));
+  const int64_t reads_start = sink->position();
+  {
+    int fd = ::open(reads_scratch->path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(Status::io_error("cannot reopen " + reads_scratch->path().string()));
+    std::vector<uint8_t> buf(1 << 20);
+    ssize_t got;
+    while ((got = ::read(fd, buf.data(), buf.size())) > 0) {
+      auto s = sink->write(buf.data(), got);
+      if (!s.ok()) {
+        ::close(fd);
+        return io(s);
+      }
+    }
+    ::close(fd);
+    if (got < 0) return fail(Status::io_error("cannot read " + reads_scratch->path().string()));
+  }
+  const detail::EmbeddedTable reads{reads_start, sink->position() - reads_start};
+  ESCPOD_RETURN_IF_ERROR(io(sink->pad_to_8()));
+  ESCPOD_RETURN_IF_ERROR(io(sink->write(marker.data(), 16)));
+
+  auto footer = detail::build_footer(file_identifier, options.software, kWrittenPod5Version, signal,
+                                     run_info, reads);
+  const int64_t footer_len = static_cast<int64_t>(footer.size());
+  ESCPOD_RETURN_IF_ERROR(io(sink->write(detail::kFooterMagic, 8)));
+  ESCPOD_RETURN_IF_ERROR(io(sink->write(footer.data(), footer_len)));
+  ESCPOD_RETURN_IF_ERROR(io(sink->write(&footer_len, 8)));
+  ESCPOD_RETURN_IF_ERROR(io(sink->write(marker.data(), 16)));
+  ESCPOD_RETURN_IF_ERROR(io(sink->write(detail::kSignature, 8)));
+  ESCPOD_RETURN_IF_ERROR(io(sink->close()));
+  reads_scratch.reset();
+  return staged->commit(options.fsync);
+}
+
+Status FileWriter::Impl::check_read(const ReadRecord& read) {
+  if (closed) return Status::internal(path.string() + ": writer already closed");
+  if (!failed.is_ok()) return failed;
+  if (end_reason_index(read.end_reason) < 0) {
+    return Status::invalid_argument(path.string() + ": read " + read.read_id.to_string() +
+                                    " has unknown end reason '" + read.end_reason + "'");
+  }
+  if (std::find(run_info_ids.begin(), run_info_ids.end(), read.run_info) == run_info_ids.end()) {
+    return Status::invalid_argument(path.string() + ": read " + read.read_id.to_string() +
+                                    " refers to run info '" + read.run_info +
+                                    "' that was not added");
+  }
+  if (!seen_ids.insert(read.read_id).second) {
+    return Status::invalid_argument(path.string() + ": duplicate read id " + read.read_id.to_string());
+  }
+  if (std::find(pore_types.begin(), pore_types.end(), read.pore_type) == pore_types.end()) {
+    if (pore_types.size() >= 32767) {
+      return Status::unsupported(path.string() + ": more than 32767 pore types");
+    }
+    pore_types.push_back(read.pore_type);
+  }
+  return Status::ok();
+}
+
+FileWriter::FileWriter(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+FileWriter::~FileWriter() = default;  // an unclosed writer's staging files are removed
+
+Result<std::unique_ptr<FileWriter>> FileWriter::create(const std::filesystem::path& path,
+                                                       const WriterOptions& options) {
+  detail::register_extension_types();
+  if (options.max_chunk_samples == 0 || options.signal_batch_rows == 0 ||
+      options.read_batch_rows == 0) {
+    return Status::invalid_argument("writer chunk and batch sizes must be positive");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->path = path;
+  ESCPOD_RETURN_IF_ERROR(impl->start());
+  return std::unique_ptr<FileWriter>(new FileWriter(std::move(impl)));
+}
+
+bool FileWriter::is_vbz() const { return m_impl->options.vbz; }
+uint64_t FileWriter::n_reads() const { return m_impl->n_reads; }
+
+Status FileWriter::add_run_info(const RunInfo& run_info) {
+  auto& d = *m_impl;
+  if (std::find(d.run_info_ids.begin(), d.run_info_ids.end(), run_info.acquisition_id) !=
+      d.run_info_ids.end()) {
+    return Status::ok();
+  }
+  if (d.run_info_ids.size() >= 32767) return Status::unsupported(d.path.string() + ": more than 32767 run infos");
+  d.run_info_ids.push_back(run_info.acquisition_id);
+  d.run_infos.push_back(run_info);
+  return Status::ok();
+}
+
+Status FileWriter::add_read(const ReadRecord& read, std::span<const int16_t> signal) {
+  auto& d = *m_impl;
+  ESCPOD_RETURN_IF_ERROR(d.check_read(read));
+  ReadRecord r = read;
+  r.signal_rows.clear();
+  r.num_samples = signal.size();
+  for (size_t pos = 0; pos < signal.size(); pos += d.options.max_chunk_samples) {
+    auto chunk = signal.subspan(pos, std::min<size_t>(d.options.max_chunk_samples, signal.size() - pos));
+    r.signal_rows.push_back(d.sig_rows_written);
+    if (d.options.vbz) {
+      ESCPOD_RETURN_IF_ERROR(d.codec.compress(chunk, d.compressed, d.options.zstd_level));
+      ESCPOD_RETURN_IF_ERROR(d.add_chunk(r.read_id, d.compressed.data(), d.compressed.size(),
+                                         static_cast<uint32_t>(chunk.size())));
+    } else {
+      ESCPOD_RETURN_IF_ERROR(d.add_chunk(r.read_id, reinterpret_cast<const uint8_t*>(chunk.data()),
+                                         chunk.size() * 2, static_cast<uint32_t>(chunk.size())));
+    }
+  }
+  d.pending_reads.push_back(std::move(r));
+  ++d.n_reads;
+  if (d.pending_reads.size() == d.options.read_batch_rows) return d.flush_reads_batch();
+  return Status::ok();
+}
+
+Status FileWriter::add_read_chunks(const ReadRecord& read, std::span<const SignalChunk> chunks) {
+  auto& d = *m_impl;
+  ESCPOD_RETURN_IF_ERROR(d.check_read(read));
+  ReadRecord r = read;
+  r.signal_rows.clear();
+  r.num_samples = 0;
+  for (const SignalChunk& c : chunks) {
+    if (!d.options.vbz && c.bytes.size() != size_t{c.n_samples} * 2) {
+      return Status::invalid_argument(d.path.string() + ": read " + r.read_id.to_string() +
+                                      ": raw chunk size does not match its sample count");
+    }
+    r.signal_rows.push_back(d.sig_rows_written);
+    r.num_samples += c.n_samples;
+    ESCPOD_RETURN_IF_ERROR(d.add_chunk(r.read_id, c.bytes.data(), c.bytes.size(), c.n_samples));
+  }
+  d.pending_reads.push_back(std::move(r));
+  ++d.n_reads;
+  if (d.pending_reads.size() == d.options.read_batch_rows) return d.flush_reads_batch();
+  return Status::ok();
+}
+
+Status FileWriter::close() {
+  auto& d = *m_impl;
+  if (d.closed) return Status::internal(d.path.string() + ": writer closed twice");
+  if (!d.failed.is_ok()) return d.failed;
+  d.closed = true;
+  Status s = d.finish();
+  if (!s.is_ok()) {
+    d.staged.reset();  // removes the staging file
+    d.reads_scratch.reset();
+  }
+  return s;
+}
+
+}  // namespace escpod::pod5
