@@ -76,7 +76,7 @@ Status inspect_read(const InspectOptions& opts, Output& out) {
         std::string& s = out.buffer();
         for (const auto& f : all_read_fields()) {
           fmt::format_to(std::back_inserter(s), "{:<28} ", f.name);
-          f.append(*file, batch, i, s);
+          ESCPOD_RETURN_IF_ERROR(f.append(*file, batch, i, s));
           s += '\n';
         }
         if (const auto* ri = file->find_run_info(rec.run_info)) {

@@ -13,9 +13,11 @@ void append_number(std::string& out, T v) {
 #define ESCPOD_FIELD(NAME, HELP, EXPR)                                                        \
   ReadField {                                                                                 \
     NAME, HELP,                                                                               \
-        [](const pod5::FileReader& file, const pod5::ReadBatch& b, size_t i, std::string& out) { \
+        [](const pod5::FileReader& file, const pod5::ReadBatch& b, size_t i,                  \
+           std::string& out) -> Status {                                                      \
           (void)file; (void)b; (void)i;                                                       \
           EXPR;                                                                               \
+          return Status::ok();                                                                \
         }                                                                                     \
   }
 
@@ -58,6 +60,13 @@ const std::vector<ReadField>& all_read_fields() {
       ESCPOD_FIELD("predicted_scaling_shift", "deprecated", append_number(out, b.predicted_scaling_shift[i])),
       ESCPOD_FIELD("num_reads_since_mux_change", "deprecated", append_number(out, b.num_reads_since_mux_change[i])),
       ESCPOD_FIELD("time_since_mux_change", "deprecated, s", append_number(out, b.time_since_mux_change[i])),
+      ESCPOD_FIELD("signal_hash", "checksum of the decoded samples (decodes the signal)", {
+        thread_local pod5::VbzCodec codec;
+        thread_local std::vector<int16_t> samples;
+        samples.resize(b.num_samples[i]);
+        ESCPOD_RETURN_IF_ERROR(file.read_signal(b.rows_of(i), samples, codec));
+        fmt::format_to(std::back_inserter(out), "{:016x}", pod5::signal_hash(samples));
+      }),
       ESCPOD_FIELD("signal_rows", "signal-table rows (;-separated)", {
         bool first = true;
         for (uint64_t r : b.rows_of(i)) {

@@ -12,8 +12,8 @@ namespace escpod::cli {
 struct ReadField {
   std::string_view name;
   std::string_view help;
-  // Appends the field of row i to out.
-  void (*append)(const pod5::FileReader& file, const pod5::ReadBatch& batch, size_t i, std::string& out);
+  // Appends the field of row i to out; fails only for fields that decode signal.
+  Status (*append)(const pod5::FileReader& file, const pod5::ReadBatch& batch, size_t i, std::string& out);
 };
 
 const std::vector<ReadField>& all_read_fields();

@@ -88,7 +88,7 @@ Status run_view(const ViewOptions& opts) {
         std::string& s = out.buffer();
         for (size_t k = 0; k < fields.size(); ++k) {
           if (k) s += opts.separator;
-          fields[k]->append(*file, batch, i, s);
+          ESCPOD_RETURN_IF_ERROR(fields[k]->append(*file, batch, i, s));
         }
         s += '\n';
         out.maybe_flush();

@@ -42,6 +42,22 @@ int64_t read_le64(const uint8_t* p) {
   return v;
 }
 
+// Footer strings echoed in errors may be damaged bytes: keep messages printable.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 bool parse_version(const std::string& text, Version* out) {
@@ -116,16 +132,16 @@ Result<Footer> read_footer(const std::filesystem::path& path_fs, uint64_t* file_
                            "pod5_version or contents)");
   }
   footer.file_identifier = fbf->file_identifier()->str();
-  footer.software = fbf->software()->str();
+  footer.software = printable(fbf->software()->str());
   footer.pod5_version = fbf->pod5_version()->str();
   if (!ReadId::parse(footer.file_identifier).is_ok()) {
     return Status::corrupt(path + ": footer file_identifier is not a UUID: '" +
-                           footer.file_identifier + "'");
+                           printable(footer.file_identifier) + "'");
   }
   Version version;
   if (!parse_version(footer.pod5_version, &version)) {
     return Status::corrupt(path + ": footer pod5_version is not MAJOR.MINOR.REV: '" +
-                           footer.pod5_version + "'");
+                           printable(footer.pod5_version) + "'");
   }
   if (version.major > 0) {
     return Status::unsupported(path + ": POD5 version " + footer.pod5_version +

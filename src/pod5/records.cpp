@@ -12,4 +12,14 @@ bool end_reason_forced_default(std::string_view name) {
   return !(name == "unknown" || name == "signal_positive" || name == "signal_negative");
 }
 
+uint64_t signal_hash(std::span<const int16_t> samples) {
+  constexpr uint64_t kPrime = 0x100000001b3ull;
+  uint64_t hash = 0, power = 1;
+  for (int16_t x : samples) {
+    hash += (static_cast<uint64_t>(static_cast<uint16_t>(x)) + 1) * power;
+    power *= kPrime;
+  }
+  return hash;
+}
+
 }  // namespace escpod::pod5

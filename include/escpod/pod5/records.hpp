@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +31,11 @@ int end_reason_index(std::string_view name);
 // The official default of end_reason_forced for a reason: false for unknown, signal_positive and
 // signal_negative; true for the others.
 bool end_reason_forced_default(std::string_view name);
+
+// A 64-bit checksum of a read's samples for comparing copies and implementations:
+// sum over i of (uint16(x[i]) + 1) * P^i modulo 2^64, P = 0x100000001b3. Order-sensitive and
+// computable with numpy (wrapping uint64 cumprod), so tests can check us against other readers.
+uint64_t signal_hash(std::span<const int16_t> samples);
 
 // One read, every field the newest reads-table layout (V7) has. Missing fields of older layouts
 // hold the official migration defaults (NaN for unknown floats, 0 for counters).

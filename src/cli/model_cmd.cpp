@@ -1,0 +1,223 @@
+// `escpod model info|run|bench`: inspect, run and time an ONNX signal model on the nn engine.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "escpod/core/log.hpp"
+#include "escpod/nn/model.hpp"
+#include "escpod/nn/npy.hpp"
+
+namespace escpod::cli {
+namespace {
+
+struct ModelOptions {
+  std::string model;
+  std::string input;
+  std::string output;
+  std::string shape;     // info: plan for this input shape, "1,1,2000"
+  int64_t batch = 1;
+  int64_t length = 0;    // bench: value for a symbolic non-batch dimension
+  double seconds = 3.0;
+  std::string mode = "workers";  // bench: workers (one Workspace per thread) or intra (one, N threads)
+  std::string isa = "default";
+  bool reference = false;
+};
+
+std::string dims_str(const nn::ValueInfo& v) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < v.dims.size(); ++i) {
+    if (v.dims[i] >= 0) {
+      parts.push_back(std::to_string(v.dims[i]));
+    } else {
+      parts.push_back(v.dim_params[i].empty() ? "?" : v.dim_params[i]);
+    }
+  }
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+Result<std::vector<int64_t>> parse_shape(const std::string& text) {
+  std::vector<int64_t> shape;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      shape.push_back(std::stoll(item));
+    } catch (...) {
+      return Status::invalid_argument(fmt::format("--shape '{}': not a comma-separated list of integers", text));
+    }
+  }
+  if (shape.empty()) return Status::invalid_argument("--shape is empty");
+  return shape;
+}
+
+Result<nn::Model> load(const ModelOptions& o) {
+  if (o.isa != "default") {
+    const nn::Isa isa = o.isa == "avx2" ? nn::Isa::kAvx2 : nn::Isa::kAvx512;
+    ESCPOD_RETURN_IF_ERROR(nn::set_max_isa(isa));
+  }
+  nn::LoadOptions lo;
+  lo.backend = o.reference ? nn::Backend::kReference : nn::Backend::kOptimised;
+  return nn::Model::load(o.model, lo);
+}
+
+Status run_info(const ModelOptions& o) {
+  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load(o));
+  const nn::ModelInfo& info = model.info();
+  std::printf("model:      %s\n", info.source.c_str());
+  std::printf("producer:   %s (IR %lld, opset %lld)\n", info.producer.c_str(),
+              static_cast<long long>(info.ir_version), static_cast<long long>(info.opset));
+  for (const auto& v : info.inputs) std::printf("input:      %s %s float32\n", v.name.c_str(), dims_str(v).c_str());
+  for (const auto& v : info.outputs) std::printf("output:     %s %s float32\n", v.name.c_str(), dims_str(v).c_str());
+  std::string ops;
+  for (const auto& [op, n] : info.op_counts) ops += fmt::format("{}{} x{}", ops.empty() ? "" : ", ", op, n);
+  std::printf("operators:  %s\n", ops.c_str());
+  std::printf("parameters: %lld\n", static_cast<long long>(info.n_parameters));
+  if (!o.shape.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(auto shape, parse_shape(o.shape));
+    ESCPOD_ASSIGN_OR_RETURN(auto out, model.output_shape(shape));
+    ESCPOD_ASSIGN_OR_RETURN(auto lines, model.describe_plan(shape));
+    std::printf("plan for %s -> [%s] (%s backend, ISA %s):\n", o.shape.c_str(), fmt::format("{}", fmt::join(out, ", ")).c_str(),
+                o.reference ? "reference" : "optimised", o.reference ? "scalar" : nn::effective_isa_name().c_str());
+    for (const auto& l : lines) std::printf("  %s\n", l.c_str());
+  }
+  return Status::ok();
+}
+
+Status run_model(const ModelOptions& o, int n_threads) {
+  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load(o));
+  ESCPOD_ASSIGN_OR_RETURN(nn::NpyArray in, nn::read_npy(o.input));
+  ESCPOD_ASSIGN_OR_RETURN(auto out_shape, model.output_shape(in.shape));
+  int64_t n = 1;
+  for (int64_t d : out_shape) n *= d;
+  std::vector<float> out(static_cast<size_t>(n));
+  nn::Workspace ws(n_threads);
+  ESCPOD_RETURN_IF_ERROR(model.run(ws, in.data, in.shape, out).with_context(o.input));
+  return nn::write_npy(o.output, out_shape, out);
+}
+
+Status run_bench(const ModelOptions& o, int n_threads) {
+  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load(o));
+  const nn::ValueInfo& in = model.info().inputs[0];
+  std::vector<int64_t> shape = in.dims;
+  if (shape.empty()) return Status::invalid_argument("the model's input has no declared shape");
+  shape[0] = o.batch;
+  for (size_t d = 1; d < shape.size(); ++d) {
+    if (shape[d] < 0) {
+      if (o.length <= 0) {
+        return Status::invalid_argument(fmt::format("input dimension {} ('{}') is symbolic: give --length", d, in.dim_params[d]));
+      }
+      shape[d] = o.length;
+    }
+  }
+  ESCPOD_ASSIGN_OR_RETURN(auto out_shape, model.output_shape(shape));
+  ESCPOD_ASSIGN_OR_RETURN(double flops, model.flops(shape));
+  int64_t n_in = 1, n_out = 1;
+  for (int64_t d : shape) n_in *= d;
+  for (int64_t d : out_shape) n_out *= d;
+  std::vector<float> input(static_cast<size_t>(n_in));
+  std::mt19937 rng(12345);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : input) v = dist(rng);
+
+  const bool intra = o.mode == "intra";
+  const int workers = intra ? 1 : n_threads;
+  std::atomic<bool> stop{false};
+  std::atomic<long> calls{0};
+  std::vector<Status> errors(static_cast<size_t>(workers));
+  auto worker = [&](int w) {
+    nn::Workspace ws(intra ? n_threads : 1);
+    std::vector<float> out(static_cast<size_t>(n_out));
+    Status s = model.run(ws, input, shape, out);  // warm-up: plan binding, arena
+    if (!s.is_ok()) {
+      errors[static_cast<size_t>(w)] = s;
+      stop = true;
+      return;
+    }
+    while (!stop.load(std::memory_order_relaxed)) {
+      s = model.run(ws, input, shape, out);
+      if (!s.is_ok()) {
+        errors[static_cast<size_t>(w)] = s;
+        stop = true;
+        return;
+      }
+      calls.fetch_add(1, std::memory_order_relaxed);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) threads.emplace_back(worker, w);
+  // Let every worker warm up, then count calls over the measured interval only.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const long c0 = calls.load();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+  const long c1 = calls.load();
+  const auto t1 = std::chrono::steady_clock::now();
+  stop = true;
+  for (auto& t : threads) t.join();
+  for (const Status& s : errors) ESCPOD_RETURN_IF_ERROR(s);
+  const double secs = std::chrono::duration<double>(t1 - t0).count();
+  const double n_calls = static_cast<double>(c1 - c0);
+  const double windows = n_calls * static_cast<double>(o.batch) / secs;
+  std::printf("model=%s batch=%lld length=%lld threads=%d mode=%s backend=%s isa=%s calls=%.0f seconds=%.3f "
+              "windows_per_s=%.2f ms_per_call=%.3f gflops=%.2f\n",
+              o.model.c_str(), static_cast<long long>(o.batch), static_cast<long long>(shape.back()), n_threads,
+              o.mode.c_str(), o.reference ? "reference" : "optimised", o.reference ? "scalar" : nn::effective_isa_name().c_str(),
+              n_calls, secs, windows, n_calls > 0 ? secs * 1e3 * workers / n_calls : 0.0,
+              n_calls * flops / secs / 1e9);
+  return Status::ok();
+}
+
+void add_model_flags(CLI::App* sub, ModelOptions& o) {
+  sub->add_option("--isa", o.isa, "Cap the instruction set: default, avx2, avx512")
+      ->check(CLI::IsMember({"default", "avx2", "avx512"}));
+  sub->add_flag("--reference", o.reference, "Use the scalar reference kernels");
+}
+
+}  // namespace
+
+void register_model(CLI::App& app, GlobalOptions& global) {
+  auto* cmd = app.add_subcommand("model", "Inspect, run and time ONNX signal models on the built-in engine");
+  cmd->require_subcommand(1);
+  auto opts = std::make_shared<ModelOptions>();
+
+  auto* info = cmd->add_subcommand("info", "Inputs, outputs, operators and parameter count of a model");
+  info->add_option("MODEL", opts->model, "ONNX file (.onnx or .onnx.gz)")->required()->check(CLI::ExistingFile);
+  info->add_option("--shape", opts->shape, "Also print the execution plan for this input shape, e.g. 1,1,2000");
+  add_model_flags(info, *opts);
+  add_common_flags(info, global);
+  set_body(info, [opts] { return run_info(*opts); });
+
+  auto* run = cmd->add_subcommand("run", "Run a model on a float32 .npy tensor");
+  run->add_option("MODEL", opts->model, "ONNX file")->required()->check(CLI::ExistingFile);
+  run->add_option("INPUT", opts->input, "Input .npy (float32, C order, the model's input shape)")
+      ->required()->check(CLI::ExistingFile);
+  run->add_option("-o,--output", opts->output, "Output .npy")->required();
+  add_model_flags(run, *opts);
+  add_common_flags(run, global);
+  set_body(run, [opts, &global] { return run_model(*opts, resolve_threads(global)); });
+
+  auto* bench = cmd->add_subcommand("bench", "Windows per second on random input");
+  bench->add_option("MODEL", opts->model, "ONNX file")->required()->check(CLI::ExistingFile);
+  bench->add_option("--batch", opts->batch, "Windows per call")->check(CLI::PositiveNumber);
+  bench->add_option("--length", opts->length, "Value of a symbolic input length (e.g. 2000)")
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--seconds", opts->seconds, "Measured interval (default 3)")->check(CLI::PositiveNumber);
+  bench->add_option("--mode", opts->mode,
+                    "workers: one Workspace per thread (throughput); intra: one call at a time "
+                    "using all threads")
+      ->check(CLI::IsMember({"workers", "intra"}));
+  add_model_flags(bench, *opts);
+  add_common_flags(bench, global);
+  set_body(bench, [opts, &global] { return run_bench(*opts, resolve_threads(global)); });
+}
+
+}  // namespace escpod::cli

@@ -1,0 +1,250 @@
+// Writer round trips: what we write, we read back field for field and sample for sample.
+#include "escpod/pod5/file_writer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "test_data.hpp"
+
+namespace escpod::pod5 {
+namespace {
+
+RunInfo make_run_info(const std::string& id) {
+  RunInfo ri;
+  ri.acquisition_id = id;
+  ri.acquisition_start_time_ms = 1700000000123;
+  ri.adc_max = 2047;
+  ri.adc_min = -2048;
+  ri.context_tags = {{"sample_frequency", "5000"}, {"experiment_type", "rna"}};
+  ri.experiment_name = "exp";
+  ri.flow_cell_id = "FAX00001";
+  ri.flow_cell_product_code = "FLO-MIN004RA";
+  ri.protocol_name = "sequencing/sequencing_MIN004RA_RNA004";
+  ri.protocol_run_id = "prid";
+  ri.protocol_start_time_ms = 1700000000000;
+  ri.sample_id = "sample";
+  ri.sample_rate = 4000;
+  ri.sequencing_kit = "sqk-rna004";
+  ri.sequencer_position = "MN00001";
+  ri.sequencer_position_type = "MinION Mk1B";
+  ri.software = "MinKNOW";
+  ri.system_name = "host";
+  ri.system_type = "linux";
+  ri.tracking_id = {{"z_last", "1"}, {"a_first", "2"}};  // order must survive
+  return ri;
+}
+
+struct TestRead {
+  ReadRecord record;
+  std::vector<int16_t> signal;
+};
+
+std::vector<TestRead> make_reads(size_t n, uint32_t seed, const std::vector<std::string>& runs) {
+  std::mt19937 rng(seed);
+  std::vector<TestRead> reads;
+  for (size_t k = 0; k < n; ++k) {
+    TestRead t;
+    ReadRecord& r = t.record;
+    r.read_id = ReadId::random();
+    r.read_number = static_cast<uint32_t>(rng());
+    r.start_sample = rng();
+    r.median_before = static_cast<float>(rng() % 1000) / 7.0f;
+    r.num_minknow_events = rng() % 5000;
+    r.channel = k == 3 ? 70000u : static_cast<uint32_t>(1 + rng() % 3000);  // one channel beyond 16 bits
+    r.well = static_cast<uint8_t>(1 + rng() % 4);
+    r.pore_type = "pore_" + std::to_string(k / 7);  // new values keep appearing: deltas
+    r.calibration_offset = -240.0f + static_cast<float>(k);
+    r.calibration_scale = 0.1462f;
+    r.end_reason = std::string(kEndReasonNames[k % kEndReasonNames.size()]);
+    r.end_reason_forced = k % 3 == 0;
+    r.run_info = runs[k % runs.size()];
+    r.open_pore_level = k % 2 ? kNaN : 211.5f;
+    r.expected_open_pore_level = 200.25f;
+    r.selected_read_level = kNaN;
+    r.time_since_mux_change = 1.5f;
+    r.num_reads_since_mux_change = 3;
+    // Lengths around the chunk size, zero included.
+    const size_t len = k == 0 ? 0 : (rng() % 2500);
+    t.signal.resize(len);
+    int v = 500;
+    for (auto& s : t.signal) {
+      v += static_cast<int>(rng() % 61) - 30;
+      if (rng() % 500 == 0) v = static_cast<int>(rng() % 65536) - 32768;
+      s = static_cast<int16_t>(std::clamp(v, -32768, 32767));
+    }
+    reads.push_back(std::move(t));
+  }
+  return reads;
+}
+
+void expect_same_float(float a, float b, const char* what) {
+  if (std::isnan(a)) {
+    EXPECT_TRUE(std::isnan(b)) << what;
+  } else {
+    EXPECT_EQ(a, b) << what;
+  }
+}
+
+void check_round_trip(bool vbz) {
+  auto dir = test::scratch_dir(vbz ? "vbz" : "raw");
+  auto path = dir / "out.pod5";
+  WriterOptions opts;
+  opts.vbz = vbz;
+  opts.max_chunk_samples = 1000;  // small: reads span several chunks
+  opts.signal_batch_rows = 7;     // several batches, flushed mid-read
+  opts.read_batch_rows = 11;
+  std::vector<std::string> runs = {"acq_a", "acq_b"};
+  auto reads = make_reads(60, vbz ? 1 : 2, runs);
+  {
+    auto writer = FileWriter::create(path, opts);
+    ASSERT_TRUE(writer.is_ok()) << writer.status().to_string();
+    ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq_a")).is_ok());
+    ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq_b")).is_ok());
+    ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq_a")).is_ok());  // deduplicated
+    for (const auto& t : reads) {
+      Status s = (*writer)->add_read(t.record, t.signal);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+    }
+    EXPECT_FALSE(std::filesystem::exists(path)) << "visible before close";
+    ASSERT_TRUE((*writer)->close().is_ok());
+  }
+  // Only the final file is left in the folder.
+  size_t n_files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++n_files;
+  }
+  EXPECT_EQ(n_files, 1u);
+
+  auto file = FileReader::open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  const FileInfo& info = (*file)->info();
+  EXPECT_EQ(info.is_vbz, vbz);
+  EXPECT_EQ(info.n_reads, reads.size());
+  EXPECT_EQ(info.read_table_version, ReadTableVersion::kV7);
+  EXPECT_EQ(info.pod5_version, kWrittenPod5Version);
+  EXPECT_EQ(info.software, "escpod");
+  EXPECT_TRUE(info.signal_batches_uniform);
+  EXPECT_EQ(info.n_read_batches, 6u);
+  ASSERT_EQ((*file)->run_infos().size(), 2u);
+  EXPECT_EQ((*file)->run_infos()[0], make_run_info("acq_a"));
+
+  VbzCodec codec;
+  size_t k = 0;
+  for (size_t b = 0; b < (*file)->n_read_batches(); ++b) {
+    auto batch = (*file)->read_batch(b);
+    ASSERT_TRUE(batch.is_ok()) << batch.status().to_string();
+    for (size_t i = 0; i < batch->size(); ++i, ++k) {
+      const ReadRecord& want = reads[k].record;
+      ReadRecord got = (*file)->record(*batch, i);
+      SCOPED_TRACE("read " + std::to_string(k));
+      EXPECT_EQ(got.read_id, want.read_id);
+      EXPECT_EQ(got.read_number, want.read_number);
+      EXPECT_EQ(got.start_sample, want.start_sample);
+      expect_same_float(got.median_before, want.median_before, "median_before");
+      EXPECT_EQ(got.num_minknow_events, want.num_minknow_events);
+      EXPECT_EQ(got.channel, want.channel);
+      EXPECT_EQ(got.well, want.well);
+      EXPECT_EQ(got.pore_type, want.pore_type);
+      EXPECT_EQ(got.calibration_offset, want.calibration_offset);
+      EXPECT_EQ(got.calibration_scale, want.calibration_scale);
+      EXPECT_EQ(got.end_reason, want.end_reason);
+      EXPECT_EQ(got.end_reason_forced, want.end_reason_forced);
+      EXPECT_EQ(got.run_info, want.run_info);
+      expect_same_float(got.open_pore_level, want.open_pore_level, "open_pore_level");
+      expect_same_float(got.expected_open_pore_level, want.expected_open_pore_level, "expected");
+      expect_same_float(got.selected_read_level, want.selected_read_level, "selected");
+      EXPECT_EQ(got.time_since_mux_change, want.time_since_mux_change);
+      EXPECT_EQ(got.num_reads_since_mux_change, want.num_reads_since_mux_change);
+      EXPECT_EQ(got.num_samples, reads[k].signal.size());
+      EXPECT_EQ(got.signal_rows.size(), (reads[k].signal.size() + 999) / 1000);
+      std::vector<int16_t> samples(got.num_samples);
+      ASSERT_TRUE((*file)->read_signal(got.signal_rows, samples, codec).is_ok());
+      EXPECT_EQ(samples, reads[k].signal);
+      for (uint64_t row : got.signal_rows) {
+        auto chunk = (*file)->signal_chunk(row);
+        ASSERT_TRUE(chunk.is_ok());
+        EXPECT_EQ(chunk->read_id, want.read_id) << "signal table must hold the real read id";
+      }
+    }
+  }
+  EXPECT_EQ(k, reads.size());
+}
+
+TEST(FileWriter, RoundTripVbz) { check_round_trip(true); }
+TEST(FileWriter, RoundTripUncompressed) { check_round_trip(false); }
+
+TEST(FileWriter, EmptyFileIsValid) {
+  auto path = test::scratch_dir("empty") / "empty.pod5";
+  auto writer = FileWriter::create(path);
+  ASSERT_TRUE(writer.is_ok());
+  ASSERT_TRUE((*writer)->close().is_ok());
+  auto file = FileReader::open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  EXPECT_EQ((*file)->info().n_reads, 0u);
+}
+
+TEST(FileWriter, RejectsBadReadsWithClearErrors) {
+  auto path = test::scratch_dir("bad") / "bad.pod5";
+  auto writer = FileWriter::create(path);
+  ASSERT_TRUE(writer.is_ok());
+  ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq")).is_ok());
+  ReadRecord r;
+  r.read_id = ReadId::random();
+  r.run_info = "nope";
+  Status s = (*writer)->add_read(r, {});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("run info 'nope'"), std::string::npos) << s.message();
+  r.run_info = "acq";
+  r.end_reason = "bogus";
+  s = (*writer)->add_read(r, {});
+  EXPECT_NE(s.message().find("unknown end reason 'bogus'"), std::string::npos) << s.message();
+  r.end_reason = "signal_positive";
+  EXPECT_TRUE((*writer)->add_read(r, {}).is_ok());
+  s = (*writer)->add_read(r, {});
+  EXPECT_NE(s.message().find("duplicate read id " + r.read_id.to_string()), std::string::npos);
+}
+
+TEST(FileWriter, UnclosedWriterLeavesNothingAndExistingFileIsKept) {
+  auto dir = test::scratch_dir("unclosed");
+  auto path = dir / "x.pod5";
+  {
+    auto writer = FileWriter::create(path);
+    ASSERT_TRUE(writer.is_ok());
+    ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq")).is_ok());
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  {
+    auto writer = FileWriter::create(path);
+    ASSERT_TRUE((*writer)->close().is_ok());
+  }
+  const auto size = std::filesystem::file_size(path);
+  auto again = FileWriter::create(path);
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  WriterOptions overwrite;
+  overwrite.overwrite = true;
+  {
+    auto writer = FileWriter::create(path, overwrite);
+    ASSERT_TRUE(writer.is_ok());
+    ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq")).is_ok());
+    // dropped without close: the previous file stays as it was
+  }
+  EXPECT_EQ(std::filesystem::file_size(path), size);
+  size_t n = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++n;
+  }
+  EXPECT_EQ(n, 1u);
+}
+
+TEST(FileWriter, MissingFolderIsAClearError) {
+  auto writer = FileWriter::create("/nonexistent-escpod-dir/x.pod5");
+  ASSERT_FALSE(writer.is_ok());
+  EXPECT_NE(writer.status().message().find("/nonexistent-escpod-dir"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace escpod::pod5
