@@ -33,6 +33,24 @@ void add_common_flags(CLI::App* sub, GlobalOptions& global) {
                          "Print debugging detail");
 }
 
+void add_writer_flags(CLI::App* sub, WriterFlags& flags) {
+  sub->add_flag("-f,--force", flags.force, "Overwrite existing outputs");
+  sub->add_option("--fsync", flags.fsync,
+                  "Sync outputs before renaming them into place: none (default), file, full");
+  sub->add_option("--compression", flags.compression, "Signal compression: vbz (default) or none");
+}
+
+Result<pod5::WriterOptions> writer_options(const WriterFlags& flags) {
+  pod5::WriterOptions o;
+  ESCPOD_ASSIGN_OR_RETURN(o.fsync, parse_fsync_mode(flags.fsync));
+  if (flags.compression != "vbz" && flags.compression != "none") {
+    return Status::invalid_argument("--compression must be vbz or none, not '" + flags.compression + "'");
+  }
+  o.vbz = flags.compression == "vbz";
+  o.overwrite = flags.force;
+  return o;
+}
+
 int resolve_threads(const GlobalOptions& global) {
   if (global.n_threads > 0) return global.n_threads;
   if (const char* env = std::getenv("ESCPOD_THREADS")) {

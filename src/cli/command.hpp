@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "escpod/core/status.hpp"
+#include "escpod/pod5/file_writer.hpp"
 
 namespace escpod::cli {
 
@@ -27,6 +28,16 @@ void set_body(CLI::App* sub, CommandBody body);
 // Adds the shared -t/--threads, -q, -v flags to a subcommand.
 void add_common_flags(CLI::App* sub, GlobalOptions& global);
 
+// Flags of every command that writes POD5 files: -f/--force, --fsync, --compression.
+struct WriterFlags {
+  bool force = false;
+  std::string fsync = "none";
+  std::string compression = "vbz";
+};
+void add_writer_flags(CLI::App* sub, WriterFlags& flags);
+// Validated writer options from the flags (kInvalidArgument for bad values).
+Result<pod5::WriterOptions> writer_options(const WriterFlags& flags);
+
 // Worker threads to use: explicit --threads, else ESCPOD_THREADS, else min(16, CPUs usable by
 // this process per its affinity mask).
 int resolve_threads(const GlobalOptions& global);
@@ -35,6 +46,10 @@ int resolve_threads(const GlobalOptions& global);
 void register_inspect(CLI::App& app, GlobalOptions& global);
 void register_view(CLI::App& app, GlobalOptions& global);
 void register_repack(CLI::App& app, GlobalOptions& global);
+void register_merge(CLI::App& app, GlobalOptions& global);
+void register_filter(CLI::App& app, GlobalOptions& global);
+void register_subset(CLI::App& app, GlobalOptions& global);
+void register_summary(CLI::App& app, GlobalOptions& global);
 void register_model(CLI::App& app, GlobalOptions& global);  // nn engine (weak: optional)
 
 }  // namespace escpod::cli

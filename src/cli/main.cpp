@@ -28,6 +28,13 @@ int main(int argc, char** argv) {
   cli::register_inspect(app, global);
   cli::register_view(app, global);
   cli::register_repack(app, global);
+  cli::register_merge(app, global);
+  cli::register_filter(app, global);
+  cli::register_subset(app, global);
+  cli::register_summary(app, global);
+#ifdef ESCPOD_HAVE_NN
+  cli::register_model(app, global);
+#endif
 
   try {
     app.parse(argc, argv);

@@ -12,20 +12,13 @@ namespace {
 struct RepackCliOptions {
   std::vector<std::string> inputs;
   std::string out_dir;
-  std::string fsync = "none";
-  std::string compression = "vbz";
-  bool force = false;
+  WriterFlags writer;
 };
 
 Status run_repack(const RepackCliOptions& opts, const GlobalOptions& global) {
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));
   pipeline::RepackOptions ro;
-  ESCPOD_ASSIGN_OR_RETURN(ro.writer.fsync, parse_fsync_mode(opts.fsync));
-  if (opts.compression != "vbz" && opts.compression != "none") {
-    return Status::invalid_argument("--compression must be vbz or none");
-  }
-  ro.writer.vbz = opts.compression == "vbz";
-  ro.writer.overwrite = opts.force;
+  ESCPOD_ASSIGN_OR_RETURN(ro.writer, writer_options(opts.writer));
   ro.n_threads = resolve_threads(global);
   const auto t0 = std::chrono::steady_clock::now();
   pipeline::CopyStats stats;
@@ -50,9 +43,7 @@ void register_repack(CLI::App& app, GlobalOptions& global) {
       "  escpod repack old/*.pod5 -o repacked/");
   sub->add_option("inputs", opts->inputs, "POD5 files or directories")->required();
   sub->add_option("-o,--output", opts->out_dir, "Output folder (created if missing)")->required();
-  sub->add_option("--compression", opts->compression, "Signal compression: vbz (default) or none");
-  sub->add_option("--fsync", opts->fsync, "Sync before renaming into place: none, file, full");
-  sub->add_flag("-f,--force", opts->force, "Overwrite existing outputs");
+  add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_repack(*opts, global); });
 }

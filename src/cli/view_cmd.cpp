@@ -5,11 +5,16 @@
 
 #include "cli/command.hpp"
 #include "cli/output.hpp"
-#include "cli/read_fields.hpp"
+#include "escpod/pipeline/read_fields.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/inputs.hpp"
 
 namespace escpod::cli {
+using pipeline::all_read_fields;
+using pipeline::default_view_fields;
+using pipeline::find_read_field;
+using pipeline::ReadField;
+
 namespace {
 
 struct ViewOptions {

@@ -10,44 +10,50 @@
 
 namespace escpod::pipeline {
 
+Status copy_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, size_t i,
+                 pod5::FileWriter& writer, CopyScratch& scratch, CopyStats* stats) {
+  pod5::ReadRecord record = reader.record(batch, i);
+  scratch.chunks.clear();
+  uint64_t stored = 0;
+  for (uint64_t row : batch.rows_of(i)) {
+    ESCPOD_ASSIGN_OR_RETURN(pod5::SignalChunk c, reader.signal_chunk(row));
+    stored += c.n_samples;
+    scratch.chunks.push_back(c);
+  }
+  if (stored != record.num_samples) {
+    return Status::corrupt(reader.path().string() + ": read " + record.read_id.to_string() +
+                           " has num_samples " + std::to_string(record.num_samples) +
+                           " but its signal rows hold " + std::to_string(stored));
+  }
+  if (reader.info().is_vbz == writer.is_vbz()) {
+    ESCPOD_RETURN_IF_ERROR(writer.add_read_chunks(record, scratch.chunks));
+    if (stats) stats->n_chunks_copied += scratch.chunks.size();
+  } else {
+    scratch.samples.resize(stored);
+    ESCPOD_RETURN_IF_ERROR(reader.read_signal(batch.rows_of(i), scratch.samples, scratch.codec));
+    ESCPOD_RETURN_IF_ERROR(writer.add_read(record, scratch.samples));
+    if (stats) ++stats->n_reads_reencoded;
+  }
+  if (stats) {
+    ++stats->n_reads;
+    stats->n_samples += stored;
+  }
+  return Status::ok();
+}
+
 Status copy_reads(const pod5::FileReader& reader, pod5::FileWriter& writer,
                   const ReadPredicate& keep, CopyStats* stats) {
-  const bool same_format = reader.info().is_vbz == writer.is_vbz();
   for (const auto& ri : reader.run_infos()) ESCPOD_RETURN_IF_ERROR(writer.add_run_info(ri));
-  pod5::VbzCodec codec;
-  std::vector<pod5::SignalChunk> chunks;
-  std::vector<int16_t> samples;
+  CopyScratch scratch;
   for (size_t b = 0; b < reader.n_read_batches(); ++b) {
     ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, reader.read_batch(b));
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (keep && !keep(reader, batch, i)) continue;
+      if (keep) {
+        ESCPOD_ASSIGN_OR_RETURN(bool wanted, keep(reader, batch, i));
+        if (!wanted) continue;
+      }
       if (interrupted()) return Status::cancelled("interrupted");
-      pod5::ReadRecord record = reader.record(batch, i);
-      chunks.clear();
-      uint64_t stored = 0;
-      for (uint64_t row : batch.rows_of(i)) {
-        ESCPOD_ASSIGN_OR_RETURN(pod5::SignalChunk c, reader.signal_chunk(row));
-        stored += c.n_samples;
-        chunks.push_back(c);
-      }
-      if (stored != record.num_samples) {
-        return Status::corrupt(reader.path().string() + ": read " + record.read_id.to_string() +
-                               " has num_samples " + std::to_string(record.num_samples) +
-                               " but its signal rows hold " + std::to_string(stored));
-      }
-      if (same_format) {
-        ESCPOD_RETURN_IF_ERROR(writer.add_read_chunks(record, chunks));
-        if (stats) stats->n_chunks_copied += chunks.size();
-      } else {
-        samples.resize(stored);
-        ESCPOD_RETURN_IF_ERROR(reader.read_signal(batch.rows_of(i), samples, codec));
-        ESCPOD_RETURN_IF_ERROR(writer.add_read(record, samples));
-        if (stats) ++stats->n_reads_reencoded;
-      }
-      if (stats) {
-        ++stats->n_reads;
-        stats->n_samples += stored;
-      }
+      ESCPOD_RETURN_IF_ERROR(copy_read(reader, batch, i, writer, scratch, stats));
     }
   }
   return Status::ok();

@@ -473,7 +473,7 @@ Status FileWriter::Impl::finish() {
   ESCPOD_RETURN_IF_ERROR(io(sink->write(detail::kSignature, 8)));
   ESCPOD_RETURN_IF_ERROR(io(sink->close()));
   reads_scratch.reset();
-  return staged->commit(options.fsync);
+  return Status::ok();
 }
 
 Status FileWriter::Impl::check_read(const ReadRecord& read) {
@@ -577,9 +577,9 @@ Status FileWriter::add_read_chunks(const ReadRecord& read, std::span<const Signa
   return Status::ok();
 }
 
-Status FileWriter::close() {
+Status FileWriter::finish() {
   auto& d = *m_impl;
-  if (d.closed) return Status::internal(d.path.string() + ": writer closed twice");
+  if (d.closed) return Status::internal(d.path.string() + ": writer finished twice");
   if (!d.failed.is_ok()) return d.failed;
   d.closed = true;
   Status s = d.finish();
@@ -588,6 +588,19 @@ Status FileWriter::close() {
     d.reads_scratch.reset();
   }
   return s;
+}
+
+Status FileWriter::commit() {
+  auto& d = *m_impl;
+  if (!d.closed || !d.staged) return Status::internal(d.path.string() + ": commit before finish");
+  Status s = d.staged->commit(d.options.fsync);
+  d.staged.reset();
+  return s;
+}
+
+Status FileWriter::close() {
+  ESCPOD_RETURN_IF_ERROR(finish());
+  return commit();
 }
 
 }  // namespace escpod::pod5

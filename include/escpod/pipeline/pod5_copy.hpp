@@ -20,8 +20,22 @@ struct CopyStats {
   uint64_t n_reads_reencoded = 0;   // reads decoded and compressed again
 };
 
-// Decides per read whether to copy it (nullptr: every read).
-using ReadPredicate = std::function<bool(const pod5::FileReader&, const pod5::ReadBatch&, size_t)>;
+// Decides per read whether to copy it (nullptr: every read); an error stops the copy.
+using ReadPredicate =
+    std::function<Result<bool>(const pod5::FileReader&, const pod5::ReadBatch&, size_t)>;
+
+// Per-worker scratch for copy_read (a codec and a sample buffer), reused across reads.
+struct CopyScratch {
+  pod5::VbzCodec codec;
+  std::vector<pod5::SignalChunk> chunks;
+  std::vector<int16_t> samples;
+};
+
+// Appends read `i` of `batch` to `writer` (its run info must have been added): stored chunks
+// as they are when the compression matches, else decoded and re-encoded. Checks num_samples
+// against the stored chunks (kCorrupt naming the file and read).
+Status copy_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, size_t i,
+                 pod5::FileWriter& writer, CopyScratch& scratch, CopyStats* stats);
 
 // Appends the reads of `reader` accepted by `keep` to `writer`, in file order, with their run
 // infos. Checks each read's num_samples against its stored chunks (kCorrupt naming the read).

@@ -64,7 +64,11 @@ class FileWriter {
   uint64_t n_reads() const;
 
   // Finishes the file and renames it into place. Afterwards the writer accepts nothing.
+  // close() = finish() + commit(); the two steps let a caller writing several outputs finish
+  // them all before any appears (all or nothing).
   Status close();
+  Status finish();  // completes the staging file; nothing visible at the destination yet
+  Status commit();  // renames a finished staging file into place
 
  private:
   struct Impl;

@@ -1,4 +1,5 @@
-// The read fields `view` and `inspect read` print, by name, and their text form.
+// Read fields by name and their text form: the columns of `escpod view`, `inspect read`, and
+// the grouping keys of `subset --columns`.
 #pragma once
 
 #include <string>
@@ -7,7 +8,7 @@
 
 #include "escpod/pod5/file_reader.hpp"
 
-namespace escpod::cli {
+namespace escpod::pipeline {
 
 struct ReadField {
   std::string_view name;
@@ -21,4 +22,4 @@ const std::vector<ReadField>& all_read_fields();
 const std::vector<std::string_view>& default_view_fields();
 const ReadField* find_read_field(std::string_view name);
 
-}  // namespace escpod::cli
+}  // namespace escpod::pipeline

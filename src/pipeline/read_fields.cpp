@@ -1,8 +1,8 @@
-#include "cli/read_fields.hpp"
+#include "escpod/pipeline/read_fields.hpp"
 
 #include <fmt/format.h>
 
-namespace escpod::cli {
+namespace escpod::pipeline {
 namespace {
 
 template <typename T>
@@ -91,4 +91,4 @@ const ReadField* find_read_field(std::string_view name) {
   return nullptr;
 }
 
-}  // namespace escpod::cli
+}  // namespace escpod::pipeline

@@ -1,0 +1,84 @@
+// File operations over POD5 inputs: merge, filter, subset. Each streams reads batch by batch from
+// memory-mapped inputs into staged outputs (see FileWriter), copying stored signal chunks as they
+// are whenever the output keeps the input's compression, and visiting each input's signal table
+// in ascending order. Peak memory: per open output, one pending signal batch (signal_batch_rows
+// stored chunks, ~20 MB for full 102,400-sample VBZ chunks) plus one pending reads batch and a
+// 1 MiB write buffer; plus 16 bytes per distinct read id seen (duplicate detection), whatever
+// the input size.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "escpod/core/status.hpp"
+#include "escpod/pipeline/pod5_copy.hpp"
+#include "escpod/pod5/read_id.hpp"
+
+namespace escpod::pipeline {
+
+struct MergeOptions {
+  pod5::WriterOptions writer;
+  bool duplicate_ok = false;  // keep the first of reads sharing an id instead of failing
+};
+
+// Writes every read of `inputs` (in order) to `output`. Run infos are deduplicated by
+// acquisition id. A read id seen twice fails naming the id and both files, unless duplicate_ok.
+Status merge_files(const std::vector<std::filesystem::path>& inputs,
+                   const std::filesystem::path& output, const MergeOptions& options,
+                   CopyStats* stats, uint64_t* n_duplicates_skipped);
+
+struct FilterCriteria {
+  std::optional<std::vector<pod5::ReadId>> ids;  // keep only these
+  std::optional<uint64_t> min_samples, max_samples;  // inclusive
+  std::vector<std::string> end_reasons;          // keep only these (empty: any)
+  std::vector<std::string> exclude_end_reasons;  // drop these
+  bool any() const {
+    return ids || min_samples || max_samples || !end_reasons.empty() || !exclude_end_reasons.empty();
+  }
+};
+
+struct FilterOptions {
+  pod5::WriterOptions writer;
+  bool missing_ok = false;  // listed ids absent from every input are a warning, not an error
+};
+
+struct FilterReport {
+  CopyStats copied;
+  uint64_t n_reads_seen = 0;
+  std::vector<pod5::ReadId> missing_ids;  // listed but not found
+};
+
+// Writes the reads of `inputs` that meet every criterion to `output`. Fails (and writes nothing)
+// when listed ids are missing, unless missing_ok. At least one criterion is required.
+Status filter_files(const std::vector<std::filesystem::path>& inputs,
+                    const std::filesystem::path& output, const FilterCriteria& criteria,
+                    const FilterOptions& options, FilterReport* report);
+
+struct SubsetOptions {
+  pod5::WriterOptions writer;
+  // Mode 1: read id -> output name (a file name in out_dir; ".pod5" appended if missing).
+  std::optional<std::vector<std::pair<pod5::ReadId, std::string>>> mapping;
+  // Mode 2: group by read fields, naming outputs with a template such as
+  // "{channel}_{end_reason}.pod5" (fields as in `escpod view`).
+  std::vector<std::string> columns;
+  std::string name_template;
+};
+
+struct SubsetReport {
+  std::map<std::string, uint64_t> reads_per_output;
+  uint64_t n_unmapped = 0;  // reads of the inputs no mapping row names (dropped)
+  uint64_t n_mapped_missing = 0;  // mapping rows whose read is in no input
+};
+
+// Partitions the reads of `inputs` into one POD5 per distinct output name in `out_dir`.
+Status subset_files(const std::vector<std::filesystem::path>& inputs,
+                    const std::filesystem::path& out_dir, const SubsetOptions& options,
+                    SubsetReport* report);
+
+// Reads a `read_id,output` CSV (header required, columns found by name, extra columns ignored).
+Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(const std::string& path);
+
+}  // namespace escpod::pipeline

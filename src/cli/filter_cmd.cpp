@@ -1,0 +1,75 @@
+// escpod filter: the reads of POD5 files that meet every criterion, into one file.
+#include <sstream>
+
+#include "cli/command.hpp"
+#include "escpod/core/log.hpp"
+#include "escpod/pipeline/pod5_ops.hpp"
+#include "escpod/pod5/inputs.hpp"
+
+namespace escpod::cli {
+namespace {
+
+struct FilterCliOptions {
+  std::vector<std::string> inputs;
+  std::string output, ids;
+  std::optional<uint64_t> min_samples, max_samples;
+  std::vector<std::string> end_reasons, exclude_end_reasons;
+  bool missing_ok = false;
+  WriterFlags writer;
+};
+
+Status run_filter(const FilterCliOptions& opts) {
+  pipeline::FilterCriteria c;
+  if (!opts.ids.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(auto ids, pod5::read_id_list(opts.ids));
+    c.ids = std::move(ids);
+  }
+  c.min_samples = opts.min_samples;
+  c.max_samples = opts.max_samples;
+  c.end_reasons = opts.end_reasons;
+  c.exclude_end_reasons = opts.exclude_end_reasons;
+  if (!c.any()) {
+    return Status::invalid_argument("filter needs at least one criterion: --ids, --min-samples, "
+                                    "--max-samples, --end-reason or --exclude-end-reason");
+  }
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));
+  pipeline::FilterOptions fo;
+  ESCPOD_ASSIGN_OR_RETURN(fo.writer, writer_options(opts.writer));
+  fo.missing_ok = opts.missing_ok;
+  pipeline::FilterReport report;
+  ESCPOD_RETURN_IF_ERROR(pipeline::filter_files(files, opts.output, c, fo, &report));
+  if (!report.missing_ids.empty()) {
+    log::warn("{} listed read ids are in no input (first: {})", report.missing_ids.size(),
+              report.missing_ids.front().to_string());
+  }
+  log::info("kept {} of {} reads ({} samples) in {}", report.copied.n_reads, report.n_reads_seen,
+            report.copied.n_samples, opts.output);
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_filter(CLI::App& app, GlobalOptions& global) {
+  auto opts = std::make_shared<FilterCliOptions>();
+  auto* sub = app.add_subcommand(
+      "filter",
+      "Write the reads meeting every criterion (AND) to one POD5 file.\n"
+      "  escpod filter runs/ --ids wanted.txt -o wanted.pod5\n"
+      "  escpod filter reads.pod5 --min-samples 4000 --exclude-end-reason mux_change -o long.pod5");
+  sub->add_option("inputs", opts->inputs, "POD5 files or directories")->required();
+  sub->add_option("-o,--output", opts->output, "Output POD5 file")->required();
+  sub->add_option("-i,--ids", opts->ids,
+                  "Read ids to keep, one per line (dashes optional, '#' comments; '-' = stdin)");
+  sub->add_option("--min-samples", opts->min_samples, "Keep reads with at least this many samples");
+  sub->add_option("--max-samples", opts->max_samples, "Keep reads with at most this many samples");
+  sub->add_option("--end-reason", opts->end_reasons, "Keep only these end reasons (comma-separated)")
+      ->delimiter(',');
+  sub->add_option("--exclude-end-reason", opts->exclude_end_reasons, "Drop these end reasons")
+      ->delimiter(',');
+  sub->add_flag("--missing-ok", opts->missing_ok, "Listed ids missing from the inputs are a warning");
+  add_writer_flags(sub, opts->writer);
+  add_common_flags(sub, global);
+  set_body(sub, [opts] { return run_filter(*opts); });
+}
+
+}  // namespace escpod::cli

@@ -1,0 +1,290 @@
+#include "escpod/pipeline/pod5_ops.hpp"
+
+#include <fstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "escpod/core/log.hpp"
+#include "escpod/pipeline/read_fields.hpp"
+#include "escpod/pod5/records.hpp"
+
+namespace escpod::pipeline {
+namespace {
+
+using Readers = std::vector<std::unique_ptr<pod5::FileReader>>;
+
+// Opens every input before any output is created, so a bad input fails fast with nothing written.
+Result<Readers> open_all(const std::vector<std::filesystem::path>& inputs) {
+  Readers readers;
+  for (const auto& p : inputs) {
+    ESCPOD_ASSIGN_OR_RETURN(auto r, pod5::FileReader::open(p));
+    for (const auto& w : r->info().warnings) log::warn("{}: {}", p.string(), w);
+    readers.push_back(std::move(r));
+  }
+  return readers;
+}
+
+Status check_end_reasons(const std::vector<std::string>& names, const char* flag) {
+  for (const auto& n : names) {
+    if (pod5::end_reason_index(n) < 0) {
+      std::string known;
+      for (auto k : pod5::kEndReasonNames) {
+        if (!known.empty()) known.append(", ");
+        known.append(k);
+      }
+      return Status::invalid_argument(std::string(flag) + ": unknown end reason '" + n + "' (known: " + known + ")");
+    }
+  }
+  return Status::ok();
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+Status valid_output_name(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos) {
+    return Status::invalid_argument("output name '" + name + "' is not a plain file name");
+  }
+  return Status::ok();
+}
+
+std::string with_pod5_extension(std::string name) {
+  if (name.size() < 5 || name.compare(name.size() - 5, 5, ".pod5") != 0) name += ".pod5";
+  return name;
+}
+
+}  // namespace
+
+Status merge_files(const std::vector<std::filesystem::path>& inputs,
+                   const std::filesystem::path& output, const MergeOptions& options,
+                   CopyStats* stats, uint64_t* n_duplicates_skipped) {
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, open_all(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
+  std::unordered_map<pod5::ReadId, uint32_t, pod5::ReadIdHash> first_file;
+  uint64_t n_dup = 0;
+  for (uint32_t k = 0; k < readers.size(); ++k) {
+    auto keep = [&](const pod5::FileReader& r, const pod5::ReadBatch& b, size_t i) -> Result<bool> {
+      auto [it, inserted] = first_file.emplace(b.read_id[i], k);
+      if (inserted) return true;
+      if (options.duplicate_ok) {
+        ++n_dup;
+        return false;
+      }
+      return Status::invalid_argument("duplicate read id " + b.read_id[i].to_string() + " in " +
+                                      inputs[it->second].string() + " and " + r.path().string() +
+                                      " (use --duplicate-ok to keep the first)");
+    };
+    ESCPOD_RETURN_IF_ERROR(copy_reads(*readers[k], *writer, keep, stats));
+  }
+  if (n_duplicates_skipped) *n_duplicates_skipped = n_dup;
+  return writer->close();
+}
+
+Status filter_files(const std::vector<std::filesystem::path>& inputs,
+                    const std::filesystem::path& output, const FilterCriteria& c,
+                    const FilterOptions& options, FilterReport* report) {
+  if (!c.any()) {
+    return Status::invalid_argument("filter needs at least one criterion (--ids, --min-samples, "
+                                    "--max-samples, --end-reason, --exclude-end-reason)");
+  }
+  ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.end_reasons, "--end-reason"));
+  ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.exclude_end_reasons, "--exclude-end-reason"));
+  std::unordered_set<pod5::ReadId, pod5::ReadIdHash> wanted, found;
+  if (c.ids) wanted.insert(c.ids->begin(), c.ids->end());
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, open_all(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
+  FilterReport local;
+  FilterReport& rep = report ? *report : local;
+  for (const auto& reader : readers) {
+    auto keep = [&](const pod5::FileReader& r, const pod5::ReadBatch& b, size_t i) -> Result<bool> {
+      ++rep.n_reads_seen;
+      if (c.ids) {
+        if (!wanted.count(b.read_id[i])) return false;
+        // The same id in two inputs is written once; the writer would refuse the second anyway.
+        if (!found.insert(b.read_id[i]).second) return false;
+      }
+      const uint64_t n = b.num_samples[i];
+      if (c.min_samples && n < *c.min_samples) return false;
+      if (c.max_samples && n > *c.max_samples) return false;
+      if (!c.end_reasons.empty() || !c.exclude_end_reasons.empty()) {
+        const std::string& reason = r.end_reasons()[static_cast<size_t>(b.end_reason_idx[i])];
+        if (!c.end_reasons.empty() && !contains(c.end_reasons, reason)) return false;
+        if (contains(c.exclude_end_reasons, reason)) return false;
+      }
+      return true;
+    };
+    ESCPOD_RETURN_IF_ERROR(copy_reads(*reader, *writer, keep, &rep.copied));
+  }
+  if (c.ids) {
+    for (const auto& id : *c.ids)
+      if (!found.count(id)) rep.missing_ids.push_back(id);
+    if (!rep.missing_ids.empty() && !options.missing_ok) {
+      return Status::not_found(std::to_string(rep.missing_ids.size()) + " of " +
+                               std::to_string(wanted.size()) + " listed read ids are in no input (first: " +
+                               rep.missing_ids.front().to_string() + "); use --missing-ok to allow");
+    }
+  }
+  return writer->close();
+}
+
+Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::not_found(path + ": cannot open the subset CSV");
+  std::string line;
+  if (!std::getline(in, line)) return Status::invalid_argument(path + ": empty CSV (needs a header)");
+  auto split = [](const std::string& l) {
+    std::vector<std::string> cells;
+    size_t start = 0;
+    while (true) {
+      size_t end = l.find(',', start);
+      std::string cell = l.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      while (!cell.empty() && (cell.back() == '\r' || cell.back() == ' ')) cell.pop_back();
+      while (!cell.empty() && cell.front() == ' ') cell.erase(cell.begin());
+      cells.push_back(cell);
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+    return cells;
+  };
+  auto header = split(line);
+  auto id_col = std::find(header.begin(), header.end(), "read_id") - header.begin();
+  auto out_col = std::find(header.begin(), header.end(), "output") - header.begin();
+  if (id_col == static_cast<long>(header.size()) || out_col == static_cast<long>(header.size())) {
+    return Status::invalid_argument(path + ": header must name the columns read_id and output");
+  }
+  std::vector<std::pair<pod5::ReadId, std::string>> rows;
+  size_t line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \r") == std::string::npos) continue;
+    auto cells = split(line);
+    const auto need = static_cast<size_t>(std::max(id_col, out_col));
+    if (cells.size() <= need) {
+      return Status::invalid_argument(path + " line " + std::to_string(line_no) + ": too few columns");
+    }
+    auto id = pod5::ReadId::parse(cells[static_cast<size_t>(id_col)]);
+    if (!id.is_ok()) return id.status().with_context(path + " line " + std::to_string(line_no));
+    const std::string& out = cells[static_cast<size_t>(out_col)];
+    if (auto s = valid_output_name(out); !s.is_ok()) {
+      return s.with_context(path + " line " + std::to_string(line_no));
+    }
+    rows.emplace_back(*id, out);
+  }
+  return rows;
+}
+
+Status subset_files(const std::vector<std::filesystem::path>& inputs,
+                    const std::filesystem::path& out_dir, const SubsetOptions& options,
+                    SubsetReport* report) {
+  const bool by_columns = !options.mapping.has_value();
+  std::vector<const ReadField*> fields;
+  std::string name_template = options.name_template;
+  if (by_columns) {
+    if (options.columns.empty()) {
+      return Status::invalid_argument("subset needs --csv MAP or --columns FIELD,...");
+    }
+    for (const auto& c : options.columns) {
+      const ReadField* f = find_read_field(c);
+      if (!f || c == "signal_hash") return Status::invalid_argument("--columns: unknown field '" + c + "'");
+      fields.push_back(f);
+    }
+    if (name_template.empty()) {
+      for (const auto& c : options.columns) {
+        if (!name_template.empty()) name_template.push_back('_');
+        name_template.push_back('{');
+        name_template.append(c);
+        name_template.push_back('}');
+      }
+      name_template += ".pod5";
+    }
+    for (size_t pos = name_template.find('{'); pos != std::string::npos; pos = name_template.find('{', pos + 1)) {
+      size_t end = name_template.find('}', pos);
+      if (end == std::string::npos) return Status::invalid_argument("--template: unmatched '{'");
+      if (!contains(options.columns, name_template.substr(pos + 1, end - pos - 1))) {
+        return Status::invalid_argument("--template names {" + name_template.substr(pos + 1, end - pos - 1) +
+                                        "}, which is not one of --columns");
+      }
+    }
+  }
+  std::unordered_map<pod5::ReadId, uint32_t, pod5::ReadIdHash> target;  // -> output index
+  std::vector<std::string> names;
+  std::unordered_map<std::string, uint32_t> name_index;
+  auto output_index = [&](const std::string& name) {
+    auto [it, inserted] = name_index.emplace(with_pod5_extension(name), static_cast<uint32_t>(names.size()));
+    if (inserted) names.push_back(it->first);
+    return it->second;
+  };
+  if (!by_columns) {
+    for (const auto& [id, out] : *options.mapping) {
+      auto [it, inserted] = target.emplace(id, output_index(out));
+      if (!inserted && names[it->second] != with_pod5_extension(out)) {
+        return Status::invalid_argument("read " + id.to_string() + " is mapped to two outputs: " +
+                                        names[it->second] + " and " + out);
+      }
+    }
+  }
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, open_all(inputs));
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Status::io_error("cannot create output folder " + out_dir.string() + ": " + ec.message());
+
+  SubsetReport local;
+  SubsetReport& rep = report ? *report : local;
+  std::vector<std::unique_ptr<pod5::FileWriter>> writers;
+  std::unordered_set<pod5::ReadId, pod5::ReadIdHash> written;
+  CopyScratch scratch;
+  std::string key;
+  for (const auto& reader : readers) {
+    for (size_t b = 0; b < reader->n_read_batches(); ++b) {
+      ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, reader->read_batch(b));
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (interrupted()) return Status::cancelled("interrupted");
+        uint32_t idx;
+        if (by_columns) {
+          key = name_template;
+          for (size_t k = 0; k < fields.size(); ++k) {
+            std::string value;
+            ESCPOD_RETURN_IF_ERROR(fields[k]->append(*reader, batch, i, value));
+            const std::string placeholder = "{" + options.columns[k] + "}";
+            for (size_t pos = key.find(placeholder); pos != std::string::npos; pos = key.find(placeholder, pos)) {
+              key.replace(pos, placeholder.size(), value);
+              pos += value.size();
+            }
+          }
+          ESCPOD_RETURN_IF_ERROR(valid_output_name(key));
+          idx = output_index(key);
+        } else {
+          auto it = target.find(batch.read_id[i]);
+          if (it == target.end()) {
+            ++rep.n_unmapped;
+            continue;
+          }
+          idx = it->second;
+        }
+        if (!written.insert(batch.read_id[i]).second) {
+          return Status::invalid_argument("read " + batch.read_id[i].to_string() + " appears twice in the inputs (" +
+                                          reader->path().string() + ")");
+        }
+        while (writers.size() <= idx) writers.push_back(nullptr);
+        if (!writers[idx]) {
+          ESCPOD_ASSIGN_OR_RETURN(writers[idx], pod5::FileWriter::create(out_dir / names[idx], options.writer));
+        }
+        const auto& acq = reader->run_info_ids()[static_cast<size_t>(batch.run_info_idx[i])];
+        if (const auto* ri = reader->find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writers[idx]->add_run_info(*ri));
+        ESCPOD_RETURN_IF_ERROR(copy_read(*reader, batch, i, *writers[idx], scratch, nullptr));
+        ++rep.reads_per_output[names[idx]];
+      }
+    }
+  }
+  if (!by_columns) rep.n_mapped_missing = target.size() - std::min(target.size(), written.size());
+  // All or nothing: finish every output before any is renamed into place.
+  for (auto& w : writers)
+    if (w) ESCPOD_RETURN_IF_ERROR(w->finish());
+  for (auto& w : writers)
+    if (w) ESCPOD_RETURN_IF_ERROR(w->commit());
+  return Status::ok();
+}
+
+}  // namespace escpod::pipeline
