@@ -3,6 +3,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 
@@ -54,6 +55,11 @@ Status copy_reads(const pod5::FileReader& reader, pod5::FileWriter& writer,
       }
       if (interrupted()) return Status::cancelled("interrupted");
       ESCPOD_RETURN_IF_ERROR(copy_read(reader, batch, i, writer, scratch, stats));
+    }
+    // Signal rows ascend with reads in files from MinKNOW and from writers like ours: release
+    // what lies behind so resident memory stays bounded on huge inputs.
+    if (!batch.signal_rows.empty()) {
+      reader.drop_signal_pages(*std::min_element(batch.signal_rows.begin(), batch.signal_rows.end()));
     }
   }
   return Status::ok();

@@ -7,6 +7,9 @@
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -32,6 +35,9 @@ struct SignalBatchView {
   int64_t data_size = 0;                      // bytes (VBZ) or values (raw) addressable
   const uint32_t* samples = nullptr;
   int64_t n_rows = 0;
+  // The batch's signal bytes inside the mapping, for dropping its pages once read.
+  const uint8_t* bytes_begin = nullptr;
+  const uint8_t* bytes_end = nullptr;
 };
 
 // How a V0-V2 dictionary-of-struct entry or a V3+ dictionary entry maps to our fields.
@@ -264,12 +270,16 @@ Status FileReader::Impl::load_signal(const detail::EmbeddedTable& t) {
       v.offsets = bin->raw_value_offsets();
       v.vbz_data = bin->value_data() ? bin->value_data()->data() : nullptr;
       v.data_size = bin->value_data() ? bin->value_data()->size() : 0;
+      v.bytes_begin = v.vbz_data;
+      v.bytes_end = v.vbz_data + v.data_size;
     } else {
       auto list = std::static_pointer_cast<arrow::LargeListArray>(sig);
       v.offsets = list->raw_value_offsets();
       auto values = std::static_pointer_cast<arrow::Int16Array>(list->values());
       v.raw_values = values->raw_values();
       v.data_size = values->length();
+      v.bytes_begin = reinterpret_cast<const uint8_t*>(v.raw_values);
+      v.bytes_end = v.bytes_begin + v.data_size * 2;
     }
     v.samples = std::static_pointer_cast<arrow::UInt32Array>(v.batch->column(n_col))->raw_values();
     if (b > 0 && b + 1 < reader->num_record_batches() &&
@@ -773,6 +783,20 @@ Result<SignalChunk> FileReader::signal_chunk(uint64_t row) const {
                static_cast<size_t>(end - begin) * sizeof(int16_t)};
   }
   return c;
+}
+
+void FileReader::drop_signal_pages(uint64_t end_row) const {
+  const long page = sysconf(_SC_PAGESIZE);
+  for (const auto& v : m_impl->signal_batches) {
+    const uint64_t first = static_cast<uint64_t>(&v - m_impl->signal_batches.data());
+    if (m_impl->signal_batch_first[first + 1] > end_row) break;
+    if (!v.bytes_begin || v.bytes_end <= v.bytes_begin) continue;
+    // Only whole pages inside the batch's bytes: neighbours may still be needed.
+    auto lo = (reinterpret_cast<uintptr_t>(v.bytes_begin) + static_cast<uintptr_t>(page) - 1) &
+              ~static_cast<uintptr_t>(page - 1);
+    auto hi = reinterpret_cast<uintptr_t>(v.bytes_end) & ~static_cast<uintptr_t>(page - 1);
+    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  }
 }
 
 Result<uint64_t> FileReader::count_samples(std::span<const uint64_t> rows) const {

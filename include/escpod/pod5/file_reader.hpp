@@ -128,6 +128,11 @@ class FileReader {
   // calling worker's scratch. Errors name the file, the row and the problem.
   Status read_signal(std::span<const uint64_t> rows, std::span<int16_t> out,
                      VbzCodec& codec) const;
+  // Hints that signal rows below `end_row` will not be read again soon: drops the mapped pages
+  // of every signal batch entirely below it, so streaming a huge file keeps resident memory
+  // bounded. Safe at any time (a later read maps the pages in again).
+  void drop_signal_pages(uint64_t end_row) const;
+
   // Total samples of the chunks `rows`, from the signal table (not the reads table).
   Result<uint64_t> count_samples(std::span<const uint64_t> rows) const;
 
