@@ -7,6 +7,7 @@ find_package(TBB REQUIRED)
 find_package(fmt REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
+find_package(ZLIB REQUIRED)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 
 set(ESCPOD_ARROW_FROM "auto" CACHE STRING "Where Arrow C++ comes from: auto, system or pyarrow")

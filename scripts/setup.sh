@@ -12,8 +12,8 @@ cd "$(dirname "$0")/.."
 DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config python3-venv
   libzstd-dev libtbb-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libflatbuffers-dev
-  clang
+  libgtest-dev libgmock-dev libbenchmark-dev libflatbuffers-dev zlib1g-dev flatbuffers-compiler
+  clang libclang-rt-14-dev
 )
 
 missing=()

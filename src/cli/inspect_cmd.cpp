@@ -43,11 +43,16 @@ void append_summary(const pod5::FileReader& file, std::string& out) {
   line("file identifier", info.file_identifier);
   line("signal compression", info.is_vbz ? "vbz" : "none");
   line("reads", info.n_reads);
-  line("samples", info.n_samples);
   line("read batches", info.n_read_batches);
-  line("signal rows", info.n_signal_rows);
-  line("signal batches", fmt::format("{}{}", info.n_signal_batches,
-                                     info.signal_batches_uniform ? "" : " (NOT uniform: not portable)"));
+  auto signal = file.signal_table_info();
+  if (signal.is_ok()) {
+    line("samples", signal->n_samples);
+    line("signal rows", signal->n_rows);
+    line("signal batches", fmt::format("{}{}", signal->n_batches,
+                                       signal->uniform ? "" : " (NOT uniform: official tools misread this file; run `escpod repack`)"));
+  } else {
+    line("signal table", "DAMAGED: " + signal.status().message());
+  }
   line("run infos", file.run_infos().size());
   for (const auto& ri : file.run_infos()) {
     fmt::format_to(std::back_inserter(out), "  run info {}\n", ri.acquisition_id);

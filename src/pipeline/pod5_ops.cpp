@@ -1,5 +1,6 @@
 #include "escpod/pipeline/pod5_ops.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -275,6 +276,9 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
         if (const auto* ri = reader->find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writers[idx]->add_run_info(*ri));
         ESCPOD_RETURN_IF_ERROR(copy_read(*reader, batch, i, *writers[idx], scratch, nullptr));
         ++rep.reads_per_output[names[idx]];
+      }
+      if (!batch.signal_rows.empty()) {
+        reader->drop_signal_pages(*std::min_element(batch.signal_rows.begin(), batch.signal_rows.end()));
       }
     }
   }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -169,14 +170,21 @@ struct FileReader::Impl {
   std::shared_ptr<arrow::ipc::RecordBatchFileReader> reads_reader;
   std::vector<std::shared_ptr<arrow::RecordBatch>> read_batches;
   std::vector<uint64_t> read_batch_first;  // prefix sums of rows
-  std::vector<SignalBatchView> signal_batches;
-  std::vector<uint64_t> signal_batch_first;  // prefix sums, size n_batches + 1
+  // Signal table: schema checked at open, batches loaded on first use (ensure_signal).
+  std::shared_ptr<arrow::ipc::RecordBatchFileReader> signal_reader;
+  int id_col = -1, sig_col = -1, n_col = -1;
+  mutable std::once_flag signal_once;
+  mutable Status signal_status;
+  mutable SignalTableInfo signal_info;
+  mutable std::vector<SignalBatchView> signal_batches;
+  mutable std::vector<uint64_t> signal_batch_first;  // prefix sums, size n_batches + 1
   std::vector<RunInfo> run_infos;
   std::vector<std::string> pore_types, end_reasons, run_info_ids;
   DictMaps dict;
   bool legacy_struct_columns = false;  // V0-V2
   // Column indices in the reads schema (-1 when absent).
   std::unordered_map<std::string, int> col;
+  mutable std::atomic<size_t> n_dropped_batches{0};  // drop_signal_pages progress
   mutable std::once_flag id_index_once;
   mutable std::unordered_map<ReadId, std::pair<uint32_t, uint32_t>, ReadIdHash> id_index;
 
@@ -212,7 +220,9 @@ struct FileReader::Impl {
     return Status::ok();
   }
 
-  Status load_signal(const detail::EmbeddedTable& t);
+  Status open_signal(const detail::EmbeddedTable& t);
+  Status ensure_signal() const;
+  Status load_signal_batches() const;
   Status load_reads(const detail::EmbeddedTable& t);
   Status load_run_info(const detail::EmbeddedTable& t);
   Status load_legacy_dictionaries();
@@ -221,13 +231,13 @@ struct FileReader::Impl {
   const SignalBatchView* locate(uint64_t row, int64_t* row_in_batch) const;
 };
 
-Status FileReader::Impl::load_signal(const detail::EmbeddedTable& t) {
-  ESCPOD_ASSIGN_OR_RETURN(auto reader, open_table(t, "signal"));
-  const auto& schema = *reader->schema();
+Status FileReader::Impl::open_signal(const detail::EmbeddedTable& t) {
+  ESCPOD_ASSIGN_OR_RETURN(signal_reader, open_table(t, "signal"));
+  const auto& schema = *signal_reader->schema();
   ESCPOD_RETURN_IF_ERROR(check_metadata(schema, "signal"));
-  const int id_col = schema.GetFieldIndex("read_id");
-  const int sig_col = schema.GetFieldIndex("signal");
-  const int n_col = schema.GetFieldIndex("samples");
+  id_col = schema.GetFieldIndex("read_id");
+  sig_col = schema.GetFieldIndex("signal");
+  n_col = schema.GetFieldIndex("samples");
   if (id_col < 0 || sig_col < 0 || n_col < 0) {
     return Status::corrupt(where() + ": signal table lacks read_id, signal or samples");
   }
@@ -253,10 +263,23 @@ Status FileReader::Impl::load_signal(const detail::EmbeddedTable& t) {
   if (schema.field(n_col)->type()->id() != arrow::Type::UINT32) {
     return type_error(where(), "signal", "samples", "uint32", *schema.field(n_col)->type());
   }
+  return Status::ok();
+}
+
+Status FileReader::Impl::ensure_signal() const {
+  std::call_once(signal_once, [this] { signal_status = load_signal_batches(); });
+  return signal_status;
+}
+
+// Reads every signal batch's metadata and validates it (offsets, sizes). Done on first signal
+// access only: commands that never touch signal (view, most of inspect) skip it entirely.
+Status FileReader::Impl::load_signal_batches() const {
+  auto& reader = signal_reader;
   signal_batch_first.push_back(0);
   for (int b = 0; b < reader->num_record_batches(); ++b) {
     auto batch = reader->ReadRecordBatch(b);
-    const std::string ctx = where() + ": signal batch " + std::to_string(b);
+    const std::string ctx = where() + ": signal batch " + std::to_string(b) + " of " +
+                            std::to_string(reader->num_record_batches());
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
     ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
     SignalBatchView v;
@@ -284,21 +307,17 @@ Status FileReader::Impl::load_signal(const detail::EmbeddedTable& t) {
     v.samples = std::static_pointer_cast<arrow::UInt32Array>(v.batch->column(n_col))->raw_values();
     if (b > 0 && b + 1 < reader->num_record_batches() &&
         v.n_rows != signal_batches.front().n_rows) {
-      info.signal_batches_uniform = false;
+      signal_info.uniform = false;
     }
     if (b + 1 == reader->num_record_batches() && b > 0 && v.n_rows > signal_batches.front().n_rows) {
-      info.signal_batches_uniform = false;
+      signal_info.uniform = false;
     }
+    for (int64_t r = 0; r < v.n_rows; ++r) signal_info.n_samples += v.samples[r];
     signal_batch_first.push_back(signal_batch_first.back() + static_cast<uint64_t>(v.n_rows));
     signal_batches.push_back(std::move(v));
   }
-  info.n_signal_batches = signal_batches.size();
-  info.n_signal_rows = signal_batch_first.back();
-  if (!info.signal_batches_uniform) {
-    info.warnings.push_back(
-        "signal batches have unequal row counts: official tools and dorado misread such files "
-        "(run `escpod repack`)");
-  }
+  signal_info.n_batches = signal_batches.size();
+  signal_info.n_rows = signal_batch_first.back();
   return Status::ok();
 }
 
@@ -600,6 +619,7 @@ Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
     copy_column<arrow::UInt64Type>(ns, n, uint64_t{0}, out->num_samples);
   } else {
     // V0-V1: the sum of the read's chunk sizes, from the signal table.
+    ESCPOD_RETURN_IF_ERROR(ensure_signal());
     out->num_samples.resize(rows);
     for (size_t i = 0; i < rows; ++i) {
       uint64_t total = 0;
@@ -609,7 +629,7 @@ Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
         if (!v) {
           return Status::corrupt(where() + ": read " + out->read_id[i].to_string() +
                                  " refers to signal row " + std::to_string(row) + " of " +
-                                 std::to_string(info.n_signal_rows));
+                                 std::to_string(signal_info.n_rows));
         }
         total += v->samples[in_batch];
       }
@@ -620,11 +640,11 @@ Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
 }
 
 const SignalBatchView* FileReader::Impl::locate(uint64_t row, int64_t* row_in_batch) const {
-  if (row >= info.n_signal_rows) return nullptr;
+  if (row >= signal_info.n_rows) return nullptr;
   // Uniform files (the norm) resolve with one division; others by binary search.
   size_t b;
   const uint64_t stride = signal_batch_first.size() > 1 ? signal_batch_first[1] : 0;
-  if (info.signal_batches_uniform && stride > 0) {
+  if (signal_info.uniform && stride > 0) {
     b = static_cast<size_t>(row / stride);
   } else {
     b = static_cast<size_t>(std::upper_bound(signal_batch_first.begin(), signal_batch_first.end(), row) -
@@ -648,7 +668,7 @@ Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path
   if (!mapped.ok()) return from_arrow(mapped.status(), path.string() + ": cannot map");
   impl->file = *mapped;
 
-  ESCPOD_RETURN_IF_ERROR(impl->load_signal(footer.signal));
+  ESCPOD_RETURN_IF_ERROR(impl->open_signal(footer.signal));
   ESCPOD_RETURN_IF_ERROR(impl->load_reads(footer.reads));
   if (footer.run_info.present() && !impl->legacy_struct_columns) {
     ESCPOD_RETURN_IF_ERROR(impl->load_run_info(footer.run_info));
@@ -662,12 +682,12 @@ Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path
                                     "' missing from the run info table");
     }
   }
-  // Total samples from the signal table (cheap: the samples columns are in memory).
-  uint64_t total = 0;
-  for (const auto& v : impl->signal_batches)
-    for (int64_t r = 0; r < v.n_rows; ++r) total += v.samples[r];
-  impl->info.n_samples = total;
   return std::unique_ptr<FileReader>(new FileReader(std::move(impl)));
+}
+
+Result<SignalTableInfo> FileReader::signal_table_info() const {
+  ESCPOD_RETURN_IF_ERROR(m_impl->ensure_signal());
+  return m_impl->signal_info;
 }
 
 Result<ReadBatch> FileReader::read_batch(size_t batch_idx) const {
@@ -766,11 +786,12 @@ Result<ReadRecord> FileReader::find_read(const ReadId& id) const {
 }
 
 Result<SignalChunk> FileReader::signal_chunk(uint64_t row) const {
+  ESCPOD_RETURN_IF_ERROR(m_impl->ensure_signal());
   int64_t r = 0;
   const SignalBatchView* v = m_impl->locate(row, &r);
   if (!v) {
     return Status::corrupt(m_impl->where() + ": signal row " + std::to_string(row) +
-                           " out of range (" + std::to_string(m_impl->info.n_signal_rows) + " rows)");
+                           " out of range (" + std::to_string(m_impl->signal_info.n_rows) + " rows)");
   }
   SignalChunk c;
   c.n_samples = v->samples[r];
@@ -786,10 +807,13 @@ Result<SignalChunk> FileReader::signal_chunk(uint64_t row) const {
 }
 
 void FileReader::drop_signal_pages(uint64_t end_row) const {
+  if (!m_impl->ensure_signal().is_ok()) return;
   const long page = sysconf(_SC_PAGESIZE);
-  for (const auto& v : m_impl->signal_batches) {
-    const uint64_t first = static_cast<uint64_t>(&v - m_impl->signal_batches.data());
-    if (m_impl->signal_batch_first[first + 1] > end_row) break;
+  // Batches below the mark were dropped by an earlier call: start after them.
+  size_t b = m_impl->n_dropped_batches.load(std::memory_order_relaxed);
+  for (; b < m_impl->signal_batches.size(); ++b) {
+    const auto& v = m_impl->signal_batches[b];
+    if (m_impl->signal_batch_first[b + 1] > end_row) break;
     if (!v.bytes_begin || v.bytes_end <= v.bytes_begin) continue;
     // Only whole pages inside the batch's bytes: neighbours may still be needed.
     auto lo = (reinterpret_cast<uintptr_t>(v.bytes_begin) + static_cast<uintptr_t>(page) - 1) &
@@ -797,16 +821,20 @@ void FileReader::drop_signal_pages(uint64_t end_row) const {
     auto hi = reinterpret_cast<uintptr_t>(v.bytes_end) & ~static_cast<uintptr_t>(page - 1);
     if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
   }
+  size_t seen = m_impl->n_dropped_batches.load(std::memory_order_relaxed);
+  while (seen < b && !m_impl->n_dropped_batches.compare_exchange_weak(seen, b)) {
+  }
 }
 
 Result<uint64_t> FileReader::count_samples(std::span<const uint64_t> rows) const {
+  ESCPOD_RETURN_IF_ERROR(m_impl->ensure_signal());
   uint64_t total = 0;
   for (uint64_t row : rows) {
     int64_t r = 0;
     const SignalBatchView* v = m_impl->locate(row, &r);
     if (!v) {
       return Status::corrupt(m_impl->where() + ": signal row " + std::to_string(row) +
-                             " out of range (" + std::to_string(m_impl->info.n_signal_rows) + " rows)");
+                             " out of range (" + std::to_string(m_impl->signal_info.n_rows) + " rows)");
     }
     total += v->samples[r];
   }

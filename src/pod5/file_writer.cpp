@@ -144,6 +144,7 @@ struct FileWriter::Impl {
   arrow::UInt32Builder sig_samples;
   int64_t sig_pending = 0;
   uint64_t sig_rows_written = 0;
+  int64_t last_batch_bytes = 0;  // to reserve the next batch's buffer once, not grow it
 
   // Pending reads batch (columns as plain vectors; turned into Arrow arrays per batch).
   std::vector<ReadRecord> pending_reads;  // signal_rows filled with the rows we wrote
@@ -233,8 +234,11 @@ Status FileWriter::Impl::flush_signal_batch() {
   std::shared_ptr<arrow::Array> ids, signal, samples;
   ESCPOD_RETURN_IF_ERROR(check(sig_ids.Finish(&ids)));
   if (options.vbz) {
+    last_batch_bytes = std::max(last_batch_bytes, sig_vbz.value_data_length());
     ESCPOD_RETURN_IF_ERROR(check(sig_vbz.Finish(&signal)));
     signal = wrap(detail::vbz_type(), signal);
+    ESCPOD_RETURN_IF_ERROR(check(sig_vbz.Reserve(options.signal_batch_rows)));
+    ESCPOD_RETURN_IF_ERROR(check(sig_vbz.ReserveData(last_batch_bytes + last_batch_bytes / 8)));
   } else {
     ESCPOD_RETURN_IF_ERROR(check(sig_raw->Finish(&signal)));
   }

@@ -2,8 +2,10 @@
 //
 // Opening probes the header and footer with ordinary reads, then memory-maps the file and opens
 // the embedded Arrow tables with Apache Arrow's IPC reader, checking each column's type against
-// the POD5 schema of its version. After open() a FileReader is immutable: every const method is
-// thread-safe, and views it returns live as long as the reader.
+// the POD5 schema of its version. The signal table's batches are loaded lazily, on the first
+// signal access, so reading only read fields (view, filter by fields) never touches signal pages.
+// After open() a FileReader is logically immutable: every const method is thread-safe, and
+// views it returns live as long as the reader.
 #pragma once
 
 #include <cstdint>
@@ -34,13 +36,18 @@ struct FileInfo {
   ReadTableVersion read_table_version = ReadTableVersion::kV7;
   bool is_vbz = true;        // signal compression (per file)
   uint64_t n_reads = 0;
-  uint64_t n_samples = 0;    // sum of every read's num_samples
-  uint64_t n_signal_rows = 0;
   size_t n_read_batches = 0;
-  size_t n_signal_batches = 0;
   size_t n_run_info_rows = 0;      // before de-duplication by acquisition id
-  bool signal_batches_uniform = true;  // false: official tools misread this file (repack it)
   std::vector<std::string> warnings;
+};
+
+// What the signal table holds; reading it touches every signal batch's metadata, so it is
+// computed on first request (FileReader::signal_table_info) rather than at open.
+struct SignalTableInfo {
+  uint64_t n_rows = 0;     // stored chunks
+  size_t n_batches = 0;
+  uint64_t n_samples = 0;  // sum of the chunks' sample counts
+  bool uniform = true;     // false: official tools and dorado misread this file (repack it)
 };
 
 // Reads of one reads-table batch, columnar and version-independent. Dictionary columns are
@@ -94,6 +101,9 @@ class FileReader {
   static Result<std::unique_ptr<FileReader>> open(const std::filesystem::path& path);
 
   const FileInfo& info() const;
+  // Signal-table statistics; loads and validates the signal batches' metadata on first use
+  // (kCorrupt naming the batch if one is damaged). Thread-safe.
+  Result<SignalTableInfo> signal_table_info() const;
   const std::filesystem::path& path() const;
 
   // Run infos, de-duplicated by acquisition id, in file order.

@@ -24,10 +24,13 @@ TEST_P(OfficialTestFiles, SameReadsInEveryVersion) {
   EXPECT_EQ(static_cast<int>(info.read_table_version), version);
   EXPECT_EQ(info.software, "Python API");
   EXPECT_EQ(info.n_reads, 10u);
-  EXPECT_EQ(info.n_signal_rows, 22u);
-  EXPECT_EQ(info.n_samples, 1548931u);
   EXPECT_TRUE(info.is_vbz);
-  EXPECT_TRUE(info.signal_batches_uniform);
+  auto signal = file.signal_table_info();
+  ASSERT_TRUE(signal.is_ok()) << signal.status().to_string();
+  EXPECT_EQ(signal->n_rows, 22u);
+  EXPECT_EQ(signal->n_samples, 1548931u);
+  EXPECT_EQ(signal->n_batches, 1u);
+  EXPECT_TRUE(signal->uniform);
 
   ASSERT_EQ(file.run_infos().size(), 1u);
   const RunInfo& ri = file.run_infos()[0];
@@ -127,7 +130,7 @@ TEST(FileReader, RealRna004Files) {
   ASSERT_TRUE(file.is_ok()) << file.status().to_string();
   EXPECT_EQ((*file)->info().n_reads, 180u);
   EXPECT_EQ((*file)->info().read_table_version, ReadTableVersion::kV4);
-  EXPECT_EQ((*file)->info().n_signal_batches, 2u);
+  EXPECT_EQ((*file)->signal_table_info()->n_batches, 2u);
   // Every read decodes and its samples match num_samples; run in parallel batches.
   std::atomic<uint64_t> n{0};
   Status s = (*file)->for_each_batch(2, [&](const ReadBatch& b) -> Status {

@@ -126,7 +126,7 @@ void check_round_trip(bool vbz) {
   EXPECT_EQ(info.read_table_version, ReadTableVersion::kV7);
   EXPECT_EQ(info.pod5_version, kWrittenPod5Version);
   EXPECT_EQ(info.software, "escpod");
-  EXPECT_TRUE(info.signal_batches_uniform);
+  EXPECT_TRUE((*file)->signal_table_info()->uniform);
   EXPECT_EQ(info.n_read_batches, 6u);
   ASSERT_EQ((*file)->run_infos().size(), 2u);
   EXPECT_EQ((*file)->run_infos()[0], make_run_info("acq_a"));
