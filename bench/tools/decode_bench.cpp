@@ -6,6 +6,8 @@
 #include <tbb/parallel_for_each.h>
 #include <tbb/task_arena.h>
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -88,9 +90,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "decode failed\n");
     return 1;
   }
-  std::printf("{\"tool\": \"escpod\", \"mode\": \"%s\", \"threads\": %d, \"reads\": %llu, "
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                     static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  std::printf("{\"tool\": \"escpod\", \"mode\": \"%s\", \"threads\": %d, \"cpu_s\": %.3f, \"reads\": %llu, "
               "\"samples\": %llu, \"seconds\": %.4f, \"reads_per_s\": %.1f, \"samples_per_s\": %.1f}\n",
-              to_pa ? "pa" : "int16", threads, static_cast<unsigned long long>(n_reads.load()),
+              to_pa ? "pa" : "int16", threads, cpu, static_cast<unsigned long long>(n_reads.load()),
               static_cast<unsigned long long>(n_samples.load()), secs,
               static_cast<double>(n_reads.load()) / secs, static_cast<double>(n_samples.load()) / secs);
   return 0;
