@@ -30,6 +30,7 @@ struct ModelOptions {
   std::string mode = "workers";  // bench: workers (one Workspace per thread) or intra (one, N threads)
   std::string isa = "default";
   bool reference = false;
+  bool profile = false;
 };
 
 std::string dims_str(const nn::ValueInfo& v) {
@@ -128,6 +129,16 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (float& v : input) v = dist(rng);
 
+  if (o.profile) {
+    nn::Workspace ws(o.mode == "intra" ? n_threads : 1);
+    ESCPOD_ASSIGN_OR_RETURN(auto times, model.profile(ws, shape, 20));
+    double total = 0;
+    for (const auto& t : times) total += t.second;
+    for (const auto& [text, secs] : times) {
+      std::printf("  %8.3f ms %5.1f%%  %s\n", secs * 1e3, total > 0 ? 100.0 * secs / total : 0.0, text.c_str());
+    }
+    std::printf("  %8.3f ms total per call\n", total * 1e3);
+  }
   const bool intra = o.mode == "intra";
   const int workers = intra ? 1 : n_threads;
   std::atomic<bool> stop{false};
@@ -159,6 +170,11 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   const long c0 = calls.load();
   const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+  // Slow configurations: extend the interval until every worker finished a few calls (cap 120 s).
+  while (calls.load() - c0 < 2L * workers && !stop.load() &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   const long c1 = calls.load();
   const auto t1 = std::chrono::steady_clock::now();
   stop = true;
@@ -215,6 +231,7 @@ void register_model(CLI::App& app, GlobalOptions& global) {
                     "workers: one Workspace per thread (throughput); intra: one call at a time "
                     "using all threads")
       ->check(CLI::IsMember({"workers", "intra"}));
+  bench->add_flag("--profile", opts->profile, "Also print the mean time of each plan step");
   add_model_flags(bench, *opts);
   add_common_flags(bench, global);
   set_body(bench, [opts, &global] { return run_bench(*opts, resolve_threads(global)); });

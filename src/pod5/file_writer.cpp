@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <unordered_set>
 
 #include "pod5/arrow_types.hpp"
@@ -24,7 +25,9 @@ namespace {
 // are kept and reported by every later call.
 class FdSink {
  public:
-  explicit FdSink(int fd) : m_fd(fd) { m_buffer.reserve(kBufferSize); }
+  explicit FdSink(int fd, size_t buffer_size = 1 << 20) : m_fd(fd), m_buffer_size(buffer_size) {
+    m_buffer.reserve(m_buffer_size);
+  }
   ~FdSink() {
     if (m_fd >= 0) ::close(m_fd);
   }
@@ -32,9 +35,9 @@ class FdSink {
     if (!m_error.ok()) return m_error;
     const auto* p = static_cast<const uint8_t*>(data);
     m_position += n;
-    if (m_buffer.size() + static_cast<size_t>(n) > kBufferSize) {
+    if (m_buffer.size() + static_cast<size_t>(n) > m_buffer_size) {
       ARROW_RETURN_NOT_OK(flush());
-      if (static_cast<size_t>(n) >= kBufferSize) return write_through(p, static_cast<size_t>(n));
+      if (static_cast<size_t>(n) >= m_buffer_size) return write_through(p, static_cast<size_t>(n));
     }
     m_buffer.insert(m_buffer.end(), p, p + n);
     return arrow::Status::OK();
@@ -59,7 +62,6 @@ class FdSink {
   }
 
  private:
-  static constexpr size_t kBufferSize = 1 << 20;
   arrow::Status write_through(const uint8_t* p, size_t n) {
     while (n > 0) {
       ssize_t w = ::write(m_fd, p, n);
@@ -74,6 +76,7 @@ class FdSink {
     return arrow::Status::OK();
   }
   int m_fd;
+  size_t m_buffer_size;
   int64_t m_position = 0;
   std::vector<uint8_t> m_buffer;
   arrow::Status m_error;
@@ -136,15 +139,19 @@ struct FileWriter::Impl {
   bool closed = false;
   Status failed;  // a failed write poisons the writer
 
-  // Pending signal batch.
-  arrow::FixedSizeBinaryBuilder sig_ids{arrow::fixed_size_binary(16)};
-  arrow::LargeBinaryBuilder sig_vbz;
-  std::shared_ptr<arrow::Int16Builder> sig_raw_values = std::make_shared<arrow::Int16Builder>();
-  std::unique_ptr<arrow::LargeListBuilder> sig_raw;
-  arrow::UInt32Builder sig_samples;
+  // Pending signal batch: ids, sample counts and the stored bytes of each chunk. The bytes stay
+  // in memory while the shared budget allows, else they go to a spill file beside the output,
+  // so a run writing hundreds of outputs holds a bounded amount of signal whatever their number.
+  std::vector<uint8_t> sig_ids;        // 16 bytes a row
+  std::vector<uint32_t> sig_samples;
+  std::vector<int64_t> sig_offsets{0};  // byte offsets (VBZ) or sample offsets (raw)
+  std::vector<uint8_t> sig_bytes;       // in-memory pending bytes
+  int64_t sig_reserved = 0;             // bytes of sig_bytes taken from the budget
+  std::optional<ScratchPath> spill_path;
+  std::unique_ptr<FdSink> spill;        // pending bytes beyond the budget
+  int64_t spill_bytes = 0;
   int64_t sig_pending = 0;
   uint64_t sig_rows_written = 0;
-  int64_t last_batch_bytes = 0;  // to reserve the next batch's buffer once, not grow it
 
   // Pending reads batch (columns as plain vectors; turned into Arrow arrays per batch).
   std::vector<ReadRecord> pending_reads;  // signal_rows filled with the rows we wrote
@@ -185,7 +192,7 @@ Status FileWriter::Impl::start() {
   ESCPOD_ASSIGN_OR_RETURN(int fd, open_for_write(staged->staging_path()));
   sink = std::make_unique<FdSink>(fd);
   ESCPOD_ASSIGN_OR_RETURN(int rfd, open_for_write(reads_scratch->path()));
-  reads_sink = std::make_unique<FdSink>(rfd);
+  reads_sink = std::make_unique<FdSink>(rfd, 64 << 10);
 
   ESCPOD_RETURN_IF_ERROR(arrow_status(sink->write(detail::kSignature, 8), "write"));
   ESCPOD_RETURN_IF_ERROR(arrow_status(sink->write(marker.data(), 16), "write"));
@@ -203,24 +210,29 @@ Status FileWriter::Impl::start() {
                                        reads_schema->metadata());
   if (!rw.ok()) return arrow_status(rw.status(), "reads table");
   reads_writer = *rw;
-  sig_raw = std::make_unique<arrow::LargeListBuilder>(
-      arrow::default_memory_pool(), sig_raw_values,
-      arrow::large_list(arrow::field("item", arrow::int16())));
   return Status::ok();
 }
 
 Status FileWriter::Impl::add_chunk(const ReadId& id, const uint8_t* bytes, size_t n_bytes,
                                    uint32_t n_samples) {
-  auto check = [this](const arrow::Status& s) { return arrow_status(s, "signal batch"); };
-  ESCPOD_RETURN_IF_ERROR(check(sig_ids.Append(id.bytes.data())));
-  if (options.vbz) {
-    ESCPOD_RETURN_IF_ERROR(check(sig_vbz.Append(bytes, static_cast<int64_t>(n_bytes))));
+  sig_ids.insert(sig_ids.end(), id.bytes.begin(), id.bytes.end());
+  sig_samples.push_back(n_samples);
+  const auto n = static_cast<int64_t>(n_bytes);
+  sig_offsets.push_back(sig_offsets.back() + (options.vbz ? n : n / 2));
+  const bool fits = !spill && (!options.signal_budget || options.signal_budget->try_take(n));
+  if (fits) {
+    sig_bytes.insert(sig_bytes.end(), bytes, bytes + n_bytes);
+    if (options.signal_budget) sig_reserved += n;
   } else {
-    ESCPOD_RETURN_IF_ERROR(check(sig_raw->Append()));
-    ESCPOD_RETURN_IF_ERROR(check(sig_raw_values->AppendValues(
-        reinterpret_cast<const int16_t*>(bytes), static_cast<int64_t>(n_bytes / 2))));
+    if (!spill) {
+      ESCPOD_ASSIGN_OR_RETURN(ScratchPath sp, ScratchPath::create(path, ".signal"));
+      spill_path.emplace(std::move(sp));
+      ESCPOD_ASSIGN_OR_RETURN(int fd, open_for_write(spill_path->path()));
+      spill = std::make_unique<FdSink>(fd, 64 << 10);
+    }
+    ESCPOD_RETURN_IF_ERROR(arrow_status(spill->write(bytes, n), "spill file"));
+    spill_bytes += n;
   }
-  ESCPOD_RETURN_IF_ERROR(check(sig_samples.Append(n_samples)));
   ++sig_pending;
   ++sig_rows_written;
   // Flush as soon as the batch is full, even mid-read: every batch but the last is uniform.
@@ -231,22 +243,65 @@ Status FileWriter::Impl::add_chunk(const ReadId& id, const uint8_t* bytes, size_
 Status FileWriter::Impl::flush_signal_batch() {
   if (sig_pending == 0) return Status::ok();
   auto check = [this](const arrow::Status& s) { return arrow_status(s, "signal batch"); };
-  std::shared_ptr<arrow::Array> ids, signal, samples;
-  ESCPOD_RETURN_IF_ERROR(check(sig_ids.Finish(&ids)));
-  if (options.vbz) {
-    last_batch_bytes = std::max(last_batch_bytes, sig_vbz.value_data_length());
-    ESCPOD_RETURN_IF_ERROR(check(sig_vbz.Finish(&signal)));
-    signal = wrap(detail::vbz_type(), signal);
-    ESCPOD_RETURN_IF_ERROR(check(sig_vbz.Reserve(options.signal_batch_rows)));
-    ESCPOD_RETURN_IF_ERROR(check(sig_vbz.ReserveData(last_batch_bytes + last_batch_bytes / 8)));
+  // The batch's bytes, contiguous: in memory, or the in-memory head plus the spilled tail.
+  std::shared_ptr<arrow::Buffer> data;
+  std::vector<uint8_t> joined;
+  if (spill_bytes > 0) {
+    ESCPOD_RETURN_IF_ERROR(check(spill->flush()));
+    joined.resize(sig_bytes.size() + static_cast<size_t>(spill_bytes));
+    std::memcpy(joined.data(), sig_bytes.data(), sig_bytes.size());
+    int fd = ::open(spill_path->path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(Status::io_error("cannot reopen " + spill_path->path().string()));
+    size_t got = 0;
+    while (got < static_cast<size_t>(spill_bytes)) {
+      ssize_t r = ::pread(fd, joined.data() + sig_bytes.size() + got, static_cast<size_t>(spill_bytes) - got,
+                          static_cast<off_t>(got));
+      if (r <= 0) {
+        ::close(fd);
+        return fail(Status::io_error("cannot read back " + spill_path->path().string()));
+      }
+      got += static_cast<size_t>(r);
+    }
+    ::close(fd);
+    data = arrow::Buffer::Wrap(joined.data(), static_cast<int64_t>(joined.size()));
   } else {
-    ESCPOD_RETURN_IF_ERROR(check(sig_raw->Finish(&signal)));
+    data = arrow::Buffer::Wrap(sig_bytes.data(), static_cast<int64_t>(sig_bytes.size()));
   }
-  ESCPOD_RETURN_IF_ERROR(check(sig_samples.Finish(&samples)));
+  auto offsets = arrow::Buffer::Wrap(sig_offsets.data(), static_cast<int64_t>(sig_offsets.size()));
+  std::shared_ptr<arrow::Array> signal;
+  if (options.vbz) {
+    signal = wrap(detail::vbz_type(), std::make_shared<arrow::LargeBinaryArray>(sig_pending, offsets, data));
+  } else {
+    auto values = std::make_shared<arrow::Int16Array>(data->size() / 2, data);
+    signal = std::make_shared<arrow::LargeListArray>(
+        arrow::large_list(arrow::field("item", arrow::int16())), sig_pending, offsets, values);
+  }
+  auto ids = std::make_shared<arrow::FixedSizeBinaryArray>(
+      arrow::fixed_size_binary(16), sig_pending,
+      arrow::Buffer::Wrap(sig_ids.data(), static_cast<int64_t>(sig_ids.size())));
+  auto samples = std::make_shared<arrow::UInt32Array>(
+      sig_pending, arrow::Buffer::Wrap(sig_samples.data(), static_cast<int64_t>(sig_samples.size())));
   auto batch = arrow::RecordBatch::Make(signal_schema, sig_pending,
                                         {wrap(detail::uuid_type(), ids), signal, samples});
+  ESCPOD_RETURN_IF_ERROR(check(signal_writer->WriteRecordBatch(*batch)));
+  // Reset, keeping capacity; give the memory back to the shared budget; empty the spill file.
   sig_pending = 0;
-  return check(signal_writer->WriteRecordBatch(*batch));
+  sig_ids.clear();
+  sig_samples.clear();
+  sig_offsets.assign(1, 0);
+  sig_bytes.clear();
+  if (options.signal_budget && sig_reserved > 0) {
+    options.signal_budget->give_back(sig_reserved);
+    sig_reserved = 0;
+    // Capacity held while a budget is in force would escape it.
+    std::vector<uint8_t>().swap(sig_bytes);
+  }
+  if (spill) {
+    spill.reset();
+    spill_path.reset();  // removes the file; a new one is made if needed again
+    spill_bytes = 0;
+  }
+  return Status::ok();
 }
 
 Status FileWriter::Impl::flush_reads_batch() {

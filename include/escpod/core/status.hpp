@@ -95,11 +95,12 @@ const Status& status_of(const Result<T>& r) { return r.status(); }
 #define ESCPOD_CONCAT(a, b) ESCPOD_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` (a Status or Result) from the enclosing function if it failed.
+// The Status is copied out within the full expression: `f().status()` would otherwise leave a
+// reference into a destroyed temporary. (Copying an OK Status is cheap: no message.)
 #define ESCPOD_RETURN_IF_ERROR(expr)                                          \
   do {                                                                        \
-    auto&& escpod_status_or_ = (expr);                                        \
-    if (!::escpod::detail::status_of(escpod_status_or_).is_ok())              \
-      return ::escpod::detail::status_of(escpod_status_or_);                  \
+    ::escpod::Status escpod_status_ = ::escpod::detail::status_of(expr);      \
+    if (!escpod_status_.is_ok()) return escpod_status_;                       \
   } while (false)
 
 // `lhs = value of expr`, or return its Status from the enclosing function.

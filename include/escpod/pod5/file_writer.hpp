@@ -9,6 +9,7 @@
 // Not thread-safe: one thread drives a writer (compress in workers, then add_read_chunks).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -26,6 +27,26 @@ namespace escpod::pod5 {
 // is the one we write, so no official reader migrates (or rewrites) what we wrote.
 inline constexpr const char* kWrittenPod5Version = "0.3.49";
 
+// Bytes of pending (not yet written) signal that all writers sharing it may hold in memory
+// together; a writer over budget spills its pending chunks to a scratch file beside its output.
+// Lets a run with hundreds of outputs keep memory bounded whatever their number. Thread-safe.
+class SignalMemoryBudget {
+ public:
+  explicit SignalMemoryBudget(int64_t bytes) : m_available(bytes) {}
+  bool try_take(int64_t n) {
+    int64_t have = m_available.load(std::memory_order_relaxed);
+    while (have >= n) {
+      if (m_available.compare_exchange_weak(have, have - n)) return true;
+    }
+    return false;
+  }
+  void give_back(int64_t n) { m_available.fetch_add(n); }
+  int64_t available() const { return m_available.load(); }
+
+ private:
+  std::atomic<int64_t> m_available;
+};
+
 struct WriterOptions {
   std::string software = "escpod";  // recorded in the footer and schema metadata
   bool vbz = true;                   // false: uncompressed LargeList<int16> signal
@@ -35,6 +56,8 @@ struct WriterOptions {
   int zstd_level = 1;
   bool overwrite = false;            // replace an existing destination
   FsyncMode fsync = FsyncMode::kNone;
+  // Shared cap on pending signal held in memory (nullptr: a full batch stays in memory).
+  std::shared_ptr<SignalMemoryBudget> signal_budget;
 };
 
 class FileWriter {

@@ -44,6 +44,18 @@ TEST(Result, ValueOrStatusPropagates) {
   EXPECT_EQ(check_both(1, 0).message(), "not positive: 0");
 }
 
+Status status_of_temporary(int x) {
+  // Regression: the macro once bound a reference to the Status inside a destroyed temporary.
+  ESCPOD_RETURN_IF_ERROR(parse_positive(x).status());
+  return Status::ok();
+}
+
+TEST(Result, ReturnIfErrorOnTemporaryStatus) {
+  EXPECT_TRUE(status_of_temporary(3).is_ok());
+  Status s = status_of_temporary(-7);
+  EXPECT_EQ(s.message(), "not positive: -7");
+}
+
 TEST(Result, MoveOnlyValues) {
   Result<std::unique_ptr<int>> r = std::make_unique<int>(7);
   ASSERT_TRUE(r.is_ok());

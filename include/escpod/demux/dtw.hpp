@@ -1,0 +1,71 @@
+// Dynamic time warping distance with the exact semantics WarpDemuX gets from dtaidistance 2.3.13
+// (C implementation, `distance(use_c=True, window=W, penalty=P)`); specified in
+// shared/docs/warpdemux-algorithm.md section 5.1:
+//
+//   D[i][j] = (a_i - b_j)^2 + min(D[i-1][j-1], D[i-1][j] + P^2, D[i][j-1] + P^2),
+//   D[-1][-1] = 0, every other out-of-grid cell +inf, result sqrt(D[n-1][m-1]), IEEE double,
+//   no fused multiply-add (the build passes -ffp-contract=off).
+//
+// The penalty is given in distance units and its square is charged per vertical/horizontal step.
+// Band: row i may use columns j in [i - max(0, n - m) - W + 1, i + max(0, m - n) + W), i.e. for
+// equal lengths |i - j| <= W - 1 (W = 1 is the Euclidean distance; W = 0 means no band).
+// NOTE the Rust escapepod uses a band one cell wider (|i - j| <= W); for WarpDemuX models that
+// moves probabilities by up to 0.017. To get escapepod's band, pass window + 1.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace escpod::demux {
+
+struct DtwParams {
+  size_t window = 0;     // band parameter W as above; 0 = unbanded
+  double penalty = 0.0;  // P, in distance units (squared when charged)
+};
+
+// Doubles of scratch dtw_distance needs for a second series of length m.
+inline size_t dtw_scratch_size(size_t m) { return 2 * (m + 1); }
+
+// DTW distance between a (length n) and b (length m). Returns +inf if either is empty; NaN inputs
+// propagate (callers validate). `scratch` must hold at least dtw_scratch_size(b.size()) doubles;
+// its contents are clobbered. Symmetric in (a, b) up to the band definition (which is symmetric).
+// Thread safety: pure function; reentrant.
+double dtw_distance(std::span<const double> a, std::span<const double> b, const DtwParams& params,
+                    std::span<double> scratch);
+
+// Convenience form that allocates its scratch (tests, one-off use; not for per-read loops).
+double dtw_distance(std::span<const double> a, std::span<const double> b, const DtwParams& params);
+
+// A set of equal-length reference series laid out for computing many distances from one query at
+// once (kLanes references per step, the same operations per lane as dtw_distance, so every result
+// equals dtw_distance bit for bit). Immutable after construction; share it between threads.
+class DtwBank {
+ public:
+  static constexpr size_t kLanes = 8;
+
+  DtwBank() = default;
+  // `rows` is n_rows x length, row-major. Precondition: rows.size() == n_rows * length.
+  DtwBank(std::span<const double> rows, size_t n_rows, size_t length);
+
+  size_t n_rows() const { return m_n_rows; }
+  size_t length() const { return m_length; }
+
+  // Doubles of scratch distances_to() needs.
+  size_t scratch_size() const { return 2 * (m_length + 1) * kLanes; }
+
+  // out[r] = dtw_distance(query, row r, params) for every row. Preconditions (asserted):
+  // query.size() == length(), out.size() == n_rows(), scratch.size() >= scratch_size().
+  // Reentrant: the bank is only read.
+  void distances_to(std::span<const double> query, const DtwParams& params,
+                    std::span<double> scratch, std::span<double> out) const;
+
+ private:
+  size_t m_n_rows = 0;
+  size_t m_length = 0;
+  // Blocks of kLanes rows; in block b, value j of lane l is at [b * length * kLanes + j * kLanes + l].
+  // The last block is padded with zero rows.
+  std::vector<double> m_interleaved;
+};
+
+}  // namespace escpod::demux

@@ -1,0 +1,510 @@
+#include "escpod/demux/warpdemux_model.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+#include "json_fields.hpp"
+
+namespace escpod::demux {
+
+namespace {
+
+using detail::Json;
+using detail::JsonFields;
+
+constexpr size_t kAny = std::numeric_limits<size_t>::max();
+
+std::string label_column(int32_t label) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "p%02d", static_cast<int>(label));
+  return buf;
+}
+
+// libsvm's sigmoid_predict, written to avoid overflow on either side.
+double platt(double decision, double a, double b) {
+  const double f = decision * a + b;
+  if (f >= 0.0) {
+    const double e = std::exp(-f);
+    return e / (1.0 + e);
+  }
+  return 1.0 / (1.0 + std::exp(f));
+}
+
+// libsvm's multiclass_probability (Wu, Lin and Weng 2004, method 2). r is k x k with
+// r[i][j] = P(i | i or j); p receives the k probabilities.
+void couple(size_t k, const double* r, double* q, double* qp, double* p) {
+  const size_t max_iter = std::max<size_t>(100, k);
+  const double eps = 0.005 / static_cast<double>(k);
+  for (size_t t = 0; t < k; ++t) {
+    p[t] = 1.0 / static_cast<double>(k);
+    q[t * k + t] = 0.0;
+    for (size_t j = 0; j < t; ++j) {
+      q[t * k + t] += r[j * k + t] * r[j * k + t];
+      q[t * k + j] = q[j * k + t];
+    }
+    for (size_t j = t + 1; j < k; ++j) {
+      q[t * k + t] += r[j * k + t] * r[j * k + t];
+      q[t * k + j] = -r[j * k + t] * r[t * k + j];
+    }
+  }
+  for (size_t iter = 0; iter < max_iter; ++iter) {
+    double pqp = 0.0;
+    for (size_t t = 0; t < k; ++t) {
+      qp[t] = 0.0;
+      for (size_t j = 0; j < k; ++j) qp[t] += q[t * k + j] * p[j];
+      pqp += p[t] * qp[t];
+    }
+    double max_error = 0.0;
+    for (size_t t = 0; t < k; ++t) max_error = std::max(max_error, std::fabs(qp[t] - pqp));
+    if (max_error < eps) break;
+    for (size_t t = 0; t < k; ++t) {
+      const double diff = (-qp[t] + pqp) / q[t * k + t];
+      p[t] += diff;
+      pqp = (pqp + diff * (diff * q[t * k + t] + 2.0 * qp[t])) / (1.0 + diff) / (1.0 + diff);
+      for (size_t j = 0; j < k; ++j) {
+        qp[j] = (qp[j] + diff * q[t * k + j]) / (1.0 + diff);
+        p[j] /= (1.0 + diff);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Result<WarpDemuxModel> WarpDemuxModel::load(const std::filesystem::path& path) {
+  ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
+  const JsonFields f(path.string());
+  if (!j.is_object()) return f.error("top level must be a JSON object");
+  if (const Json* mt = JsonFields::optional_member(j, "model_type");
+      (mt && mt->is_string() && mt->get<std::string>() == "gbm") || j.contains("trees")) {
+    return f.error("this is a GBM model (model_type gbm), not a DTW-SVM model");
+  }
+  if (const Json* fmt = JsonFields::optional_member(j, "format")) {
+    ESCPOD_ASSIGN_OR_RETURN(std::string s, f.string(*fmt, "format"));
+    if (s != "escapepod-wdx-dtw-svm") {
+      return Status::unsupported(f.file() + ": format '" + s +
+                                 "' is not a DTW-SVM model (expected escapepod-wdx-dtw-svm)");
+    }
+  }
+  if (const Json* fv = JsonFields::optional_member(j, "format_version")) {
+    ESCPOD_ASSIGN_OR_RETURN(int64_t v, f.integer(*fv, "format_version"));
+    if (v != 1) {
+      return Status::unsupported(f.file() + ": format_version " + std::to_string(v) +
+                                 " is not supported (this build reads 1)");
+    }
+  }
+
+  WarpDemuxModel m;
+  m.m_path = path;
+  m.m_name = path.stem().string();
+  if (const Json* v = JsonFields::optional_member(j, "model_name")) {
+    ESCPOD_ASSIGN_OR_RETURN(m.m_name, f.string(*v, "model_name"));
+  }
+  if (const Json* v = JsonFields::optional_member(j, "chemistry"); v && v->is_string()) {
+    m.m_chemistry = v->get<std::string>();
+  }
+  if (const Json* src = JsonFields::optional_member(j, "source"); src && src->is_object()) {
+    auto str = [&](const char* key) {
+      const Json* e = JsonFields::optional_member(*src, key);
+      return e && e->is_string() ? e->get<std::string>() : std::string();
+    };
+    m.m_source = str("project") + " " + str("warpdemux_version") + " (commit " +
+                 str("commit").substr(0, 7) + "), licence " + str("license");
+  }
+
+  // Classes.
+  ESCPOD_ASSIGN_OR_RETURN(const Json* classes_j, f.member(j, "classes"));
+  std::vector<int64_t> classes;
+  ESCPOD_RETURN_IF_ERROR(f.integers(*classes_j, "classes", kAny, classes));
+  const size_t k = classes.size();
+  if (k < 2) return f.error("classes has " + std::to_string(k) + " entries, need at least 2");
+  for (size_t a = 0; a < k; ++a)
+    for (size_t b = a + 1; b < k; ++b)
+      if (classes[a] == classes[b])
+        return f.error("classes lists " + std::to_string(classes[a]) + " twice");
+  if (const Json* v = JsonFields::optional_member(j, "n_classes")) {
+    ESCPOD_ASSIGN_OR_RETURN(int64_t nc, f.integer(*v, "n_classes"));
+    if (nc != static_cast<int64_t>(k))
+      return f.error("n_classes is " + std::to_string(nc) + " but classes has " +
+                     std::to_string(k) + " entries");
+  }
+  const size_t n_pairs = k * (k - 1) / 2;
+
+  // Training fingerprints.
+  ESCPOD_ASSIGN_OR_RETURN(const Json* fps_j, f.member(j, "training_fingerprints"));
+  if (!fps_j->is_array() || fps_j->empty())
+    return f.error("training_fingerprints must be a non-empty array of arrays");
+  const size_t n_train = fps_j->size();
+  size_t width = kAny;
+  if (const Json* v = JsonFields::optional_member(j, "n_features")) {
+    ESCPOD_ASSIGN_OR_RETURN(int64_t nf, f.integer(*v, "n_features"));
+    if (nf <= 0) return f.error("n_features must be positive");
+    width = static_cast<size_t>(nf);
+  }
+  std::vector<double> rows, row;
+  for (size_t r = 0; r < n_train; ++r) {
+    ESCPOD_RETURN_IF_ERROR(f.doubles((*fps_j)[r], "training_fingerprints[" + std::to_string(r) + "]",
+                                     width, row));
+    if (row.empty()) return f.error("training_fingerprints[0] is empty");
+    if (width == kAny) {
+      width = row.size();
+      rows.reserve(n_train * width);
+    }
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  if (const Json* v = JsonFields::optional_member(j, "n_training")) {
+    ESCPOD_ASSIGN_OR_RETURN(int64_t nt, f.integer(*v, "n_training"));
+    if (nt != static_cast<int64_t>(n_train))
+      return f.error("n_training is " + std::to_string(nt) + " but training_fingerprints has " +
+                     std::to_string(n_train) + " rows");
+  }
+
+  // Training labels -> class indices.
+  ESCPOD_ASSIGN_OR_RETURN(const Json* labels_j, f.member(j, "training_labels"));
+  std::vector<int64_t> train_labels;
+  ESCPOD_RETURN_IF_ERROR(f.integers(*labels_j, "training_labels", n_train, train_labels));
+  m.m_training_class.resize(n_train);
+  for (size_t r = 0; r < n_train; ++r) {
+    auto it = std::find(classes.begin(), classes.end(), train_labels[r]);
+    if (it == classes.end())
+      return f.error("training_labels[" + std::to_string(r) + "] = " +
+                     std::to_string(train_labels[r]) + " is not in classes");
+    m.m_training_class[r] = static_cast<int32_t>(it - classes.begin());
+  }
+  if (const Json* v = JsonFields::optional_member(j, "training_class_index")) {
+    std::vector<int64_t> tci;
+    ESCPOD_RETURN_IF_ERROR(f.integers(*v, "training_class_index", n_train, tci));
+    for (size_t r = 0; r < n_train; ++r)
+      if (tci[r] != m.m_training_class[r])
+        return f.error("training_class_index[" + std::to_string(r) + "] = " +
+                       std::to_string(tci[r]) + " disagrees with training_labels (class index " +
+                       std::to_string(m.m_training_class[r]) + ")");
+  }
+  m.m_class_rows.assign(k, 0);
+  for (int32_t c : m.m_training_class) ++m.m_class_rows[static_cast<size_t>(c)];
+
+  // Support vectors, grouped by class.
+  ESCPOD_ASSIGN_OR_RETURN(const Json* sup_j, f.member(j, "support_indices"));
+  std::vector<int64_t> sup;
+  ESCPOD_RETURN_IF_ERROR(f.integers(*sup_j, "support_indices", kAny, sup));
+  if (sup.empty()) return f.error("support_indices is empty");
+  const size_t n_sv = sup.size();
+  m.m_support_rows.resize(n_sv);
+  for (size_t s = 0; s < n_sv; ++s) {
+    if (sup[s] < 0 || static_cast<size_t>(sup[s]) >= n_train)
+      return f.error("support_indices[" + std::to_string(s) + "] = " + std::to_string(sup[s]) +
+                     " is outside the " + std::to_string(n_train) + " training rows");
+    m.m_support_rows[s] = static_cast<uint32_t>(sup[s]);
+  }
+  std::vector<int64_t> n_support(k, 0);
+  if (const Json* v = JsonFields::optional_member(j, "n_support")) {
+    ESCPOD_RETURN_IF_ERROR(f.integers(*v, "n_support", k, n_support));
+    int64_t total = 0;
+    for (int64_t c : n_support) {
+      if (c < 0) return f.error("n_support has a negative count");
+      total += c;
+    }
+    if (total != static_cast<int64_t>(n_sv))
+      return f.error("n_support sums to " + std::to_string(total) + " but support_indices has " +
+                     std::to_string(n_sv) + " entries");
+  } else {
+    for (uint32_t r : m.m_support_rows) ++n_support[static_cast<size_t>(m.m_training_class[r])];
+  }
+  m.m_sv_start.assign(k + 1, 0);
+  for (size_t c = 0; c < k; ++c)
+    m.m_sv_start[c + 1] = m.m_sv_start[c] + static_cast<size_t>(n_support[c]);
+  for (size_t c = 0; c < k; ++c)
+    for (size_t s = m.m_sv_start[c]; s < m.m_sv_start[c + 1]; ++s)
+      if (m.m_training_class[m.m_support_rows[s]] != static_cast<int32_t>(c))
+        return f.error("support vector " + std::to_string(s) + " (training row " +
+                       std::to_string(m.m_support_rows[s]) + ") belongs to class index " +
+                       std::to_string(m.m_training_class[m.m_support_rows[s]]) +
+                       ", but n_support places it in class index " + std::to_string(c) +
+                       " (support vectors must be grouped by class)");
+
+  // Dual coefficients, intercepts, Platt parameters.
+  ESCPOD_ASSIGN_OR_RETURN(const Json* dc_j, f.member(j, "dual_coef"));
+  if (!dc_j->is_array() || dc_j->size() != k - 1)
+    return f.error("dual_coef must have n_classes - 1 = " + std::to_string(k - 1) + " rows");
+  m.m_dual_coef.reserve((k - 1) * n_sv);
+  for (size_t r = 0; r + 1 < k; ++r) {
+    ESCPOD_RETURN_IF_ERROR(
+        f.doubles((*dc_j)[r], "dual_coef[" + std::to_string(r) + "] (one value per support vector)",
+                  n_sv, row));
+    m.m_dual_coef.insert(m.m_dual_coef.end(), row.begin(), row.end());
+  }
+  ESCPOD_ASSIGN_OR_RETURN(const Json* ic_j, f.member(j, "intercept"));
+  ESCPOD_RETURN_IF_ERROR(f.doubles(*ic_j, "intercept (one per class pair)", n_pairs, m.m_intercept));
+  const Json* pa = JsonFields::optional_member(j, "prob_a");
+  const Json* pb = JsonFields::optional_member(j, "prob_b");
+  if ((pa == nullptr) != (pb == nullptr)) return f.error("prob_a and prob_b must come together");
+  if (pa) {
+    ESCPOD_RETURN_IF_ERROR(f.doubles(*pa, "prob_a (one per class pair)", n_pairs, m.m_prob_a));
+    ESCPOD_RETURN_IF_ERROR(f.doubles(*pb, "prob_b (one per class pair)", n_pairs, m.m_prob_b));
+  }
+
+  // Kernel and DTW parameters.
+  if (const Json* kp = JsonFields::optional_member(j, "kernel_params")) {
+    ESCPOD_ASSIGN_OR_RETURN(const Json* g, f.member(*kp, "gamma"));
+    ESCPOD_ASSIGN_OR_RETURN(m.m_gamma, f.number(*g, "kernel_params.gamma"));
+    ESCPOD_ASSIGN_OR_RETURN(const Json* p, f.member(*kp, "power"));
+    ESCPOD_ASSIGN_OR_RETURN(m.m_power, f.number(*p, "kernel_params.power"));
+  } else {
+    return f.error("missing field 'kernel_params' (gamma, power)");
+  }
+  if (!(m.m_gamma > 0.0)) return f.error("kernel_params.gamma must be > 0");
+  if (!(m.m_power > 0.0)) return f.error("kernel_params.power must be > 0");
+  if (const Json* kj = JsonFields::optional_member(j, "kernel")) {
+    if (const Json* dt = JsonFields::optional_member(*kj, "distance_dtype"); dt && dt->is_string()) {
+      m.m_kernel_f32 = dt->get<std::string>() == "float32";
+    }
+  }
+  const Json* dtw_j = JsonFields::optional_member(j, "dtw");
+  auto read_dtw = [&](const char* key, bool integral, double& out, bool& found) -> Status {
+    found = false;
+    const Json* top = JsonFields::optional_member(j, key);
+    const Json* nested = dtw_j ? JsonFields::optional_member(*dtw_j, key) : nullptr;
+    double a = 0, b = 0;
+    if (top) {
+      if (integral) {
+        ESCPOD_ASSIGN_OR_RETURN(int64_t x, f.integer(*top, key));
+        a = static_cast<double>(x);
+      } else {
+        ESCPOD_ASSIGN_OR_RETURN(a, f.number(*top, key));
+      }
+    }
+    if (nested) {
+      if (integral) {
+        ESCPOD_ASSIGN_OR_RETURN(int64_t x, f.integer(*nested, std::string("dtw.") + key));
+        b = static_cast<double>(x);
+      } else {
+        ESCPOD_ASSIGN_OR_RETURN(b, f.number(*nested, std::string("dtw.") + key));
+      }
+    }
+    if (top && nested && a != b)
+      return f.error(std::string(key) + " and dtw." + key + " disagree");
+    if (top || nested) {
+      found = true;
+      out = top ? a : b;
+      if (out < 0) return f.error(std::string(key) + " must not be negative");
+    }
+    return Status::ok();
+  };
+  double window = 0, penalty = 0;
+  bool found = false;
+  ESCPOD_RETURN_IF_ERROR(read_dtw("window", true, window, found));
+  ESCPOD_RETURN_IF_ERROR(read_dtw("penalty", false, penalty, found));
+  m.m_dtw.window = static_cast<size_t>(window);
+  m.m_dtw.penalty = penalty;
+  if (const Json* v = JsonFields::optional_member(j, "use_kernel_weighted")) {
+    ESCPOD_ASSIGN_OR_RETURN(m.m_kernel_weighted, f.boolean(*v, "use_kernel_weighted"));
+  }
+
+  // Labels, thresholds, noise class.
+  ESCPOD_ASSIGN_OR_RETURN(const Json* lm_j, f.member(j, "label_mapper"));
+  if (!lm_j->is_object()) return f.error("label_mapper must be an object {class index: label}");
+  if (lm_j->size() != k)
+    return f.error("label_mapper has " + std::to_string(lm_j->size()) + " entries, expected " +
+                   std::to_string(k) + " (one per class index)");
+  m.m_labels.resize(k);
+  for (size_t c = 0; c < k; ++c) {
+    const std::string key = std::to_string(c);
+    auto it = lm_j->find(key);
+    if (it == lm_j->end()) return f.error("label_mapper has no entry for class index " + key);
+    ESCPOD_ASSIGN_OR_RETURN(int64_t lab, f.integer(*it, "label_mapper[\"" + key + "\"]"));
+    if (lab < std::numeric_limits<int32_t>::min() || lab > std::numeric_limits<int32_t>::max())
+      return f.error("label_mapper[\"" + key + "\"] is out of range");
+    m.m_labels[c] = static_cast<int32_t>(lab);
+    if (lab == kUnclassifiedLabel) m.m_noise_index = static_cast<int32_t>(c);
+  }
+  bool noise_class = false;
+  if (const Json* v = JsonFields::optional_member(j, "noise_class")) {
+    ESCPOD_ASSIGN_OR_RETURN(noise_class, f.boolean(*v, "noise_class"));
+  }
+  if (noise_class && m.m_noise_index < 0)
+    return f.error("noise_class is true but no class maps to label -1 in label_mapper");
+  if (const Json* v = JsonFields::optional_member(j, "thresholds")) {
+    ESCPOD_RETURN_IF_ERROR(f.doubles(*v, "thresholds (one per class)", k, m.m_thresholds));
+  }
+  if (const Json* v = JsonFields::optional_member(j, "barcodes")) {
+    std::vector<int64_t> bc;
+    ESCPOD_RETURN_IF_ERROR(f.integers(*v, "barcodes", kAny, bc));
+    for (int64_t b : bc) m.m_barcodes.push_back(static_cast<int32_t>(b));
+  } else {
+    for (int32_t lab : m.m_labels)
+      if (lab != kUnclassifiedLabel) m.m_barcodes.push_back(lab);
+  }
+  for (int32_t lab : m.m_labels) m.m_output_columns.push_back(label_column(lab));
+
+  m.m_bank = DtwBank(rows, n_train, width);
+  return m;
+}
+
+WarpDemuxModel::Scratch WarpDemuxModel::make_scratch() const {
+  Scratch s;
+  const size_t k = n_classes();
+  s.dtw.resize(m_bank.scratch_size());
+  s.distances.resize(n_training());
+  s.kernel.resize(n_training());
+  s.decision.resize(n_pairs());
+  s.pairwise.resize(n_pairs());
+  s.r.resize(k * k);
+  s.q.resize(k * k);
+  s.qp.resize(k);
+  return s;
+}
+
+void WarpDemuxModel::distances(std::span<const double> fingerprint, Scratch& s,
+                               std::span<double> out) const {
+  if (s.dtw.size() < m_bank.scratch_size()) s.dtw.resize(m_bank.scratch_size());
+  m_bank.distances_to(fingerprint, m_dtw, s.dtw, out);
+}
+
+void WarpDemuxModel::classify(std::span<const double> fingerprint, Scratch& s, Classification& out,
+                              KernelPrecision precision) const {
+  const size_t k = n_classes();
+  bool usable = fingerprint.size() == n_features();
+  for (size_t i = 0; usable && i < fingerprint.size(); ++i) usable = std::isfinite(fingerprint[i]);
+  if (!usable) {
+    out.status = CallStatus::kInvalidInput;
+    out.label = out.best_label = kUnclassifiedLabel;
+    out.class_index = -1;
+    out.confidence = 0.0;
+    out.threshold = 0.0;
+    out.probabilities.clear();
+    return;
+  }
+  if (s.distances.size() != n_training() || s.r.size() != k * k) s = make_scratch();
+
+  distances(fingerprint, s, s.distances);
+
+  const bool f32 = precision == KernelPrecision::kFloat32 ||
+                   (precision == KernelPrecision::kModelDefault && m_kernel_f32);
+  const size_t n_train = n_training();
+  if (f32) {
+    const auto neg_gamma = static_cast<float>(-m_gamma);
+    for (size_t r = 0; r < n_train; ++r) {
+      const auto d = static_cast<float>(s.distances[r]);
+      const float dp = m_power == 1.0 ? d : static_cast<float>(std::pow(static_cast<double>(d), m_power));
+      const float x = neg_gamma * dp;
+      s.kernel[r] = static_cast<double>(static_cast<float>(std::exp(static_cast<double>(x))));
+    }
+  } else {
+    for (size_t r = 0; r < n_train; ++r) {
+      const double d = s.distances[r];
+      s.kernel[r] = std::exp(-m_gamma * (m_power == 1.0 ? d : std::pow(d, m_power)));
+    }
+  }
+
+  // One-vs-one decision values.
+  const size_t n_sv = n_support();
+  size_t pair = 0;
+  if (m_kernel_weighted) {
+    // Class score = mean kernel over the class's training rows; f_ab = score_a - score_b.
+    double* score = s.qp.data();
+    std::fill(score, score + k, 0.0);
+    for (size_t r = 0; r < n_train; ++r) score[m_training_class[r]] += s.kernel[r];
+    for (size_t c = 0; c < k; ++c)
+      score[c] = m_class_rows[c] ? score[c] / static_cast<double>(m_class_rows[c]) : 0.0;
+    for (size_t a = 0; a < k; ++a)
+      for (size_t b = a + 1; b < k; ++b) s.decision[pair++] = score[a] - score[b];
+  } else {
+    for (size_t a = 0; a < k; ++a) {
+      for (size_t b = a + 1; b < k; ++b) {
+        const double* coef_a = m_dual_coef.data() + (b - 1) * n_sv;
+        const double* coef_b = m_dual_coef.data() + a * n_sv;
+        double sum = 0.0;
+        for (size_t sv = m_sv_start[a]; sv < m_sv_start[a + 1]; ++sv)
+          sum += coef_a[sv] * s.kernel[m_support_rows[sv]];
+        for (size_t sv = m_sv_start[b]; sv < m_sv_start[b + 1]; ++sv)
+          sum += coef_b[sv] * s.kernel[m_support_rows[sv]];
+        s.decision[pair] = sum - (-m_intercept[pair]);  // libsvm: sum - rho, rho = -intercept
+        ++pair;
+      }
+    }
+  }
+
+  // Probabilities.
+  out.probabilities.resize(k);
+  double* p = out.probabilities.data();
+  if (has_platt()) {
+    constexpr double kMinProb = 1e-7;
+    pair = 0;
+    for (size_t a = 0; a < k; ++a) {
+      for (size_t b = a + 1; b < k; ++b) {
+        double r = platt(s.decision[pair], m_prob_a[pair], m_prob_b[pair]);
+        r = std::min(std::max(r, kMinProb), 1.0 - kMinProb);
+        s.pairwise[pair] = r;
+        s.r[a * k + b] = r;
+        s.r[b * k + a] = 1.0 - r;
+        ++pair;
+      }
+    }
+    if (k == 2) {
+      p[0] = s.r[1];
+      p[1] = s.r[2];
+    } else {
+      couple(k, s.r.data(), s.q.data(), s.qp.data(), p);
+    }
+  } else {
+    // escapepod without Platt parameters: each pair votes sigmoid(f) / 1 - sigmoid(f).
+    std::fill(p, p + k, 0.0);
+    pair = 0;
+    for (size_t a = 0; a < k; ++a) {
+      for (size_t b = a + 1; b < k; ++b) {
+        const double sig = 1.0 / (1.0 + std::exp(-s.decision[pair]));
+        s.pairwise[pair] = sig;
+        p[a] += sig;
+        p[b] += 1.0 - sig;
+        ++pair;
+      }
+    }
+    double total = 0.0;
+    for (size_t c = 0; c < k; ++c) total += p[c];
+    if (total > 0.0)
+      for (size_t c = 0; c < k; ++c) p[c] /= total;
+  }
+
+  apply_decision_rule(m_labels, m_thresholds, m_noise_index, TieRule::kFirstMax, out);
+}
+
+std::string WarpDemuxModel::describe() const {
+  std::ostringstream o;
+  o << "model:          " << m_name << "\n";
+  o << "file:           " << m_path.string() << "\n";
+  if (!m_chemistry.empty()) o << "chemistry:      " << m_chemistry << "\n";
+  o << "kind:           DTW-kernel SVM (WarpDemuX-compatible)\n";
+  o << "barcodes:      ";
+  for (int32_t b : m_barcodes) o << " " << b;
+  o << "\n";
+  o << "classes:        " << n_classes();
+  if (m_noise_index >= 0) o << " (class " << m_noise_index << " is the noise class, label -1)";
+  o << "\n";
+  o << "  index  label  column  threshold  training rows  support vectors\n";
+  for (size_t c = 0; c < n_classes(); ++c) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %5zu  %5d  %-6s  %9s  %13zu  %15zu\n", c,
+                  static_cast<int>(m_labels[c]), m_output_columns[c].c_str(),
+                  m_thresholds.empty() ? "-" : std::to_string(m_thresholds[c]).substr(0, 6).c_str(),
+                  m_class_rows[c], m_sv_start[c + 1] - m_sv_start[c]);
+    o << line;
+  }
+  o << "fingerprint:    " << n_features() << " values\n";
+  o << "training rows:  " << n_training() << " (" << n_support() << " support vectors)\n";
+  o << "DTW:            window " << m_dtw.window << " (band |i-j| <= " << m_dtw.window
+    << " - 1), penalty " << m_dtw.penalty << " (squared per non-diagonal step)\n";
+  o << "kernel:         exp(-" << m_gamma << " * d^" << m_power << "), "
+    << (m_kernel_f32 ? "float32" : "float64") << (m_kernel_weighted ? ", kernel-weighted" : "")
+    << "\n";
+  o << "probabilities:  "
+    << (has_platt() ? "Platt scaling + pairwise coupling (libsvm)" : "pairwise sigmoid votes")
+    << "\n";
+  if (!m_source.empty()) o << "source:         " << m_source << "\n";
+  return o.str();
+}
+
+}  // namespace escpod::demux

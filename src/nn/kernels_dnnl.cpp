@@ -1,0 +1,369 @@
+// oneDNN-backed steps: convolution, deconvolution, matmul (with fused activations) and LSTM.
+// Primitives and reordered weights belong to the plan (shared by workers); memory objects and
+// argument lists are per worker (StepState). Execution uses the C API with prebuilt argument
+// arrays so a run allocates nothing on our side.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdlib>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "nn/plan.hpp"
+#include "nn/simd.hpp"
+
+namespace escpod::nn::detail {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+const dnnl::engine& engine() {
+  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+dnnl::algorithm eltwise_alg(PostOp::Kind k) {
+  switch (k) {
+    case PostOp::Kind::kRelu: return dnnl::algorithm::eltwise_relu;
+    case PostOp::Kind::kSigmoid: return dnnl::algorithm::eltwise_logistic;
+    case PostOp::Kind::kTanh: return dnnl::algorithm::eltwise_tanh;
+    case PostOp::Kind::kSilu: return dnnl::algorithm::eltwise_swish;
+    case PostOp::Kind::kLinear: return dnnl::algorithm::eltwise_linear;
+  }
+  return dnnl::algorithm::eltwise_linear;
+}
+
+dnnl::primitive_attr make_attr(const std::vector<PostOp>& ops) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (!ops.empty()) {
+    dnnl::post_ops po;
+    for (const PostOp& op : ops) {
+      const float alpha = op.kind == PostOp::Kind::kSilu ? 1.0f : op.kind == PostOp::Kind::kLinear ? op.alpha : 0.0f;
+      const float beta = op.kind == PostOp::Kind::kLinear ? op.beta : 0.0f;
+      po.append_eltwise(1.0f, eltwise_alg(op.kind), alpha, beta);
+    }
+    attr.set_post_ops(po);
+  }
+  return attr;
+}
+
+// Weights in a primitive's preferred layout, shared across the plans (batch sizes) that ask for
+// the same source tensor in the same layout, so the model keeps one copy per layout.
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::shared_ptr<void>;
+
+Buffer shared_weights(const void* source_key, const dnnl::memory::desc& want, const dnnl::memory& user) {
+  struct Entry {
+    const void* key;
+    dnnl::memory::desc md;
+    std::weak_ptr<void> buf;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Entry& e : cache) {
+    if (e.key == source_key && e.md == want) {
+      if (Buffer b = e.buf.lock()) return b;
+    }
+  }
+  const size_t bytes = (want.get_size() + 63) / 64 * 64;
+  Buffer buf(std::aligned_alloc(64, bytes == 0 ? 64 : bytes), AlignedFree{});
+  dnnl::memory dst(want, engine(), buf.get());
+  dnnl::stream s(engine());
+  dnnl::reorder(user, dst).execute(s, const_cast<dnnl::memory&>(user), dst);
+  s.wait();
+  std::erase_if(cache, [](const Entry& e) { return e.buf.expired(); });
+  cache.push_back(Entry{source_key, want, buf});
+  return buf;
+}
+
+// Per-worker bindings: memory objects and the argument array.
+class DnnlState final : public StepState {
+ public:
+  std::vector<dnnl::memory> mems;
+  std::vector<dnnl_exec_arg_t> args;
+  dnnl::memory src, dst, scratch;
+};
+
+class DnnlStep : public Step {
+ public:
+  std::size_t scratch_bytes() const override { return m_scratch_md.get_size(); }
+
+  std::unique_ptr<StepState> bind() const override {
+    auto st = std::make_unique<DnnlState>();
+    st->src = dnnl::memory(m_src_md, engine(), DNNL_MEMORY_NONE);
+    st->dst = dnnl::memory(m_dst_md, engine(), DNNL_MEMORY_NONE);
+    st->scratch = dnnl::memory(m_scratch_md, engine(), DNNL_MEMORY_NONE);
+    st->args.push_back({m_src_arg, st->src.get()});
+    st->args.push_back({DNNL_ARG_DST, st->dst.get()});
+    st->args.push_back({DNNL_ARG_SCRATCHPAD, st->scratch.get()});
+    for (const auto& [arg, md, buf] : m_consts) {
+      st->mems.emplace_back(md, engine(), buf.get());
+      st->args.push_back({arg, st->mems.back().get()});
+    }
+    return st;
+  }
+
+  void run(const ExecContext& ctx, StepState* state) const override {
+    auto* st = static_cast<DnnlState*>(state);
+    dnnl_memory_set_data_handle(st->src.get(), resolve(ctx, m_src));
+    dnnl_memory_set_data_handle(st->dst.get(), resolve(ctx, m_dst));
+    dnnl_memory_set_data_handle(st->scratch.get(), ctx.scratchpad);
+    dnnl_primitive_execute(m_prim.get(), static_cast<dnnl_stream_t>(ctx.dnnl_stream),
+                           static_cast<int>(st->args.size()), st->args.data());
+  }
+
+ protected:
+  void add_const(int arg, const dnnl::memory::desc& md, Buffer buf) {
+    m_consts.push_back({arg, md, std::move(buf)});
+  }
+  struct Const {
+    int arg;
+    dnnl::memory::desc md;
+    Buffer buf;
+  };
+  dnnl::primitive m_prim;
+  dnnl::memory::desc m_src_md, m_dst_md, m_scratch_md;
+  int m_src_arg = DNNL_ARG_SRC;
+  Loc m_src, m_dst;
+  std::vector<Const> m_consts;
+};
+
+Buffer plain_copy(const float* data, size_t n) {
+  Buffer b(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64), AlignedFree{});
+  std::copy(data, data + n, static_cast<float*>(b.get()));
+  return b;
+}
+
+class DnnlConv final : public DnnlStep {
+ public:
+  explicit DnnlConv(const ConvParams& p) {
+    m_src = p.src;
+    m_dst = p.dst;
+    m_src_md = dnnl::memory::desc({p.n, p.ic, p.iw}, dt::f32, p.src_nwc ? tag::nwc : tag::ncw);
+    m_dst_md = dnnl::memory::desc({p.n, p.oc, p.ow}, dt::f32, p.dst_nwc ? tag::nwc : tag::ncw);
+    const dnnl::memory::desc w_any({p.oc, p.ic, p.k}, dt::f32, tag::any);
+    // ONNX weights: Conv [oc][ic][k] (oiw); ConvTranspose [ic][oc][k] (logical oc,ic,k -> bac).
+    const dnnl::memory::desc w_user({p.oc, p.ic, p.k}, dt::f32, p.transposed ? tag::bac : tag::oiw);
+    const dnnl::memory::desc b_md({p.oc}, dt::f32, tag::x);
+    const dnnl::memory::desc no_bias;
+    const dnnl::memory::dims strides{p.stride}, dil{p.dilation - 1}, pl{p.pad_l}, pr{p.pad_r};
+    const dnnl::primitive_attr attr = make_attr(p.post_ops);
+    dnnl::memory::desc w_md;
+    if (p.transposed) {
+      dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                          m_src_md, w_any, p.bias ? b_md : no_bias, m_dst_md, strides, dil, pl, pr);
+      dnnl::deconvolution_forward::primitive_desc pd(d, attr, engine());
+      m_prim = dnnl::deconvolution_forward(pd);
+      w_md = pd.weights_desc();
+      m_scratch_md = pd.scratchpad_desc();
+    } else {
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                        m_src_md, w_any, p.bias ? b_md : no_bias, m_dst_md, strides, dil, pl, pr);
+      dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
+      m_prim = dnnl::convolution_forward(pd);
+      w_md = pd.weights_desc();
+      m_scratch_md = pd.scratchpad_desc();
+    }
+    dnnl::memory user(w_user, engine(), const_cast<float*>(p.weights));
+    add_const(DNNL_ARG_WEIGHTS, w_md, shared_weights(p.weights, w_md, user));
+    if (p.bias) add_const(DNNL_ARG_BIAS, b_md, plain_copy(p.bias, static_cast<size_t>(p.oc)));
+  }
+};
+
+class DnnlMatMul final : public DnnlStep {
+ public:
+  explicit DnnlMatMul(const MatMulParams& p) {
+    m_src = p.src;
+    m_dst = p.dst;
+    m_src_md = dnnl::memory::desc({p.m, p.k}, dt::f32, tag::ab);
+    m_dst_md = dnnl::memory::desc({p.m, p.n}, dt::f32, tag::ab);
+    const dnnl::memory::desc w_any({p.k, p.n}, dt::f32, tag::any);
+    const dnnl::memory::desc w_user({p.k, p.n}, dt::f32, tag::ab);
+    const dnnl::memory::desc b_md({1, p.n}, dt::f32, tag::ab);
+    dnnl::matmul::desc d(m_src_md, w_any, p.bias ? b_md : dnnl::memory::desc(), m_dst_md);
+    dnnl::matmul::primitive_desc pd(d, make_attr(p.post_ops), engine());
+    m_prim = dnnl::matmul(pd);
+    m_scratch_md = pd.scratchpad_desc();
+    const dnnl::memory::desc w_md = pd.weights_desc();
+    dnnl::memory user(w_user, engine(), const_cast<float*>(p.weights));
+    add_const(DNNL_ARG_WEIGHTS, w_md, shared_weights(p.weights, w_md, user));
+    if (p.bias) add_const(DNNL_ARG_BIAS, b_md, plain_copy(p.bias, static_cast<size_t>(p.n)));
+  }
+};
+
+class DnnlLstm final : public DnnlStep {
+ public:
+  explicit DnnlLstm(const LstmParams& p) {
+    m_src = p.src;
+    m_dst = p.dst;
+    m_src_arg = DNNL_ARG_SRC_LAYER;
+    const int64_t H = p.h, C = p.c;
+    m_src_md = dnnl::memory::desc({p.t, p.n, C}, dt::f32, tag::tnc);
+    m_dst_md = dnnl::memory::desc({p.t, p.n, H}, dt::f32, tag::tnc);
+    const dnnl::memory::desc wl_any({1, 1, C, 4, H}, dt::f32, tag::any);
+    const dnnl::memory::desc wi_any({1, 1, H, 4, H}, dt::f32, tag::any);
+    const dnnl::memory::desc b_md({1, 1, 4, H}, dt::f32, tag::ldgo);
+    dnnl::lstm_forward::desc d(dnnl::prop_kind::forward_inference,
+                               p.reverse ? dnnl::rnn_direction::unidirectional_right2left
+                                         : dnnl::rnn_direction::unidirectional_left2right,
+                               m_src_md, dnnl::memory::desc(), dnnl::memory::desc(), wl_any, wi_any, b_md,
+                               m_dst_md, dnnl::memory::desc(), dnnl::memory::desc());
+    dnnl::lstm_forward::primitive_desc pd(d, make_attr({}), engine());
+    m_prim = dnnl::lstm_forward(pd);
+    m_scratch_md = pd.scratchpad_desc();
+    // ONNX gates i, o, f, c -> oneDNN i, f, c, o; ONNX [g*H+o][in] -> ldigo [in][g][o].
+    static constexpr int kFromOnnx[4] = {0, 2, 3, 1};
+    auto to_ldigo = [&](const float* w, int64_t in) {
+      std::vector<float> v(static_cast<size_t>(in * 4 * H));
+      for (int64_t g = 0; g < 4; ++g) {
+        const int64_t og = kFromOnnx[g];
+        for (int64_t o = 0; o < H; ++o) {
+          for (int64_t i = 0; i < in; ++i) v[static_cast<size_t>((i * 4 + g) * H + o)] = w[(og * H + o) * in + i];
+        }
+      }
+      return v;
+    };
+    std::vector<float> wl = to_ldigo(p.w, C), wi = to_ldigo(p.r, H);
+    std::vector<float> bias(static_cast<size_t>(4 * H));
+    for (int64_t g = 0; g < 4; ++g) {
+      for (int64_t o = 0; o < H; ++o) bias[static_cast<size_t>(g * H + o)] = p.bias[kFromOnnx[g] * H + o];
+    }
+    const dnnl::memory::desc wl_md = pd.weights_layer_desc(), wi_md = pd.weights_iter_desc();
+    dnnl::memory wl_user(dnnl::memory::desc({1, 1, C, 4, H}, dt::f32, tag::ldigo), engine(), wl.data());
+    dnnl::memory wi_user(dnnl::memory::desc({1, 1, H, 4, H}, dt::f32, tag::ldigo), engine(), wi.data());
+    add_const(DNNL_ARG_WEIGHTS_LAYER, wl_md, shared_weights(p.w, wl_md, wl_user));
+    add_const(DNNL_ARG_WEIGHTS_ITER, wi_md, shared_weights(p.r, wi_md, wi_user));
+    add_const(DNNL_ARG_BIAS, b_md, plain_copy(bias.data(), bias.size()));
+  }
+};
+
+// LSTM as GEMMs plus a fused cell: all input projections in one sgemm ([T*N, C] x [C, 4H]), then
+// per time step one sgemm of the previous output rows with R^T accumulated into that step's
+// gates, and the vectorised cell (simd.cpp) writing h straight into the output. At batch 1 this
+// is ~10x faster than oneDNN 2.6's LSTM primitive (whose per-step overhead dominates there);
+// ESCPOD_NN_LSTM=onednn selects the primitive instead, for comparison.
+class GemmLstm final : public Step {
+ public:
+  explicit GemmLstm(const LstmParams& p)
+      : m_p(p), m_cell(lstm_cell_fn(simd_level())), m_gemm(gemm_acc_fn(simd_level())) {
+    m_rt = shared_transposed(p.r, 4 * p.h, p.h);
+    m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
+  }
+  std::size_t scratch_bytes() const override {
+    return static_cast<std::size_t>(m_p.t * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
+  }
+  void run(const ExecContext& ctx, StepState*) const override {
+    const LstmParams& p = m_p;
+    const int64_t H = p.h, G = 4 * p.h, N = p.n;
+    const float* x = resolve(ctx, p.src);
+    float* y = resolve(ctx, p.dst);
+    float* gx = static_cast<float*>(ctx.scratchpad);
+    float* c = gx + p.t * N * G;
+    const float* rt = static_cast<const float*>(m_rt.get());
+    const float* bias = static_cast<const float*>(m_bias.get());
+    dnnl_sgemm('N', 'T', p.t * N, G, p.c, 1.0f, x, p.c, p.w, p.c, 0.0f, gx, G);
+    std::fill(c, c + N * H, 0.0f);
+    for (int64_t step = 0; step < p.t; ++step) {
+      const int64_t t = p.reverse ? p.t - 1 - step : step;
+      float* g = gx + t * N * G;
+      if (step > 0) {
+        const int64_t prev = p.reverse ? t + 1 : t - 1;
+        m_gemm(y + prev * N * H, H, rt, G, g, G, N, G, H);
+      }
+      m_cell(g, bias, c, y + t * N * H, N, H, H);
+    }
+  }
+
+ private:
+  // R [4H][H] -> R^T [H][4H], shared by every plan of the model.
+  static Buffer shared_transposed(const float* r, int64_t rows, int64_t cols) {
+    static std::mutex mu;
+    static std::vector<std::pair<const float*, std::weak_ptr<void>>> cache;
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [key, weak] : cache) {
+      if (key == r) {
+        if (Buffer b = weak.lock()) return b;
+      }
+    }
+    Buffer b(std::aligned_alloc(64, (static_cast<size_t>(rows * cols) * sizeof(float) + 63) / 64 * 64), AlignedFree{});
+    float* t = static_cast<float*>(b.get());
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) t[j * rows + i] = r[i * cols + j];
+    }
+    std::erase_if(cache, [](const auto& e) { return e.second.expired(); });
+    cache.emplace_back(r, b);
+    return b;
+  }
+
+  LstmParams m_p;
+  LstmCellFn m_cell;
+  GemmAccFn m_gemm;
+  Buffer m_rt, m_bias;
+};
+
+template <typename StepT, typename Params>
+std::unique_ptr<Step> make_guarded(const Params& p, std::string* error) {
+  try {
+    return std::make_unique<StepT>(p);
+  } catch (const dnnl::error& e) {
+    if (error) *error = fmt::format("{} (status {})", e.what(), static_cast<int>(e.status));
+  } catch (const std::exception& e) {
+    if (error) *error = e.what();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) { return make_guarded<DnnlConv>(p, error); }
+std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error) { return make_guarded<DnnlMatMul>(p, error); }
+std::unique_ptr<Step> make_dnnl_lstm(const LstmParams& p, std::string* error) {
+  static const bool use_primitive = [] {
+    const char* env = std::getenv("ESCPOD_NN_LSTM");
+    return env != nullptr && std::string(env) == "onednn";
+  }();
+  return use_primitive ? make_guarded<DnnlLstm>(p, error) : make_guarded<GemmLstm>(p, error);
+}
+
+std::shared_ptr<void> make_dnnl_stream() {
+  auto s = std::make_shared<dnnl::stream>(engine());
+  return std::shared_ptr<void>(s, s->get());
+}
+
+void dnnl_wait(void* stream) { dnnl_stream_wait(static_cast<dnnl_stream_t>(stream)); }
+
+Status dnnl_set_max_isa(Isa isa) {
+  dnnl::cpu_isa want = dnnl::cpu_isa::all;
+  if (isa == Isa::kAvx2) want = dnnl::cpu_isa::avx2;
+  if (isa == Isa::kAvx512) want = dnnl::cpu_isa::avx512_core;
+  try {
+    dnnl::set_max_cpu_isa(want);
+  } catch (const dnnl::error& e) {
+    return Status::invalid_argument(fmt::format("cannot cap the instruction set now: {} (call before loading a model)", e.what()));
+  }
+  if (isa == Isa::kAvx512 && dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core) {
+    return Status::invalid_argument("this CPU has no AVX-512");
+  }
+  return Status::ok();
+}
+
+std::string dnnl_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+}  // namespace escpod::nn::detail

@@ -1,0 +1,252 @@
+// Model and Workspace: loading, the per-shape plan cache and execution.
+#include "escpod/nn/model.hpp"
+
+#include <omp.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "nn/graph.hpp"
+#include "nn/plan.hpp"
+#include "nn/shape_ops.hpp"
+
+namespace escpod::nn {
+namespace detail {
+
+struct ModelImpl {
+  Graph graph;
+  Backend backend = Backend::kOptimised;
+  mutable std::mutex mu;
+  mutable std::vector<std::shared_ptr<const Plan>> plans;  // guarded by mu
+
+  Result<std::shared_ptr<const Plan>> plan_for(std::span<const int64_t> shape) const {
+    const ValueInfo& in = graph.info.inputs[0];
+    if (!in.dims.empty()) {
+      if (shape.size() != in.dims.size()) {
+        return Status::invalid_argument(fmt::format("{}: input '{}' has rank {}, got shape {}", graph.info.source,
+                                                    in.name, in.dims.size(), shape_str(Shape(shape.begin(), shape.end()))));
+      }
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (in.dims[d] > 0 && in.dims[d] != shape[d]) {
+          return Status::invalid_argument(fmt::format("{}: input '{}' dimension {} is fixed at {}, got {}",
+                                                      graph.info.source, in.name, d, in.dims[d], shape[d]));
+        }
+      }
+    }
+    for (int64_t d : shape) {
+      if (d <= 0) return Status::invalid_argument(fmt::format("{}: input dimensions must be positive", graph.info.source));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& p : plans) {
+      if (std::equal(p->input_shape.begin(), p->input_shape.end(), shape.begin(), shape.end())) return p;
+    }
+    // Weight reorders during the build run on this thread only: a full-width OpenMP team made
+    // here would linger (spinning) beside the workers.
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    auto built = build_plan(graph, shape, backend);
+    omp_set_num_threads(saved_threads);
+    ESCPOD_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, std::move(built));
+    plans.push_back(std::shared_ptr<const Plan>(std::move(plan)));
+    return plans.back();
+  }
+};
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+struct WorkspaceState {
+  int n_threads = 1;
+  const ModelImpl* owner = nullptr;
+  std::shared_ptr<const Plan> plan;
+  std::vector<std::unique_ptr<StepState>> states;
+  std::unique_ptr<float, FreeDeleter> arena;
+  std::size_t arena_floats = 0;
+  std::unique_ptr<void, FreeDeleter> scratch;
+  std::size_t scratch_bytes = 0;
+  std::shared_ptr<void> stream;
+
+  void bind(const ModelImpl* model, std::shared_ptr<const Plan> p) {
+    states.clear();
+    for (const auto& step : p->steps) states.push_back(step->bind());
+    if (p->arena_floats > arena_floats) {
+      arena.reset(static_cast<float*>(std::aligned_alloc(64, p->arena_floats * sizeof(float))));
+      arena_floats = p->arena_floats;
+    }
+    if (p->scratch_bytes > scratch_bytes) {
+      scratch.reset(std::aligned_alloc(64, (p->scratch_bytes + 63) / 64 * 64));
+      scratch_bytes = p->scratch_bytes;
+    }
+    if (p->needs_dnnl && !stream) stream = make_dnnl_stream();
+    owner = model;
+    plan = std::move(p);
+  }
+};
+
+std::atomic<bool> g_any_model_loaded{false};
+
+Result<std::string> read_maybe_gz(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return Status::not_found(fmt::format("{}: no such file", path.string()));
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) return Status::io_error(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
+  std::string data;
+  char buf[1 << 16];
+  for (;;) {
+    const int n = gzread(f, buf, sizeof(buf));
+    if (n < 0) {
+      int code = 0;
+      std::string msg = gzerror(f, &code);
+      gzclose(f);
+      return Status::corrupt(fmt::format("{}: read failed: {}", path.string(), msg));
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  gzclose(f);
+  return data;
+}
+
+}  // namespace detail
+
+// ---- Workspace -------------------------------------------------------------------------------
+Workspace::Workspace(int n_threads) : m_state(std::make_unique<detail::WorkspaceState>()) {
+  m_state->n_threads = std::max(1, n_threads);
+}
+Workspace::~Workspace() = default;
+Workspace::Workspace(Workspace&&) noexcept = default;
+Workspace& Workspace::operator=(Workspace&&) noexcept = default;
+int Workspace::n_threads() const { return m_state->n_threads; }
+std::size_t Workspace::bytes() const { return m_state->arena_floats * sizeof(float) + m_state->scratch_bytes; }
+
+// ---- Model -----------------------------------------------------------------------------------
+Model::Model(std::unique_ptr<detail::ModelImpl> impl) : m_impl(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Result<Model> Model::load(const std::filesystem::path& path, const LoadOptions& options) {
+  ESCPOD_ASSIGN_OR_RETURN(std::string bytes, detail::read_maybe_gz(path));
+  return load_from_bytes(bytes, path.string(), options);
+}
+
+Result<Model> Model::load_from_bytes(std::string_view bytes, std::string_view label, const LoadOptions& options) {
+  detail::g_any_model_loaded = true;
+  auto impl = std::make_unique<detail::ModelImpl>();
+  ESCPOD_ASSIGN_OR_RETURN(impl->graph, detail::parse_onnx(bytes, label));
+  ESCPOD_RETURN_IF_ERROR(detail::prepare_graph(impl->graph));
+  impl->backend = options.backend;
+  // When only the batch dimension is free, build the batch-1 plan now: unsupported attributes
+  // are then reported at load, not at the first run.
+  const ValueInfo& in = impl->graph.info.inputs[0];
+  bool fixed = !in.dims.empty();
+  for (size_t d = 1; d < in.dims.size(); ++d) fixed = fixed && in.dims[d] > 0;
+  if (fixed) {
+    std::vector<int64_t> shape = in.dims;
+    shape[0] = 1;
+    auto plan = impl->plan_for(shape);  // kept: the macro must not bind into a temporary
+    ESCPOD_RETURN_IF_ERROR(plan);
+  }
+  return Model(std::move(impl));
+}
+
+const ModelInfo& Model::info() const { return m_impl->graph.info; }
+Backend Model::backend() const { return m_impl->backend; }
+
+Result<std::vector<int64_t>> Model::output_shape(std::span<const int64_t> input_shape) const {
+  ESCPOD_ASSIGN_OR_RETURN(auto plan, m_impl->plan_for(input_shape));
+  return plan->output_shape;
+}
+
+Result<double> Model::flops(std::span<const int64_t> input_shape) const {
+  ESCPOD_ASSIGN_OR_RETURN(auto plan, m_impl->plan_for(input_shape));
+  return plan->flops;
+}
+
+Result<std::vector<std::string>> Model::describe_plan(std::span<const int64_t> input_shape) const {
+  ESCPOD_ASSIGN_OR_RETURN(auto plan, m_impl->plan_for(input_shape));
+  std::vector<std::string> lines;
+  for (const auto& s : plan->steps) lines.push_back(s->text);
+  lines.push_back(fmt::format("arena {} KiB, scratchpad {} KiB, {:.1f} MFLOP", plan->arena_floats * 4 / 1024,
+                              plan->scratch_bytes / 1024, plan->flops / 1e6));
+  return lines;
+}
+
+Result<std::vector<std::pair<std::string, double>>> Model::profile(Workspace& workspace,
+                                                                   std::span<const int64_t> input_shape,
+                                                                   int n_runs) const {
+  ESCPOD_ASSIGN_OR_RETURN(auto out_shape, output_shape(input_shape));
+  int64_t n_in = 1, n_out = 1;
+  for (int64_t d : input_shape) n_in *= d;
+  for (int64_t d : out_shape) n_out *= d;
+  std::vector<float> in(static_cast<size_t>(n_in), 0.0f), out(static_cast<size_t>(n_out));
+  ESCPOD_RETURN_IF_ERROR(run(workspace, in, input_shape, out));  // binds the plan
+  detail::WorkspaceState& ws = *workspace.m_state;
+  const detail::Plan& plan = *ws.plan;
+  detail::ExecContext ctx;
+  ctx.arena = ws.arena.get();
+  ctx.input = in.data();
+  ctx.output = out.data();
+  ctx.scratchpad = ws.scratch.get();
+  ctx.dnnl_stream = ws.stream.get();
+  std::vector<std::pair<std::string, double>> times;
+  for (const auto& step : plan.steps) times.emplace_back(step->text, 0.0);
+  if (plan.needs_dnnl) omp_set_num_threads(ws.n_threads);
+  for (int r = 0; r < n_runs; ++r) {
+    for (size_t i = 0; i < plan.steps.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      plan.steps[i]->run(ctx, ws.states[i].get());
+      if (plan.needs_dnnl) detail::dnnl_wait(ctx.dnnl_stream);
+      times[i].second += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  }
+  for (auto& t : times) t.second /= std::max(1, n_runs);
+  return times;
+}
+
+Status Model::run(Workspace& workspace, std::span<const float> input, std::span<const int64_t> input_shape,
+                  std::span<float> output) const {
+  detail::WorkspaceState& ws = *workspace.m_state;
+  omp_set_num_threads(ws.n_threads);
+  if (ws.owner != m_impl.get() || !ws.plan ||
+      !std::equal(ws.plan->input_shape.begin(), ws.plan->input_shape.end(), input_shape.begin(), input_shape.end())) {
+    ESCPOD_ASSIGN_OR_RETURN(auto plan, m_impl->plan_for(input_shape));
+    ws.bind(m_impl.get(), std::move(plan));
+  }
+  const detail::Plan& plan = *ws.plan;
+  int64_t n_in = 1, n_out = 1;
+  for (int64_t d : plan.input_shape) n_in *= d;
+  for (int64_t d : plan.output_shape) n_out *= d;
+  if (static_cast<int64_t>(input.size()) != n_in || static_cast<int64_t>(output.size()) != n_out) {
+    return Status::invalid_argument(fmt::format("{}: buffers hold {} input and {} output values; the shapes need {} and {}",
+                                                m_impl->graph.info.source, input.size(), output.size(), n_in, n_out));
+  }
+  detail::ExecContext ctx;
+  ctx.arena = ws.arena.get();
+  ctx.input = input.data();
+  ctx.output = output.data();
+  ctx.scratchpad = ws.scratch.get();
+  ctx.dnnl_stream = ws.stream.get();
+  for (size_t i = 0; i < plan.steps.size(); ++i) plan.steps[i]->run(ctx, ws.states[i].get());
+  if (plan.needs_dnnl) detail::dnnl_wait(ctx.dnnl_stream);
+  return Status::ok();
+}
+
+Status set_max_isa(Isa isa) {
+  if (detail::g_any_model_loaded) {
+    return Status::invalid_argument("set_max_isa must be called before the first model is loaded");
+  }
+  return detail::dnnl_set_max_isa(isa);
+}
+
+std::string effective_isa_name() { return detail::dnnl_isa_name(); }
+
+}  // namespace escpod::nn

@@ -1,0 +1,171 @@
+// Execution plan for one input shape: an ordered list of steps over one activation arena.
+// Built once per shape (planner.cpp), shared read-only by every worker; each worker binds it to
+// its Workspace (arena, scratchpad, per-step state such as oneDNN memory objects).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "nn/graph.hpp"
+
+namespace escpod::nn::detail {
+
+// Where a tensor lives during a run: an offset (in floats) into the worker's arena, or the
+// caller's input or output buffer.
+struct Loc {
+  enum class Kind : uint8_t { kArena, kInput, kOutput };
+  Kind kind = Kind::kArena;
+  std::size_t offset = 0;
+};
+
+struct ExecContext {
+  float* arena = nullptr;
+  const float* input = nullptr;
+  float* output = nullptr;
+  void* scratchpad = nullptr;  // step scratch (bytes), max over steps
+  void* dnnl_stream = nullptr; // dnnl_stream_t of the worker, optimised backend only
+};
+
+inline float* resolve(const ExecContext& c, Loc l) {
+  switch (l.kind) {
+    case Loc::Kind::kInput: return const_cast<float*>(c.input) + l.offset;  // read-only use
+    case Loc::Kind::kOutput: return c.output + l.offset;
+    case Loc::Kind::kArena: break;
+  }
+  return c.arena + l.offset;
+}
+
+// Activation functions fused after a producing kernel, applied in order.
+struct PostOp {
+  enum class Kind { kRelu, kSigmoid, kTanh, kSilu, kLinear };  // kLinear: alpha * x + beta
+  Kind kind = Kind::kRelu;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+std::string describe_post_ops(const std::vector<PostOp>& ops);
+float apply_post_ops(const std::vector<PostOp>& ops, float v);
+
+// Per-worker state of one step (oneDNN memory objects and argument lists).
+class StepState {
+ public:
+  virtual ~StepState() = default;
+};
+
+class Step {
+ public:
+  virtual ~Step() = default;
+  // Runs the step. Must not allocate, lock or log.
+  virtual void run(const ExecContext& ctx, StepState* state) const = 0;
+  // Creates this step's per-worker state, if it needs any.
+  virtual std::unique_ptr<StepState> bind() const { return nullptr; }
+  virtual std::size_t scratch_bytes() const { return 0; }
+
+  std::string text;    // "conv1d+relu [1,1,1500]->[1,64,500]"
+  double flops = 0.0;  // per run
+};
+
+struct Plan {
+  std::vector<int64_t> input_shape;
+  std::vector<int64_t> output_shape;
+  std::vector<std::unique_ptr<Step>> steps;
+  std::size_t arena_floats = 0;
+  std::size_t scratch_bytes = 0;
+  double flops = 0.0;
+  bool needs_dnnl = false;
+  std::vector<std::unique_ptr<Tensor>> owned;  // constants made for this shape (steps point here)
+};
+
+// Geometry of a fused 1-D convolution or transposed convolution, [N, C, W] plain layout.
+struct ConvParams {
+  bool transposed = false;
+  int64_t n = 0, ic = 0, oc = 0, iw = 0, ow = 0, k = 0;
+  int64_t stride = 1, dilation = 1, pad_l = 0, pad_r = 0;
+  const float* weights = nullptr;  // Conv [oc][ic][k]; ConvTranspose [ic][oc][k]
+  const float* bias = nullptr;     // [oc] or null
+  std::vector<PostOp> post_ops;
+  Loc src, dst;
+  // Channels-last storage ([N, W, C] in memory) of src / dst; optimised backend only, chosen by
+  // the planner for activations that pass between convolutions.
+  bool src_nwc = false, dst_nwc = false;
+};
+
+// y[M, N] = post(x[M, K] * w[K, N] + bias[N]).
+struct MatMulParams {
+  int64_t m = 0, k = 0, n = 0;
+  const float* weights = nullptr;  // [K][N] row-major
+  const float* bias = nullptr;     // [N] or null
+  std::vector<PostOp> post_ops;
+  Loc src, dst;
+};
+
+// ONNX LSTM, one direction, zero initial state, default activations.
+// x [T, N, C] -> y [T, N, H] (ONNX's [T, 1, N, H]).
+struct LstmParams {
+  int64_t t = 0, n = 0, c = 0, h = 0;
+  bool reverse = false;
+  const float* w = nullptr;     // [4H][C], ONNX gate order i, o, f, c
+  const float* r = nullptr;     // [4H][H]
+  const float* bias = nullptr;  // [4H] = Wb + Rb
+  Loc src, dst;
+};
+
+// Reference (scalar) kernels and the data-movement steps both backends share.
+std::unique_ptr<Step> make_ref_conv(ConvParams p);
+std::unique_ptr<Step> make_ref_matmul(MatMulParams p);
+std::unique_ptr<Step> make_ref_lstm(LstmParams p);
+// Unary post-ops over `n` floats (src may equal dst).
+std::unique_ptr<Step> make_eltwise(int64_t n, std::vector<PostOp> ops, Loc src, Loc dst);
+// Broadcasting binary op; shapes already expanded to `out_shape`'s rank. A constant operand is
+// given by pointer with its Loc ignored.
+struct BinaryParams {
+  enum class Kind { kAdd, kMul } kind = BinaryParams::Kind::kAdd;
+  std::vector<int64_t> out_shape, a_shape, b_shape;
+  const float* a_const = nullptr;
+  const float* b_const = nullptr;
+  Loc a, b, dst;
+  std::vector<PostOp> post_ops;
+};
+std::unique_ptr<Step> make_binary(BinaryParams p);
+// dst = src viewed with `in_shape` and strided access: out[i...] = in[start + sum(i_d * step_d)]
+// where steps are in elements of the flattened source. Covers Transpose, Slice and copies.
+struct StridedCopyParams {
+  std::vector<int64_t> out_shape;
+  std::vector<int64_t> src_strides;  // per output axis, may be negative
+  int64_t src_start = 0;
+  Loc src, dst;
+  const float* src_const = nullptr;  // when the source is a constant
+};
+std::unique_ptr<Step> make_strided_copy(StridedCopyParams p);
+// Constant pad: dst[out_shape] with src [in_shape] placed at `pads_begin`, the rest `value`.
+struct PadParams {
+  std::vector<int64_t> in_shape, out_shape, pads_begin;
+  float value = 0.0f;
+  Loc src, dst;
+};
+std::unique_ptr<Step> make_pad(PadParams p);
+
+// oneDNN implementations (kernels_dnnl.cpp). They return null when oneDNN cannot build the
+// primitive, in which case the planner reports an error.
+std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error);
+std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error);
+std::unique_ptr<Step> make_dnnl_lstm(const LstmParams& p, std::string* error);
+// The per-worker oneDNN stream (opaque), its handle for ExecContext, and the engine-wide ISA cap.
+std::shared_ptr<void> make_dnnl_stream();
+void dnnl_wait(void* stream);
+Status dnnl_set_max_isa(Isa isa);
+std::string dnnl_isa_name();
+
+// Folds a node whose inputs are all constant (`in[i]` null for omitted inputs). Returns false
+// when the operator cannot be folded here (it then stays a runtime node).
+Result<bool> fold_node(const Node& node, const std::vector<const Tensor*>& in,
+                       std::vector<Tensor>& out);
+
+// Builds the plan for `input_shape`.
+Result<std::unique_ptr<Plan>> build_plan(const Graph& graph, std::span<const int64_t> input_shape,
+                                         Backend backend);
+
+}  // namespace escpod::nn::detail
