@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   cli::register_filter(app, global);
   cli::register_subset(app, global);
   cli::register_summary(app, global);
+  cli::register_simulate(app, global);
 #ifdef ESCPOD_HAVE_NN
   cli::register_model(app, global);
 #endif
