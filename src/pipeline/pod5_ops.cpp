@@ -130,7 +130,8 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   return writer->close();
 }
 
-Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(const std::string& path) {
+Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(
+    const std::string& path, const std::string& output_column, const std::string& empty_as) {
   std::ifstream in(path);
   if (!in) return Status::not_found(path + ": cannot open the subset CSV");
   std::string line;
@@ -150,10 +151,11 @@ Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(const 
     return cells;
   };
   auto header = split(line);
+  if (!header.empty() && !header[0].empty() && header[0][0] == '#') header[0].erase(0, 1);
   auto id_col = std::find(header.begin(), header.end(), "read_id") - header.begin();
-  auto out_col = std::find(header.begin(), header.end(), "output") - header.begin();
+  auto out_col = std::find(header.begin(), header.end(), output_column) - header.begin();
   if (id_col == static_cast<long>(header.size()) || out_col == static_cast<long>(header.size())) {
-    return Status::invalid_argument(path + ": header must name the columns read_id and output");
+    return Status::invalid_argument(path + ": header must name the columns read_id and " + output_column);
   }
   std::vector<std::pair<pod5::ReadId, std::string>> rows;
   size_t line_no = 1;
@@ -167,7 +169,8 @@ Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(const 
     }
     auto id = pod5::ReadId::parse(cells[static_cast<size_t>(id_col)]);
     if (!id.is_ok()) return id.status().with_context(path + " line " + std::to_string(line_no));
-    const std::string& out = cells[static_cast<size_t>(out_col)];
+    std::string out = cells[static_cast<size_t>(out_col)];
+    if (out.empty() && !empty_as.empty()) out = empty_as;
     if (auto s = valid_output_name(out); !s.is_ok()) {
       return s.with_context(path + " line " + std::to_string(line_no));
     }
@@ -260,9 +263,11 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
           auto it = target.find(batch.read_id[i]);
           if (it == target.end()) {
             ++rep.n_unmapped;
-            continue;
+            if (options.unmapped_output.empty()) continue;
+            idx = output_index(options.unmapped_output);
+          } else {
+            idx = it->second;
           }
-          idx = it->second;
         }
         if (!written.insert(batch.read_id[i]).second) {
           return Status::invalid_argument("read " + batch.read_id[i].to_string() + " appears twice in the inputs (" +

@@ -190,9 +190,10 @@ Status FileWriter::Impl::start() {
   ReadId m = ReadId::random();
   marker.assign(m.bytes.begin(), m.bytes.end());
   ESCPOD_ASSIGN_OR_RETURN(int fd, open_for_write(staged->staging_path()));
-  sink = std::make_unique<FdSink>(fd);
+  // Writers under a shared budget come in numbers (one per barcode): keep their fixed cost small.
+  sink = std::make_unique<FdSink>(fd, options.signal_budget ? (64 << 10) : (1 << 20));
   ESCPOD_ASSIGN_OR_RETURN(int rfd, open_for_write(reads_scratch->path()));
-  reads_sink = std::make_unique<FdSink>(rfd, 64 << 10);
+  reads_sink = std::make_unique<FdSink>(rfd, options.signal_budget ? (16 << 10) : (64 << 10));
 
   ESCPOD_RETURN_IF_ERROR(arrow_status(sink->write(detail::kSignature, 8), "write"));
   ESCPOD_RETURN_IF_ERROR(arrow_status(sink->write(marker.data(), 16), "write"));

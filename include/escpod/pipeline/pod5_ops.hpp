@@ -65,6 +65,8 @@ struct SubsetOptions {
   // "{channel}_{end_reason}.pod5" (fields as in `escpod view`).
   std::vector<std::string> columns;
   std::string name_template;
+  // Mode 1 only: where reads no mapping row names go (empty: they are dropped and counted).
+  std::string unmapped_output;
 };
 
 struct SubsetReport {
@@ -79,6 +81,10 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
                     SubsetReport* report);
 
 // Reads a `read_id,output` CSV (header required, columns found by name, extra columns ignored).
-Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(const std::string& path);
+// `output_column` names the column holding the output (default "output"); with
+// empty_as, an empty output cell maps to that name instead of being an error.
+Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(
+    const std::string& path, const std::string& output_column = "output",
+    const std::string& empty_as = "");
 
 }  // namespace escpod::pipeline
