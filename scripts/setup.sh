@@ -14,7 +14,7 @@ DEB_PACKAGES=(
   libzstd-dev libtbb-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libflatbuffers-dev zlib1g-dev flatbuffers-compiler
   clang libclang-rt-14-dev
-  libonnx-dev libprotobuf-dev libdnnl-dev
+  libonnx-dev libprotobuf-dev libdnnl-dev libsvm-dev
 )
 
 missing=()

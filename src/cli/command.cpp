@@ -23,6 +23,7 @@ void set_body(CLI::App* sub, CommandBody body) {
 }
 
 CommandBody* selected_body() { return g_selected; }
+void select_body(CommandBody* body) { g_selected = body; }
 
 void add_common_flags(CLI::App* sub, GlobalOptions& global) {
   sub->add_option("-t,-j,--threads", global.n_threads,

@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
   cli::register_subset(app, global);
   cli::register_summary(app, global);
   cli::register_simulate(app, global);
+#if defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)
+  cli::register_demux(app, global);
+#endif
 #ifdef ESCPOD_HAVE_NN
   cli::register_model(app, global);
 #endif

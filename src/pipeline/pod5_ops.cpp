@@ -161,7 +161,7 @@ Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(
   size_t line_no = 1;
   while (std::getline(in, line)) {
     ++line_no;
-    if (line.find_first_not_of(" \r") == std::string::npos) continue;
+    if (line.find_first_not_of(" \r") == std::string::npos || line[0] == '#') continue;
     auto cells = split(line);
     const auto need = static_cast<size_t>(std::max(id_col, out_col));
     if (cells.size() <= need) {

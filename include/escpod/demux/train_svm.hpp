@@ -1,0 +1,120 @@
+// Training of the WarpDemuX-compatible DTW-kernel SVM (shared/docs/warpdemux-algorithm.md
+// section 5) from labelled fingerprints. The result is the `escapepod-wdx-dtw-svm` JSON text that
+// WarpDemuxModel::load() reads.
+//
+// Steps: DTW distance matrix of the training fingerprints (DtwBank, band |i-j| <= window-1,
+// squared penalty per non-diagonal step; oneTBB over rows) -> kernel K = exp(-gamma d^power)
+// (float32 like WarpDemuX by default) -> libsvm C-SVC, one-vs-one, precomputed kernel, with
+// per-class weights and Platt scaling (libsvm's internal 5-fold CV, seeded) -> support vectors,
+// dual coefficients, intercepts (= -rho), prob_a/prob_b -> per-class confidence thresholds ->
+// JSON.
+//
+// Classes: every distinct barcode label (ascending) is one class, and label -1 (noise) is the
+// last class when present, matching the shipped WDX models (class index -> label via
+// label_mapper; the `classes` field uses WarpDemuX's internal numbering barcode - 1, noise =
+// largest barcode).
+//
+// Only the support vectors are stored as `training_fingerprints` (support_indices = 0..n_sv-1,
+// grouped by class): the classifier computes distances to every stored row, and rows that are no
+// support vectors never contribute to a decision value.
+//
+// Determinism: the same inputs and options (seed included) give byte-identical JSON, whatever
+// n_threads is. libsvm's Platt cross-validation draws from the C library's rand(); the call
+// seeds it with srand(seed) and serialises libsvm use within the process with a mutex (rand() is
+// process-global: other code calling rand() concurrently would break reproducibility).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "escpod/core/status.hpp"
+
+namespace escpod::demux {
+
+enum class ClassWeighting : uint8_t {
+  kBalanced,  // w_c = n / (k * n_c) (scikit-learn "balanced", what WarpDemuX uses)
+  kNone,      // every class weight 1
+  kExplicit,  // SvmTrainOptions::class_weights, one per class in class-index order
+};
+
+enum class ThresholdMode : uint8_t {
+  kZero,            // no filtering: every threshold 0 (like WDX4b)
+  kFixed,           // SvmTrainOptions::fixed_thresholds, one per class in class-index order
+  kCrossValidated,  // per class, the smallest confidence threshold at which the calls of that
+                    // class reach target_precision in a stratified threshold_folds-fold
+                    // cross-validation (WarpDemuX's "99 % precision" operating points)
+};
+
+struct SvmTrainOptions {
+  // libsvm C-SVC (the values of WarpDemuX's shipped RNA004 models, `svc` block).
+  double C = 1.0;
+  double tolerance = 1e-3;  // libsvm eps
+  bool shrinking = true;
+  bool probability = true;  // Platt scaling (prob_a / prob_b); false: no Platt parameters
+  double cache_mb = 200.0;  // libsvm kernel cache
+  ClassWeighting weighting = ClassWeighting::kBalanced;
+  std::vector<double> class_weights;  // kExplicit only
+
+  // DTW and kernel (the `dtw` / `kernel_params` / `kernel` blocks of the shipped models).
+  int window = 15;        // DTW band: |i-j| <= window-1 for equal lengths; 0 = unbanded
+  double penalty = 0.1;   // DTW penalty, squared per vertical/horizontal step
+  double gamma = 1.0;     // K = exp(-gamma * d^power)
+  double power = 1.0;
+  bool float32_kernel = true;  // WarpDemuX: float32 distances, kernel evaluated in float32
+
+  // Per-class thresholds (the noise class's threshold is always 0: noise already maps to -1).
+  ThresholdMode thresholds = ThresholdMode::kZero;
+  std::vector<double> fixed_thresholds;  // kFixed only
+  double target_precision = 0.99;        // kCrossValidated only
+  int threshold_folds = 5;               // kCrossValidated only
+
+  uint64_t seed = 9;   // srand() seed for libsvm's Platt CV and the threshold folds
+  int n_threads = 0;   // DTW matrix workers; 0 = oneTBB default
+
+  // Optional: JSON text of an existing model (e.g. WDX4_rna004_v1_0.json) whose
+  // `signal_processing`, `signal_processing_config_name`, `chemistry`, `postprocess` blocks are
+  // copied. Empty: the RNA004 defaults (the block shipped in WDX4_rna004_v1_0.json).
+  std::string template_json;
+};
+
+// What training did, for logs and tests.
+struct SvmTrainReport {
+  size_t n_rows = 0;
+  size_t n_features = 0;
+  size_t n_classes = 0;
+  size_t n_support = 0;
+  std::vector<int32_t> class_labels;   // label of each class index
+  std::vector<size_t> class_rows;      // training rows per class
+  std::vector<double> class_weights;   // weights used
+  std::vector<double> thresholds;      // thresholds written
+  double training_accuracy = 0.0;      // unthresholded argmax of the written model's
+                                       // probabilities on the training rows (argmax of the
+                                       // decision votes without probability)
+  double dtw_seconds = 0.0;            // distance matrix
+  double svm_seconds = 0.0;            // libsvm (incl. Platt CV)
+  double threshold_seconds = 0.0;      // cross-validated thresholds
+};
+
+// Cost: n^2 DTW distances (oneTBB, n_threads) and an n x n kernel matrix of 16 n^2 bytes
+// (libsvm nodes), plus libsvm's cache_mb; at most 40000 rows. Measured on this project's CI
+// machine (2 cores): WDX4's 851 rows 0.2 s, WDX10's 2601 rows 1.4-2.3 s in all.
+//
+// Trains a model. `fingerprints` is n x n_features row-major (n = labels.size()); labels are
+// barcode numbers (1..999) or -1 for the noise class. Errors (kInvalidArgument) name the problem:
+// empty input, more than 40000 rows, n_features 0 or fingerprints.size() != n * n_features,
+// non-finite values (row and column given), a label outside 1..999 and not -1, fewer than two
+// classes, a class with fewer than 2 rows (Platt CV needs 2; 1 is allowed without probability),
+// bad option values (C, gamma, power <= 0, window < 0, penalty < 0, weights or thresholds of the
+// wrong length or non-finite, target_precision outside (0, 1], folds < 2, cross-validated
+// thresholds without probability), a template that is not a JSON object. The returned text is a
+// compact JSON object ending in a newline. `report` (optional) receives the statistics above.
+Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, size_t n_features,
+                                        std::span<const int32_t> labels,
+                                        const SvmTrainOptions& options,
+                                        const std::string& model_name,
+                                        SvmTrainReport* report = nullptr);
+
+}  // namespace escpod::demux

@@ -1,0 +1,125 @@
+// Adapter / poly(A) boundary detection per read, as WarpDemuX 1.0 runs ADAPTed on RNA004
+// (shared/docs/warpdemux-algorithm.md sections 2, 3.0-3.5): the boundary CNN, the validation
+// checks, the short-read LLR poly(A) retry and the full LLR retry. Or, with DetectMethod::kLlr,
+// escapepod's LLR-only detector (shared/docs/escapepod-behaviour.md 4.1).
+//
+// Usage: one BoundaryDetector (immutable after create, shared by all workers) and one Scratch per
+// worker thread. detect() and detect_batch() give identical results; the batched form runs the
+// CNN on several reads per network call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "escpod/core/status.hpp"
+#include "escpod/signal/boundaries.hpp"
+
+namespace escpod::nn {
+class Model;
+class Workspace;
+}  // namespace escpod::nn
+
+namespace escpod::pipeline {
+
+// Every key of the model JSON's `signal_processing` block that the detector uses, with the
+// RNA004 defaults of warpdemux-algorithm.md 3.0 (see signal::BoundaryConfig for the fields), plus
+// the LLR-only parameters of escapepod 4.1 (llr_only_*; CLI --min-adapter 200, --border-trim 50,
+// --downscale 10).
+using DetectorConfig = signal::BoundaryConfig;
+
+// Parses the `signal_processing` object (its JSON text; `where` names the source in messages).
+// Sections and keys missing from the text keep their defaults; unknown keys are ignored. Ranges
+// are [lo, hi] with null for an unbounded side. Errors (kInvalidArgument, naming `where` and the
+// key): malformed JSON, a key of the wrong type, a derived.sig_preload_size that disagrees with
+// the one computed from the other keys. kUnsupported: options this detector does not implement
+// (mvs_polya.mvs_detect_overwrite, med_shift.detect_med_shift, rna_start_peak.detect_rna_start_peak
+// set to true, i.e. the tRNA configuration).
+Result<DetectorConfig> detector_config_from_json(const std::string& json_text_of_signal_processing_block,
+                                                 const std::string& where);
+
+struct Boundaries {
+  // Adapter start (moved past the last open pore by the validation), adapter end, poly(A) end, in
+  // samples from the read start. Filled on failure too (what the failing attempt found, as
+  // WarpDemuX reports it; 0 = none), except for a "MAD normalization failed" or "Validate
+  // boundaries failed" read, which carries zeros.
+  int64_t adapter_start = 0, adapter_end = 0, polya_end = 0;
+  std::vector<int64_t> polya_candidates;  // CNN: k = polya_cand_k values (0-padded); LLR: one
+  bool success = false;
+  std::string method;       // which attempt produced this answer: "cnn", "llr_short", "llr"
+  std::string fail_reason;  // as WarpDemuX words it, empty on success
+};
+
+enum class DetectMethod {
+  kCnn,  // ADAPTed: CNN primary, validation, with the LLR fallbacks as configured
+  kLlr,  // escapepod's LLR-only detector (4.1) on the whole read; no validation
+};
+
+class BoundaryDetector {
+ public:
+  // Per-worker state: the network workspace and buffers (grow to the largest batch, then stay).
+  // Default-constructible and movable; not thread-safe: one per worker.
+  struct Scratch {
+    Scratch();
+    ~Scratch();
+    Scratch(Scratch&&) noexcept;
+    Scratch& operator=(Scratch&&) noexcept;
+    struct Impl;
+    std::unique_ptr<Impl> impl;
+  };
+
+  // kCnn needs the ONNX file of the boundary CNN (input [B,1,L], output [B,2,L_out]; verified by
+  // a shape probe here) and cfg.cnn_detect; kLlr ignores `cnn_onnx` (may be empty).
+  // Errors: the model's load errors, kInvalidArgument for a model of the wrong shape or an empty
+  // path with kCnn, kUnsupported for a configuration without the CNN under kCnn.
+  static Result<BoundaryDetector> create(const DetectorConfig& cfg, DetectMethod method,
+                                         const std::filesystem::path& cnn_onnx);
+
+  BoundaryDetector(BoundaryDetector&&) noexcept;
+  BoundaryDetector& operator=(BoundaryDetector&&) noexcept;
+  ~BoundaryDetector();
+
+  const DetectorConfig& config() const { return m_cfg; }
+  DetectMethod method() const { return m_method; }
+
+  // How many calibrated samples detect() needs from the start of each read: 11 500 for RNA004
+  // under kCnn (cfg.sig_preload_size()); SIZE_MAX under kLlr (the whole read).
+  size_t preload_samples() const;
+
+  Scratch make_scratch() const;
+
+  // pa: the read's first min(num_samples, preload_samples()) samples in pA (calibrated as
+  // signal::calibrate_to_pa does); num_samples: the read's full length. A shorter `pa` is
+  // accepted (the missing samples count as absent). Never fails: problems become
+  // success = false with a reason (an internal network error: "CNN inference failed: ...").
+  Boundaries detect(std::span<const float> pa, uint64_t num_samples, Scratch& scratch) const;
+
+  // Same for several reads (pas[i], num_samples[i] -> out[i]); the CNN runs on up to 32 reads per
+  // call. Results are identical to detect() read by read. Sizes must match (asserted).
+  void detect_batch(std::span<const std::span<const float>> pas,
+                    std::span<const uint64_t> num_samples, Scratch& scratch,
+                    std::span<Boundaries> out) const;
+
+  // kCnn only: the part of detect() after the network: validation of the CNN's decoded
+  // boundaries (adapter end and poly(A) candidates in samples, as signal::cnn_decode returns
+  // them) and the LLR fallbacks. For a CNN evaluated elsewhere (a GPU batch) and for tests.
+  // `pa` and `num_samples` as for detect().
+  Boundaries finish(std::span<const float> pa, uint64_t num_samples, int64_t cnn_adapter_end,
+                    std::span<const int64_t> cnn_polya_candidates, Scratch& scratch) const;
+
+ private:
+  BoundaryDetector() = default;
+  std::span<const float> clip_signal(std::span<const float> pa, uint64_t num_samples) const;
+
+  DetectorConfig m_cfg;
+  DetectMethod m_method = DetectMethod::kCnn;
+  std::shared_ptr<const nn::Model> m_model;
+  int64_t m_input_len = 0;
+  int64_t m_output_len = 0;
+};
+
+}  // namespace escpod::pipeline

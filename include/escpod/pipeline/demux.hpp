@@ -1,0 +1,95 @@
+// The fused demultiplexer: POD5 reads -> adapter boundaries -> barcode fingerprint -> DTW-SVM
+// classification -> one POD5 per label (+ `unclassified`) and an optional classifications CSV,
+// in one streaming pass with no intermediate files.
+//
+// Work is per read with work stealing (oneTBB pipeline): a serial reader hands out reads in
+// input order, workers (each with its own scratch) decode only the signal prefix the detector
+// needs and classify, and a serial writer consumes results in input order, so outputs are
+// identical for any thread count. Memory is bounded by the number of reads in flight (tokens)
+// and one shared budget for pending output signal (SignalMemoryBudget), whatever the input size
+// or the number of labels. Every input read ends in exactly one output; a read that cannot be
+// classified (no signal, no adapter, no fingerprint, noise, low confidence) goes to
+// `unclassified` with its reason, never aborting the run.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "escpod/core/status.hpp"
+#include "escpod/pod5/file_writer.hpp"
+
+namespace escpod::pipeline {
+
+enum class DetectorChoice { kModelDefault, kCnn, kLlr };
+
+struct DemuxOptions {
+  std::filesystem::path model_path;     // WarpDemuX-format JSON model
+  std::filesystem::path cnn_model;      // boundary CNN (ONNX); empty: found beside the model
+  DetectorChoice detector = DetectorChoice::kModelDefault;
+  std::filesystem::path out_dir;        // per-label POD5 files; empty: write none
+  std::string prefix = "barcode";       // file names <prefix>_<label>.pod5
+  std::filesystem::path classifications_csv;  // empty: none
+  int n_threads = 1;
+  size_t max_reads_in_flight = 0;       // 0: 8 per thread
+  int64_t signal_memory_budget = 256ll << 20;  // pending output signal held in memory, bytes
+  pod5::WriterOptions writer;           // fsync, overwrite, compression of the outputs
+  bool progress = false;                // periodic progress lines on stderr
+};
+
+struct DemuxReport {
+  uint64_t n_reads = 0;
+  uint64_t n_samples_decoded = 0;
+  std::map<std::string, uint64_t> reads_per_label;     // "BC04", ..., "unclassified"
+  std::map<std::string, uint64_t> unclassified_reasons;
+  std::map<std::string, uint64_t> detector_used;       // "cnn", "llr_short", "llr", "none"
+  double seconds = 0.0;
+};
+
+// Runs the fused demultiplexer over `inputs` (POD5 files, in order).
+Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOptions& options,
+                 DemuxReport* report);
+
+// Barcode fingerprints of labelled reads, for training. The detector and fingerprint settings
+// come from `signal_processing_json` (a model's signal_processing block); `detector` may
+// override its detector as in DemuxOptions.
+struct FingerprintOptions {
+  std::string signal_processing_json;
+  std::filesystem::path cnn_model;  // needed when the CNN detects
+  DetectorChoice detector = DetectorChoice::kModelDefault;
+  int n_threads = 1;
+};
+
+struct FingerprintRow {
+  std::string read_id;
+  int32_t label = -1;
+  std::vector<double> features;
+};
+
+struct FingerprintReport {
+  uint64_t n_reads = 0;  // labelled reads found in the inputs
+  std::map<std::string, uint64_t> failures;  // reads without a fingerprint, by reason
+};
+
+// Fingerprints every read of `inputs` that `labels` names (read id text -> barcode number,
+// -1 = noise class), in input order. Reads that fail detection or fingerprinting are counted
+// by reason, not returned.
+Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
+    const std::vector<std::filesystem::path>& inputs, const std::map<std::string, int32_t>& labels,
+    const FingerprintOptions& options, FingerprintReport* report);
+
+// The RNA004 signal_processing block of the WarpDemuX 1.0 models (section 3.0 of the algorithm
+// notes), with the detector set to the CNN (`cnn`) or to LLR only (`llr`).
+std::string default_signal_processing_json(bool use_cnn);
+
+// Human-readable description of a model and the detector it pins (for `demux --info`).
+Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
+                                         const std::filesystem::path& cnn_model);
+
+// The text label of a classifier label: "BC" + two digits, or "unclassified" for -1.
+std::string label_name(int32_t label);
+
+}  // namespace escpod::pipeline

@@ -1,0 +1,303 @@
+// escpod demux: the fused demultiplexer, and its stages as subcommands.
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "escpod/core/log.hpp"
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "escpod/core/staged_file.hpp"
+#include "escpod/demux/train_svm.hpp"
+#include "escpod/pipeline/demux.hpp"
+#include "escpod/pipeline/demux_eval.hpp"
+#include "escpod/pipeline/pod5_ops.hpp"
+#include "escpod/pod5/inputs.hpp"
+
+#if __has_include("cli/demux_train_cmd.hpp")
+#include "cli/demux_train_cmd.hpp"
+#define ESCPOD_HAVE_TRAIN_SVM 1
+#endif
+
+namespace escpod::cli {
+CommandBody* selected_body();
+void select_body(CommandBody* body);
+
+namespace {
+
+struct DemuxCliOptions {
+  std::vector<std::string> inputs;
+  std::string model, cnn_model, method, out_dir, classifications, prefix = "barcode";
+  bool info = false;
+  int64_t memory_mib = 256;
+  WriterFlags writer;
+};
+
+Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
+  if (o.model.empty()) return Status::invalid_argument("demux needs --model MODEL.json");
+  if (o.info) {
+    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, o.cnn_model));
+    fmt::print("{}", text);
+    return Status::ok();
+  }
+  if (o.inputs.empty()) return Status::invalid_argument("demux needs POD5 inputs");
+  if (o.out_dir.empty() && o.classifications.empty()) {
+    return Status::invalid_argument("demux needs -d OUTDIR (per-barcode POD5 files) and/or "
+                                    "--classifications CSV");
+  }
+  pipeline::DemuxOptions d;
+  d.model_path = o.model;
+  d.cnn_model = o.cnn_model;
+  if (o.method == "cnn") d.detector = pipeline::DetectorChoice::kCnn;
+  else if (o.method == "llr") d.detector = pipeline::DetectorChoice::kLlr;
+  else if (!o.method.empty()) return Status::invalid_argument("--method must be cnn or llr");
+  d.out_dir = o.out_dir;
+  d.prefix = o.prefix;
+  d.classifications_csv = o.classifications;
+  d.n_threads = resolve_threads(global);
+  d.signal_memory_budget = o.memory_mib << 20;
+  d.progress = true;
+  ESCPOD_ASSIGN_OR_RETURN(d.writer, writer_options(o.writer));
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
+  pipeline::DemuxReport report;
+  ESCPOD_RETURN_IF_ERROR(pipeline::run_demux(files, d, &report));
+  // The summary table is the command's data product: stdout.
+  fmt::print("{:<16} {:>10} {:>8}\n", "label", "reads", "share");
+  for (const auto& [label, n] : report.reads_per_label) {
+    fmt::print("{:<16} {:>10} {:>7.1f}%\n", label, n,
+               100.0 * static_cast<double>(n) / static_cast<double>(std::max<uint64_t>(1, report.n_reads)));
+  }
+  fmt::print("{:<16} {:>10}\n", "total", report.n_reads);
+  for (const auto& [reason, n] : report.unclassified_reasons) log::info("unclassified, {}: {}", reason, n);
+  log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", report.n_reads, report.seconds,
+            static_cast<double>(report.n_reads) / std::max(report.seconds, 1e-9), d.n_threads);
+  return Status::ok();
+}
+
+struct SplitCliOptions {
+  std::vector<std::string> inputs;
+  std::string classifications, out_dir, prefix = "barcode";
+  bool classified_only = false;
+  int64_t memory_mib = 256;
+  WriterFlags writer;
+};
+
+Status run_split(const SplitCliOptions& o) {
+  pipeline::SubsetOptions so;
+  ESCPOD_ASSIGN_OR_RETURN(so.writer, writer_options(o.writer));
+  so.writer.signal_budget = std::make_shared<pod5::SignalMemoryBudget>(o.memory_mib << 20);
+  // The fused pipeline's CSV has `barcode`; `demux classify` writes `predicted_barcode`.
+  auto rows = pipeline::read_subset_csv(o.classifications, "barcode", "unclassified");
+  if (!rows.is_ok()) rows = pipeline::read_subset_csv(o.classifications, "predicted_barcode", "unclassified");
+  if (!rows.is_ok()) return rows.status();
+  std::vector<std::pair<pod5::ReadId, std::string>> mapping;
+  for (auto& [id, label] : *rows) {
+    if (o.classified_only && label == "unclassified") continue;
+    mapping.emplace_back(id, o.prefix + "_" + label + ".pod5");
+  }
+  so.mapping = std::move(mapping);
+  if (!o.classified_only) so.unmapped_output = o.prefix + "_unclassified.pod5";
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
+  pipeline::SubsetReport report;
+  ESCPOD_RETURN_IF_ERROR(pipeline::subset_files(files, o.out_dir, so, &report));
+  uint64_t total = 0;
+  for (const auto& [name, n] : report.reads_per_output) {
+    fmt::print("{:<32} {:>10}\n", name, n);
+    total += n;
+  }
+  fmt::print("{:<32} {:>10}\n", "total", total);
+  if (report.n_unmapped) {
+    log::info("{} reads not in the classifications {}", report.n_unmapped,
+              o.classified_only ? "were not written" : "went to unclassified");
+  }
+  if (report.n_mapped_missing) log::warn("{} classified read ids are in no input", report.n_mapped_missing);
+  return Status::ok();
+}
+
+void register_split(CLI::App* demux, GlobalOptions& global) {
+  auto o = std::make_shared<SplitCliOptions>();
+  auto* sub = demux->add_subcommand(
+      "split",
+      "Write one POD5 per label from a classifications CSV (read_id + barcode or\n"
+      "predicted_barcode columns). Reads the CSV does not name go to unclassified.\n"
+      "  escpod demux split reads/ --classifications calls.csv -d by_barcode/");
+  sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
+  sub->add_option("--classifications", o->classifications, "Classifications CSV")->required();
+  sub->add_option("-d,--output-dir", o->out_dir, "Output folder")->required();
+  sub->add_option("--prefix", o->prefix, "Output file prefix (default barcode)");
+  sub->add_flag("--classified-only", o->classified_only, "Drop unclassified reads");
+  sub->add_option("--memory-mib", o->memory_mib, "Pending output signal held in memory (default 256)")
+      ->check(CLI::PositiveNumber);
+  add_writer_flags(sub, o->writer);
+  add_common_flags(sub, global);
+  set_body(sub, [o] { return run_split(*o); });
+}
+
+struct TrainCliOptions {
+  std::vector<std::string> inputs;
+  std::string labels, output, method = "llr", cnn_model, template_model, fingerprints;
+  double c = 1.0;
+  WriterFlags writer;
+};
+
+Result<std::map<std::string, int32_t>> read_training_labels(const std::string& path) {
+  ESCPOD_ASSIGN_OR_RETURN(auto rows, pipeline::read_subset_csv(path, "barcode", "unclassified"));
+  std::map<std::string, int32_t> labels;
+  for (const auto& [id, label] : rows) labels[id.to_string()] = pipeline::barcode_number(label);
+  if (labels.empty()) return Status::invalid_argument(path + ": no labelled reads");
+  return labels;
+}
+
+Status write_text_staged(const std::string& path, const std::string& text, const WriterFlags& flags) {
+  ESCPOD_ASSIGN_OR_RETURN(FsyncMode fsync, parse_fsync_mode(flags.fsync));
+  ESCPOD_ASSIGN_OR_RETURN(StagedFile f, StagedFile::create(path, flags.force));
+  {
+    std::ofstream out(f.staging_path(), std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) return Status::io_error("cannot write " + f.staging_path().string());
+  }
+  return f.commit(fsync);
+}
+
+Status run_train(const TrainCliOptions& o, const GlobalOptions& global) {
+  if (o.method != "llr" && o.method != "cnn") return Status::invalid_argument("--method must be cnn or llr");
+  ESCPOD_ASSIGN_OR_RETURN(auto labels, read_training_labels(o.labels));
+  pipeline::FingerprintOptions fo;
+  fo.n_threads = resolve_threads(global);
+  fo.cnn_model = o.cnn_model;
+  fo.detector = o.method == "cnn" ? pipeline::DetectorChoice::kCnn : pipeline::DetectorChoice::kLlr;
+  nlohmann::json block;
+  if (!o.template_model.empty()) {
+    std::ifstream in(o.template_model);
+    if (!in) return Status::not_found(o.template_model + ": cannot open the template model");
+    try {
+      block = nlohmann::json::parse(in).at("signal_processing");
+    } catch (const std::exception& e) {
+      return Status::invalid_argument(o.template_model + ": no usable signal_processing block: " + e.what());
+    }
+    block["cnn_boundaries"]["cnn_detect"] = o.method == "cnn";
+    block["llr_boundaries"]["llr_detect"] = o.method == "llr";
+  } else {
+    block = nlohmann::json::parse(pipeline::default_signal_processing_json(o.method == "cnn"));
+  }
+  fo.signal_processing_json = block.dump();
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
+  pipeline::FingerprintReport frep;
+  ESCPOD_ASSIGN_OR_RETURN(auto rows, pipeline::fingerprint_labelled_reads(files, labels, fo, &frep));
+  log::info("fingerprinted {} of {} labelled reads", rows.size(), frep.n_reads);
+  for (const auto& [why, n] : frep.failures) log::info("  no fingerprint ({}): {}", why, n);
+  if (rows.empty()) return Status::invalid_argument("no labelled read yielded a fingerprint");
+  const size_t d = rows.front().features.size();
+  std::vector<double> x;
+  std::vector<int32_t> y;
+  for (const auto& r : rows) {
+    x.insert(x.end(), r.features.begin(), r.features.end());
+    y.push_back(r.label);
+  }
+  if (!o.fingerprints.empty()) {
+    std::string csv = "read_id";
+    for (size_t k = 0; k < d; ++k) csv += ",fp_" + std::to_string(k);
+    csv += ",barcode\n";
+    for (const auto& r : rows) {
+      csv += r.read_id;
+      for (double v : r.features) csv += fmt::format(",{:.6f}", v);
+      csv += "," + pipeline::label_name(r.label) + "\n";
+    }
+    ESCPOD_RETURN_IF_ERROR(write_text_staged(o.fingerprints, csv, o.writer));
+  }
+  demux::SvmTrainOptions so;
+  so.C = o.c;
+  so.n_threads = fo.n_threads;
+  so.template_json = nlohmann::json{{"signal_processing", block}}.dump();
+  demux::SvmTrainReport trep;
+  ESCPOD_ASSIGN_OR_RETURN(std::string model, demux::train_warpdemux_svm(
+                                                 x, d, y, so, std::filesystem::path(o.output).stem().string(), &trep));
+  ESCPOD_RETURN_IF_ERROR(write_text_staged(o.output, model, o.writer));
+  log::info("trained {} classes on {} fingerprints: {} support vectors, training accuracy {:.3f} "
+            "(DTW {:.1f} s, SVM {:.1f} s)", trep.n_classes, trep.n_rows, trep.n_support,
+            trep.training_accuracy, trep.dtw_seconds, trep.svm_seconds);
+  return Status::ok();
+}
+
+void register_train(CLI::App* demux, GlobalOptions& global) {
+  auto o = std::make_shared<TrainCliOptions>();
+  auto* sub = demux->add_subcommand(
+      "train",
+      "Train a DTW-SVM model from labelled reads: detect each read's adapter, fingerprint the\n"
+      "barcode, and fit the classifier (libsvm, Platt probabilities). Labels CSV: read_id and\n"
+      "barcode columns (names ending in the barcode number, e.g. BC04 or demo04; `noise` or\n"
+      "`unclassified` for the noise class); a simulator truth CSV works as it is.\n"
+      "  escpod demux train sim.pod5 --labels sim.truth.csv --method llr -o model.json");
+  sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
+  sub->add_option("--labels", o->labels, "CSV with read_id and barcode columns")->required();
+  sub->add_option("-o,--output", o->output, "Model JSON to write")->required();
+  sub->add_option("--method", o->method, "Boundary detector the model pins: llr (default) or cnn");
+  sub->add_option("--cnn-model", o->cnn_model, "Boundary CNN (ONNX) for --method cnn");
+  sub->add_option("--template", o->template_model, "Copy signal-processing settings from this model");
+  sub->add_option("--fingerprints", o->fingerprints, "Also write the training fingerprints (CSV)");
+  sub->add_option("--C", o->c, "SVM regularisation (default 1)");
+  add_writer_flags(sub, o->writer);
+  add_common_flags(sub, global);
+  set_body(sub, [o, &global] { return run_train(*o, global); });
+}
+
+struct EvalCliOptions {
+  std::string calls, truth;
+};
+
+void register_evaluate(CLI::App* demux, GlobalOptions& global) {
+  auto o = std::make_shared<EvalCliOptions>();
+  auto* sub = demux->add_subcommand(
+      "evaluate",
+      "Score barcode calls against ground truth: per-barcode precision and recall.\n"
+      "  escpod demux evaluate --calls calls.csv --truth sim.truth.csv");
+  sub->add_option("--calls", o->calls, "Classifications CSV (read_id, barcode)")->required();
+  sub->add_option("--truth", o->truth, "Truth CSV (read_id, barcode)")->required();
+  add_common_flags(sub, global);
+  set_body(sub, [o] () -> Status {
+    ESCPOD_ASSIGN_OR_RETURN(auto scores, pipeline::score_calls(o->calls, o->truth));
+    fmt::print("{}", pipeline::format_scores(scores));
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
+void register_demux(CLI::App& app, GlobalOptions& global) {
+  auto opts = std::make_shared<DemuxCliOptions>();
+  auto* sub = app.add_subcommand(
+      "demux",
+      "Demultiplex direct-RNA reads from the signal: find the adapter, fingerprint the barcode,\n"
+      "classify it (WarpDemuX DTW-SVM model), and write one POD5 per barcode plus\n"
+      "`unclassified`, in one streaming pass.\n"
+      "  escpod demux reads/ --model WDX4_rna004_v1_0.json -d out/ --classifications calls.csv\n"
+      "  escpod demux --model WDX4_rna004_v1_0.json --info\n"
+      "The model pins its boundary detector (the CNN, with LLR fallbacks); the CNN's ONNX file\n"
+      "is found beside the model or given with --cnn-model.");
+  sub->add_option("inputs", opts->inputs, "POD5 files or directories");
+  sub->add_option("-m,--model", opts->model, "WarpDemuX-format model JSON");
+  sub->add_option("--cnn-model", opts->cnn_model, "Boundary CNN (ONNX), if not beside the model");
+  sub->add_option("--method", opts->method, "Override the model's detector: cnn or llr");
+  sub->add_option("-d,--output-dir", opts->out_dir, "Folder for <prefix>_<label>.pod5 files");
+  sub->add_option("--classifications", opts->classifications,
+                  "CSV: read_id,barcode,confidence,adapter_start,adapter_end,detector,reason,p..");
+  sub->add_option("--prefix", opts->prefix, "Output file prefix (default barcode)");
+  sub->add_option("--memory-mib", opts->memory_mib,
+                  "Pending output signal held in memory, all outputs together (default 256)")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--info", opts->info, "Describe the model and its detector, then exit");
+  add_writer_flags(sub, opts->writer);
+  add_common_flags(sub, global);
+  register_split(sub, global);
+  register_train(sub, global);
+  register_evaluate(sub, global);
+#ifdef ESCPOD_HAVE_TRAIN_SVM
+  register_demux_train_svm(sub, global);
+#endif
+  // The fused run is the body unless a stage subcommand was chosen.
+  auto body = std::make_shared<CommandBody>([opts, &global] { return run_demux_cmd(*opts, global); });
+  sub->callback([sub, body] {
+    if (sub->get_subcommands().empty()) select_body(body.get());
+  });
+}
+
+}  // namespace escpod::cli

@@ -1,0 +1,604 @@
+#include "escpod/demux/train_svm.hpp"
+
+#include <svm.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "escpod/demux/dtw.hpp"
+#include "rna004_defaults.hpp"
+
+namespace escpod::demux {
+
+namespace {
+
+using OJson = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kNoise = -1;
+constexpr int32_t kMaxBarcode = 999;
+constexpr size_t kMaxRows = 40000;    // kernel matrix 16 n^2 bytes (25.6 GB at the limit)
+constexpr double kNeverThreshold = 1.01;  // above any confidence: the class is never called
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// libsvm keeps global state (print hook) and draws Platt folds from rand(): one user at a time.
+std::mutex& libsvm_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+void libsvm_quiet(const char*) {}
+
+struct ModelDeleter {
+  void operator()(svm_model* m) const { svm_free_and_destroy_model(&m); }
+};
+using ModelPtr = std::unique_ptr<svm_model, ModelDeleter>;
+
+std::string column_name(int32_t label) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "p%02d", static_cast<int>(label));
+  return buf;
+}
+
+// The n x n precomputed kernel as libsvm rows: row i is n + 2 nodes, [0] = (0, i + 1) (libsvm's
+// 1-based sample id), [j + 1] = (j + 1, K(i, j)), [n + 1] = (-1, 0) terminator.
+struct KernelMatrix {
+  size_t n = 0;
+  std::vector<svm_node> nodes;
+  std::vector<svm_node*> rows;
+
+  svm_node* row(size_t i) { return rows[i]; }
+};
+
+double kernel_value(double d, const SvmTrainOptions& o) {
+  if (o.float32_kernel) {
+    // Same arithmetic as WarpDemuxModel::classify's float32 path (and WarpDemuX's numpy float32).
+    const auto d32 = static_cast<float>(d);
+    const float dp =
+        o.power == 1.0 ? d32 : static_cast<float>(std::pow(static_cast<double>(d32), o.power));
+    const float x = static_cast<float>(-o.gamma) * dp;
+    return static_cast<double>(static_cast<float>(std::exp(static_cast<double>(x))));
+  }
+  return std::exp(-o.gamma * (o.power == 1.0 ? d : std::pow(d, o.power)));
+}
+
+KernelMatrix build_kernel(std::span<const double> rows, size_t n, size_t width,
+                          const SvmTrainOptions& o) {
+  KernelMatrix km;
+  km.n = n;
+  km.nodes.resize(n * (n + 2));
+  km.rows.resize(n);
+  const DtwBank bank(rows, n, width);
+  const DtwParams params{static_cast<size_t>(o.window), o.penalty};
+  auto body = [&](const tbb::blocked_range<size_t>& range) {
+    std::vector<double> scratch(bank.scratch_size());
+    std::vector<double> dist(n);
+    for (size_t i = range.begin(); i != range.end(); ++i) {
+      bank.distances_to(rows.subspan(i * width, width), params, scratch, dist);
+      svm_node* r = km.nodes.data() + i * (n + 2);
+      r[0].index = 0;
+      r[0].value = static_cast<double>(i + 1);
+      for (size_t j = 0; j < n; ++j) {
+        r[j + 1].index = static_cast<int>(j + 1);
+        r[j + 1].value = kernel_value(dist[j], o);
+      }
+      r[n + 1].index = -1;
+      r[n + 1].value = 0.0;
+    }
+  };
+  if (o.n_threads > 0) {
+    tbb::task_arena arena(o.n_threads);
+    arena.execute([&] { tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 4), body); });
+  } else {
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 4), body);
+  }
+  // DTW is symmetric bit for bit for equal lengths; enforce it so that libsvm sees an exactly
+  // symmetric Gram matrix whatever the arithmetic did.
+  for (size_t i = 0; i < n; ++i) {
+    km.rows[i] = km.nodes.data() + i * (n + 2);
+    for (size_t j = 0; j < i; ++j) km.rows[i][j + 1].value = km.nodes[j * (n + 2) + i + 1].value;
+  }
+  return km;
+}
+
+struct Problem {
+  std::vector<double> y;
+  std::vector<svm_node*> x;
+  svm_problem prob{};
+  void finish() {
+    prob.l = static_cast<int>(y.size());
+    prob.y = y.data();
+    prob.x = x.data();
+  }
+};
+
+// Trains on the given rows (sorted by class, so that libsvm's class order, which is the order of
+// first appearance, is the class-index order). Caller holds libsvm_mutex().
+Result<ModelPtr> train_svm_locked(KernelMatrix& km, std::span<const size_t> train_rows,
+                                  std::span<const int32_t> row_class, size_t k,
+                                  std::span<const double> weights, const SvmTrainOptions& o,
+                                  unsigned seed, Problem& problem) {
+  problem.y.clear();
+  problem.x.clear();
+  for (size_t r : train_rows) {
+    problem.y.push_back(static_cast<double>(row_class[r]));
+    problem.x.push_back(km.row(r));
+  }
+  problem.finish();
+  std::vector<int> weight_label(k);
+  std::vector<double> weight(weights.begin(), weights.end());
+  for (size_t c = 0; c < k; ++c) weight_label[c] = static_cast<int>(c);
+  svm_parameter p{};
+  p.svm_type = C_SVC;
+  p.kernel_type = PRECOMPUTED;
+  p.degree = 3;
+  p.gamma = 0.0;
+  p.coef0 = 0.0;
+  p.cache_size = o.cache_mb;
+  p.eps = o.tolerance;
+  p.C = o.C;
+  p.nr_weight = static_cast<int>(k);
+  p.weight_label = weight_label.data();
+  p.weight = weight.data();
+  p.nu = 0.5;
+  p.p = 0.1;
+  p.shrinking = o.shrinking ? 1 : 0;
+  p.probability = o.probability ? 1 : 0;
+  if (const char* err = svm_check_parameter(&problem.prob, &p))
+    return Status::invalid_argument(std::string("libsvm rejected the parameters: ") + err);
+  svm_set_print_string_function(&libsvm_quiet);
+  std::srand(seed);
+  svm_model* m = svm_train(&problem.prob, &p);
+  if (m == nullptr) return Status::internal("libsvm svm_train returned no model");
+  // svm_train keeps pointers to param's weight arrays only during training; clear them so the
+  // model never refers to our locals.
+  m->param.weight_label = nullptr;
+  m->param.weight = nullptr;
+  m->param.nr_weight = 0;
+  return ModelPtr(m);
+}
+
+struct Call {
+  int32_t cls = -1;  // argmax class index
+  double confidence = 0.0;
+};
+
+// Class probabilities of kernel row `x` under `m`, mapped to class indices (classes absent from
+// the model get 0), argmax (first maximum) and top-1 minus top-2.
+Call predict_locked(const svm_model* m, const svm_node* x, size_t k, std::vector<double>& buf,
+                    std::vector<double>& p) {
+  const int nc = svm_get_nr_class(m);
+  buf.assign(static_cast<size_t>(nc), 0.0);
+  p.assign(k, 0.0);
+  if (svm_check_probability_model(m)) {
+    svm_predict_probability(m, x, buf.data());
+    for (int i = 0; i < nc; ++i) p[static_cast<size_t>(m->label[i])] = buf[static_cast<size_t>(i)];
+  } else {
+    const double lab = svm_predict(m, x);
+    p[static_cast<size_t>(lab)] = 1.0;
+  }
+  Call c;
+  size_t best = 0;
+  for (size_t i = 1; i < k; ++i)
+    if (p[i] > p[best]) best = i;
+  double second = -1.0;
+  for (size_t i = 0; i < k; ++i)
+    if (i != best) second = std::max(second, p[i]);
+  c.cls = static_cast<int32_t>(best);
+  c.confidence = k > 1 ? p[best] - second : 1.0;
+  return c;
+}
+
+Status validate(std::span<const double> fps, size_t width, std::span<const int32_t> labels,
+                const SvmTrainOptions& o) {
+  if (labels.empty()) return Status::invalid_argument("no training fingerprints");
+  if (width == 0) return Status::invalid_argument("n_features must be positive");
+  if (labels.size() > kMaxRows)
+    return Status::invalid_argument(
+        std::to_string(labels.size()) + " training fingerprints: at most " +
+        std::to_string(kMaxRows) + " (the n x n kernel matrix takes 16 n^2 bytes; subsample)");
+  if (fps.size() != labels.size() * width)
+    return Status::invalid_argument(
+        "fingerprints hold " + std::to_string(fps.size()) + " values, expected " +
+        std::to_string(labels.size()) + " rows x " + std::to_string(width) + " features = " +
+        std::to_string(labels.size() * width));
+  for (size_t i = 0; i < fps.size(); ++i)
+    if (!std::isfinite(fps[i]))
+      return Status::invalid_argument("fingerprint row " + std::to_string(i / width) + " value " +
+                                      std::to_string(i % width) + " is not finite");
+  for (size_t r = 0; r < labels.size(); ++r)
+    if (labels[r] != kNoise && (labels[r] < 1 || labels[r] > kMaxBarcode))
+      return Status::invalid_argument("label of row " + std::to_string(r) + " is " +
+                                      std::to_string(labels[r]) +
+                                      " (expected a barcode number 1..999 or -1 for noise)");
+  auto positive = [](double v) { return std::isfinite(v) && v > 0.0; };
+  if (!positive(o.C)) return Status::invalid_argument("C must be a positive number");
+  if (!positive(o.tolerance)) return Status::invalid_argument("tolerance must be positive");
+  if (!positive(o.cache_mb)) return Status::invalid_argument("cache_mb must be positive");
+  if (!positive(o.gamma)) return Status::invalid_argument("gamma must be positive");
+  if (!positive(o.power)) return Status::invalid_argument("power must be positive");
+  if (o.window < 0) return Status::invalid_argument("window must not be negative");
+  if (!(std::isfinite(o.penalty) && o.penalty >= 0.0))
+    return Status::invalid_argument("penalty must be a non-negative number");
+  if (o.n_threads < 0) return Status::invalid_argument("n_threads must not be negative");
+  if (o.thresholds == ThresholdMode::kCrossValidated) {
+    if (!(o.target_precision > 0.0 && o.target_precision <= 1.0))
+      return Status::invalid_argument("target_precision must be in (0, 1]");
+    if (o.threshold_folds < 2) return Status::invalid_argument("threshold_folds must be >= 2");
+    if (!o.probability)
+      return Status::invalid_argument(
+          "cross-validated thresholds need probability estimates (probability = true)");
+  }
+  return Status::ok();
+}
+
+// Stratified folds: rows of each class shuffled (mt19937_64, seed) and dealt round-robin.
+std::vector<int> make_folds(std::span<const int32_t> row_class, size_t k, int folds,
+                            uint64_t seed) {
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
+  std::vector<int> fold(row_class.size(), 0);
+  for (size_t c = 0; c < k; ++c) {
+    std::vector<size_t> rows;
+    for (size_t r = 0; r < row_class.size(); ++r)
+      if (row_class[r] == static_cast<int32_t>(c)) rows.push_back(r);
+    for (size_t i = rows.size(); i > 1; --i) {
+      const size_t j = static_cast<size_t>(rng() % i);
+      std::swap(rows[i - 1], rows[j]);
+    }
+    for (size_t i = 0; i < rows.size(); ++i)
+      fold[rows[i]] = static_cast<int>(i % static_cast<size_t>(folds));
+  }
+  return fold;
+}
+
+}  // namespace
+
+Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, size_t n_features,
+                                        std::span<const int32_t> labels,
+                                        const SvmTrainOptions& o, const std::string& model_name,
+                                        SvmTrainReport* report) {
+  ESCPOD_RETURN_IF_ERROR(validate(fingerprints, n_features, labels, o));
+  const size_t width = n_features;
+
+  // Classes: barcodes ascending, then noise.
+  std::vector<int32_t> class_labels;
+  bool has_noise = false;
+  for (int32_t l : labels) {
+    if (l == kNoise) {
+      has_noise = true;
+    } else if (std::find(class_labels.begin(), class_labels.end(), l) == class_labels.end()) {
+      class_labels.push_back(l);
+    }
+  }
+  std::sort(class_labels.begin(), class_labels.end());
+  if (has_noise) class_labels.push_back(kNoise);
+  const size_t k = class_labels.size();
+  if (k < 2)
+    return Status::invalid_argument(
+        "training needs at least two classes (barcodes, or one barcode and noise); found " +
+        std::to_string(k) + (k == 1 ? " (label " + std::to_string(class_labels[0]) + ")" : ""));
+  const size_t n_barcodes = has_noise ? k - 1 : k;
+  // WarpDemuX's internal (scikit-learn) class numbers: barcode - 1, noise = largest barcode.
+  std::vector<int64_t> internal(k);
+  for (size_t c = 0; c < n_barcodes; ++c) internal[c] = class_labels[c] - 1;
+  if (has_noise) internal[k - 1] = class_labels[n_barcodes - 1];
+
+  // Rows sorted by class (stable): libsvm orders classes by first appearance.
+  const size_t n = labels.size();
+  std::vector<int32_t> class_of_input(n);
+  for (size_t r = 0; r < n; ++r)
+    class_of_input[r] = static_cast<int32_t>(
+        std::find(class_labels.begin(), class_labels.end(), labels[r]) - class_labels.begin());
+  std::vector<size_t> order(n);
+  for (size_t r = 0; r < n; ++r) order[r] = r;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return class_of_input[a] < class_of_input[b]; });
+  std::vector<double> rows(n * width);
+  std::vector<int32_t> row_class(n);
+  std::vector<size_t> class_rows(k, 0);
+  for (size_t i = 0; i < n; ++i) {
+    std::copy_n(fingerprints.begin() + static_cast<std::ptrdiff_t>(order[i] * width), width,
+                rows.begin() + static_cast<std::ptrdiff_t>(i * width));
+    row_class[i] = class_of_input[order[i]];
+    ++class_rows[static_cast<size_t>(row_class[i])];
+  }
+  const size_t min_rows = o.probability ? 2 : 1;
+  for (size_t c = 0; c < k; ++c)
+    if (class_rows[c] < min_rows)
+      return Status::invalid_argument(
+          "class " + std::to_string(class_labels[c]) + " has " + std::to_string(class_rows[c]) +
+          " training row(s); at least " + std::to_string(min_rows) +
+          " needed (Platt scaling cross-validates)");
+
+  // Class weights.
+  std::vector<double> weights(k, 1.0);
+  switch (o.weighting) {
+    case ClassWeighting::kBalanced:
+      for (size_t c = 0; c < k; ++c)
+        weights[c] = static_cast<double>(n) /
+                     (static_cast<double>(k) * static_cast<double>(class_rows[c]));
+      break;
+    case ClassWeighting::kNone:
+      break;
+    case ClassWeighting::kExplicit:
+      if (o.class_weights.size() != k)
+        return Status::invalid_argument("class_weights has " +
+                                        std::to_string(o.class_weights.size()) +
+                                        " entries, expected one per class (" + std::to_string(k) +
+                                        ")");
+      for (size_t c = 0; c < k; ++c) {
+        if (!(std::isfinite(o.class_weights[c]) && o.class_weights[c] > 0.0))
+          return Status::invalid_argument("class_weights must be positive numbers");
+        weights[c] = o.class_weights[c];
+      }
+      break;
+  }
+  if (o.thresholds == ThresholdMode::kFixed) {
+    if (o.fixed_thresholds.size() != k)
+      return Status::invalid_argument("fixed_thresholds has " +
+                                      std::to_string(o.fixed_thresholds.size()) +
+                                      " entries, expected one per class (" + std::to_string(k) +
+                                      ")");
+    for (double t : o.fixed_thresholds)
+      if (!std::isfinite(t)) return Status::invalid_argument("fixed_thresholds must be finite");
+  }
+  OJson tmpl;
+  if (!o.template_json.empty()) {
+    tmpl = OJson::parse(o.template_json, nullptr, /*allow_exceptions=*/false);
+    if (!tmpl.is_object())
+      return Status::invalid_argument("template model is not a JSON object");
+  }
+
+  // Distance matrix -> kernel.
+  auto t0 = Clock::now();
+  KernelMatrix km = build_kernel(rows, n, width, o);
+  const double dtw_seconds = seconds_since(t0);
+
+  std::vector<size_t> all_rows(n);
+  for (size_t i = 0; i < n; ++i) all_rows[i] = i;
+
+  std::unique_lock lock(libsvm_mutex());
+  t0 = Clock::now();
+  Problem problem;
+  ESCPOD_ASSIGN_OR_RETURN(ModelPtr model,
+                          train_svm_locked(km, all_rows, row_class, k, weights, o,
+                                           static_cast<unsigned>(o.seed), problem));
+  const double svm_seconds = seconds_since(t0);
+  const svm_model* m = model.get();
+  if (svm_get_nr_class(m) != static_cast<int>(k))
+    return Status::internal("libsvm found " + std::to_string(svm_get_nr_class(m)) +
+                            " classes, expected " + std::to_string(k));
+  for (size_t c = 0; c < k; ++c)
+    if (m->label[c] != static_cast<int>(c))
+      return Status::internal("libsvm class order differs from the class-index order");
+  const size_t n_sv = static_cast<size_t>(m->l);
+  const size_t n_pairs = k * (k - 1) / 2;
+
+  // Training accuracy of the trained model (probability argmax, or votes).
+  size_t correct = 0;
+  {
+    std::vector<double> buf, p;
+    for (size_t i = 0; i < n; ++i)
+      if (predict_locked(m, km.row(i), k, buf, p).cls == row_class[i]) ++correct;
+  }
+
+  // Thresholds.
+  std::vector<double> thresholds(k, 0.0);
+  double threshold_seconds = 0.0;
+  if (o.thresholds == ThresholdMode::kFixed) {
+    thresholds = o.fixed_thresholds;
+  } else if (o.thresholds == ThresholdMode::kCrossValidated) {
+    t0 = Clock::now();
+    const std::vector<int> fold = make_folds(row_class, k, o.threshold_folds, o.seed);
+    std::vector<Call> held_out(n);
+    std::vector<double> buf, p;
+    for (int f = 0; f < o.threshold_folds; ++f) {
+      std::vector<size_t> train_rows, test_rows;
+      for (size_t i = 0; i < n; ++i) (fold[i] == f ? test_rows : train_rows).push_back(i);
+      if (test_rows.empty()) continue;
+      Problem sub;
+      ESCPOD_ASSIGN_OR_RETURN(
+          ModelPtr fm, train_svm_locked(km, train_rows, row_class, k, weights, o,
+                                        static_cast<unsigned>(o.seed + static_cast<uint64_t>(f) + 1),
+                                        sub));
+      for (size_t i : test_rows) held_out[i] = predict_locked(fm.get(), km.row(i), k, buf, p);
+    }
+    for (size_t c = 0; c < k; ++c) {
+      if (has_noise && c == k - 1) break;  // noise threshold stays 0
+      double chosen = kNeverThreshold;
+      for (int step = 0; step <= 100; ++step) {
+        const double t = static_cast<double>(step) / 100.0;
+        size_t called = 0, right = 0;
+        for (size_t i = 0; i < n; ++i) {
+          if (held_out[i].cls != static_cast<int32_t>(c) || held_out[i].confidence < t) continue;
+          ++called;
+          if (row_class[i] == static_cast<int32_t>(c)) ++right;
+        }
+        if (called > 0 && static_cast<double>(right) >=
+                              o.target_precision * static_cast<double>(called)) {
+          chosen = t;
+          break;
+        }
+      }
+      thresholds[c] = chosen;
+    }
+    threshold_seconds = seconds_since(t0);
+  }
+  if (has_noise) thresholds[k - 1] = 0.0;
+
+  // Model JSON.
+  std::vector<size_t> sv_rows(n_sv);
+  std::vector<int64_t> n_support(k, 0);
+  for (size_t s = 0; s < n_sv; ++s) {
+    sv_rows[s] = static_cast<size_t>(m->sv_indices[s] - 1);  // 1-based problem index
+    ++n_support[static_cast<size_t>(row_class[sv_rows[s]])];
+  }
+  for (size_t c = 0; c < k; ++c)
+    if (n_support[c] != m->nSV[c]) return Status::internal("libsvm support counts disagree");
+
+  OJson j;
+  j["format"] = "escapepod-wdx-dtw-svm";
+  j["format_version"] = 1;
+  j["version"] = "1.0";
+  j["model_name"] = model_name;
+  j["chemistry"] = tmpl.contains("chemistry") ? tmpl["chemistry"] : OJson(detail::kRna004Chemistry);
+  j["signal_processing_config_name"] = tmpl.contains("signal_processing_config_name")
+                                           ? tmpl["signal_processing_config_name"]
+                                           : OJson(detail::kRna004SignalProcessingConfigName);
+  OJson training;
+  training["trained_by"] = "escapepod train_warpdemux_svm";
+  training["solver"] = "libsvm " + std::to_string(libsvm_version) +
+                       " C-SVC, precomputed DTW kernel, one-vs-one";
+  training["seed"] = o.seed;
+  training["n_rows"] = n;
+  training["class_rows"] = class_rows;
+  training["training_accuracy"] = static_cast<double>(correct) / static_cast<double>(n);
+  training["thresholds"] = o.thresholds == ThresholdMode::kZero    ? "zero"
+                           : o.thresholds == ThresholdMode::kFixed ? "fixed"
+                                                                   : "cross_validated";
+  if (o.thresholds == ThresholdMode::kCrossValidated) {
+    training["target_precision"] = o.target_precision;
+    training["threshold_folds"] = o.threshold_folds;
+  }
+  training["stored_rows"] = "support vectors only";
+  j["training"] = training;
+
+  std::vector<int32_t> barcodes(class_labels.begin(),
+                                class_labels.begin() + static_cast<std::ptrdiff_t>(n_barcodes));
+  j["barcodes"] = barcodes;
+  j["noise_class"] = has_noise;
+  j["n_barcodes"] = n_barcodes;
+  j["n_classes"] = k;
+  j["n_features"] = width;
+  j["n_training"] = n_sv;
+  j["classes"] = internal;
+  OJson mapper = OJson::object();
+  std::vector<std::string> columns;
+  for (size_t c = 0; c < k; ++c) {
+    mapper[std::to_string(c)] = class_labels[c];
+    columns.push_back(column_name(class_labels[c]));
+  }
+  j["label_mapper"] = mapper;
+  j["output_columns"] = columns;
+  j["thresholds"] = thresholds;
+  j["window"] = o.window;
+  j["penalty"] = o.penalty;
+  j["kernel_params"] = {{"gamma", o.gamma}, {"power", o.power}};
+  j["use_kernel_weighted"] = false;
+  OJson dtw;
+  dtw["window"] = o.window;
+  dtw["penalty"] = o.penalty;
+  dtw["inner_dist"] = "squared_euclidean";
+  dtw["band"] =
+      "cell (i,j), 0-based, equal lengths L: allowed iff |i-j| <= window-1; window 0 = no band";
+  dtw["step_cost"] =
+      "D[i][j] = (q_i - t_j)^2 + min(D[i-1][j-1], D[i-1][j] + penalty^2, D[i][j-1] + penalty^2); "
+      "D[-1][-1] = 0";
+  dtw["result"] = "sqrt(D[L-1][L-1])";
+  j["dtw"] = dtw;
+  OJson kernel;
+  kernel["formula"] = "K = exp(-gamma * d^pwr_dist)";
+  kernel["gamma"] = o.gamma;
+  kernel["pwr_dist"] = o.power;
+  kernel["distance_dtype"] = o.float32_kernel ? "float32" : "float64";
+  kernel["kernel_dtype"] = o.float32_kernel ? "float32" : "float64";
+  j["kernel"] = kernel;
+  OJson svc;
+  svc["implementation"] = "libsvm C-SVC (one-vs-one)";
+  svc["kernel"] = "precomputed";
+  svc["C"] = o.C;
+  svc["class_weight"] = o.weighting == ClassWeighting::kBalanced ? "balanced"
+                        : o.weighting == ClassWeighting::kNone   ? "none"
+                                                                 : "explicit";
+  svc["class_weight_"] = weights;
+  svc["probability"] = o.probability;
+  svc["random_state"] = o.seed;
+  svc["tol"] = o.tolerance;
+  svc["shrinking"] = o.shrinking;
+  j["svc"] = svc;
+  OJson post;
+  post["pred_index"] = "argmax over probabilities (first maximum wins)";
+  post["predicted_barcode"] = "label_mapper[pred_index]";
+  post["confidence"] = "p_sorted[0] - p_sorted[1] (largest minus second largest)";
+  post["threshold_rule"] = "if confidence < thresholds[pred_index] then predicted_barcode = -1";
+  post["noise_label"] = kNoise;
+  std::vector<std::string> csv = {"#read_id", "predicted_barcode", "confidence_score"};
+  csv.insert(csv.end(), columns.begin(), columns.end());
+  post["csv_columns"] = csv;
+  post["csv_rounding"] = {{"confidence_score", 3}, {"probabilities", 4}};
+  j["postprocess"] = post;
+  if (tmpl.contains("signal_processing")) {
+    j["signal_processing"] = tmpl["signal_processing"];
+  } else {
+    j["signal_processing"] = OJson::parse(detail::kRna004SignalProcessingJson);
+  }
+
+  std::vector<int64_t> train_labels(n_sv), train_class(n_sv), support(n_sv);
+  for (size_t s = 0; s < n_sv; ++s) {
+    const auto c = static_cast<size_t>(row_class[sv_rows[s]]);
+    train_labels[s] = internal[c];
+    train_class[s] = static_cast<int64_t>(c);
+    support[s] = static_cast<int64_t>(s);
+  }
+  j["training_labels"] = train_labels;
+  j["training_class_index"] = train_class;
+  j["support_indices"] = support;
+  j["n_support"] = n_support;
+  std::vector<double> intercept(n_pairs), prob_a, prob_b;
+  for (size_t q = 0; q < n_pairs; ++q) intercept[q] = -m->rho[q];
+  j["intercept"] = intercept;
+  if (o.probability) {
+    if (m->probA == nullptr || m->probB == nullptr)
+      return Status::internal("libsvm returned no Platt parameters");
+    prob_a.assign(m->probA, m->probA + n_pairs);
+    prob_b.assign(m->probB, m->probB + n_pairs);
+    j["prob_a"] = prob_a;
+    j["prob_b"] = prob_b;
+  }
+  OJson dual = OJson::array();
+  for (size_t r = 0; r + 1 < k; ++r)
+    dual.push_back(std::vector<double>(m->sv_coef[r], m->sv_coef[r] + n_sv));
+  j["dual_coef"] = dual;
+  OJson fps = OJson::array();
+  for (size_t s = 0; s < n_sv; ++s) {
+    const double* row = rows.data() + sv_rows[s] * width;
+    fps.push_back(std::vector<double>(row, row + width));
+  }
+  j["training_fingerprints"] = fps;
+  lock.unlock();
+
+  if (report) {
+    report->n_rows = n;
+    report->n_features = width;
+    report->n_classes = k;
+    report->n_support = n_sv;
+    report->class_labels = class_labels;
+    report->class_rows = class_rows;
+    report->class_weights = weights;
+    report->thresholds = thresholds;
+    report->training_accuracy = static_cast<double>(correct) / static_cast<double>(n);
+    report->dtw_seconds = dtw_seconds;
+    report->svm_seconds = svm_seconds;
+    report->threshold_seconds = threshold_seconds;
+  }
+  std::string text = j.dump();
+  text.push_back('\n');
+  return text;
+}
+
+}  // namespace escpod::demux

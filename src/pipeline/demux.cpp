@@ -1,0 +1,546 @@
+#include "escpod/pipeline/demux.hpp"
+
+#include <fmt/format.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "escpod/core/log.hpp"
+#include "escpod/core/staged_file.hpp"
+#include "escpod/demux/warpdemux_model.hpp"
+#include "escpod/pipeline/boundary_detector.hpp"
+#include "escpod/pipeline/pod5_copy.hpp"
+#include "escpod/pod5/file_reader.hpp"
+#include "escpod/signal/calibration.hpp"
+#include "escpod/signal/fingerprint.hpp"
+
+namespace escpod::pipeline {
+
+std::string label_name(int32_t label) {
+  if (label < 0) return "unclassified";
+  return fmt::format("BC{:02d}", label);
+}
+
+namespace {
+
+// What the model file pins beyond the classifier: its signal_processing block.
+struct ModelSignalProcessing {
+  std::string block_json;          // the raw block, for the detector
+  bool cnn_detect = true;
+  std::string cnn_model_name;      // e.g. rna004_130bps@v0.2.4.pth
+  signal::FingerprintParams fingerprint;
+};
+
+Result<ModelSignalProcessing> parse_signal_processing(const nlohmann::json& b,
+                                                      const std::filesystem::path& model_path) {
+  ModelSignalProcessing sp;
+  sp.block_json = b.dump();
+  try {
+    if (b.contains("cnn_boundaries")) {
+      sp.cnn_detect = b["cnn_boundaries"].value("cnn_detect", true);
+      sp.cnn_model_name = b["cnn_boundaries"].value("model_name", std::string());
+    }
+    auto& fp = sp.fingerprint;
+    if (b.contains("sig_extract")) fp.padding_samples = b["sig_extract"].value("padding", fp.padding_samples);
+    if (b.contains("core")) fp.outlier_mads = b["core"].value("sig_norm_outlier_thresh", fp.outlier_mads);
+    if (b.contains("segmentation")) {
+      const auto& s = b["segmentation"];
+      fp.num_events = s.value("num_events", fp.num_events);
+      fp.max_stat_width = s.value("running_stat_width", fp.max_stat_width);
+      fp.max_min_gap = s.value("min_obs_per_base", fp.max_min_gap);
+      fp.barcode_num_events = s.value("barcode_num_events", fp.barcode_num_events);
+    }
+  } catch (const std::exception& e) {
+    return Status::corrupt(model_path.string() + ": signal_processing: " + e.what());
+  }
+  return sp;
+}
+
+Result<ModelSignalProcessing> read_signal_processing(const std::filesystem::path& model_path) {
+  std::ifstream in(model_path);
+  if (!in) return Status::not_found(model_path.string() + ": cannot open the model");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return Status::corrupt(model_path.string() + ": not valid JSON: " + e.what());
+  }
+  if (!j.contains("signal_processing") || !j["signal_processing"].is_object()) {
+    return Status::corrupt(model_path.string() +
+                           ": model has no signal_processing block (which detector and "
+                           "fingerprint settings it was trained with)");
+  }
+  return parse_signal_processing(j["signal_processing"], model_path);
+}
+
+Result<std::filesystem::path> find_cnn(const std::filesystem::path& model_path,
+                                       const std::filesystem::path& explicit_path,
+                                       const std::string& cnn_model_name);
+
+struct Featurizer {
+  BoundaryDetector detector;
+  signal::FingerprintParams fingerprint;
+};
+
+Result<Featurizer> make_featurizer(const ModelSignalProcessing& sp, const std::filesystem::path& model_path,
+                                   DetectorChoice choice, const std::filesystem::path& cnn_model) {
+  ESCPOD_ASSIGN_OR_RETURN(DetectorConfig config,
+                          detector_config_from_json(sp.block_json, model_path.string()));
+  DetectMethod method = sp.cnn_detect ? DetectMethod::kCnn : DetectMethod::kLlr;
+  if (choice == DetectorChoice::kCnn) method = DetectMethod::kCnn;
+  if (choice == DetectorChoice::kLlr) {
+    if (sp.cnn_detect) {
+      log::warn("{} was trained on CNN boundaries; --method llr overrides it, which typically "
+                "costs recall", model_path.string());
+    }
+    method = DetectMethod::kLlr;
+  }
+  std::filesystem::path cnn;
+  if (method == DetectMethod::kCnn) {
+    ESCPOD_ASSIGN_OR_RETURN(cnn, find_cnn(model_path, cnn_model, sp.cnn_model_name));
+  }
+  ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector, BoundaryDetector::create(config, method, cnn));
+  signal::FingerprintParams fp = sp.fingerprint;
+  fp.max_window_end = detector.preload_samples();
+  return Featurizer{std::move(detector), fp};
+}
+
+// The CNN ONNX file: given explicitly, or the file named after the model's CNN beside the model.
+Result<std::filesystem::path> find_cnn(const std::filesystem::path& model_path,
+                                       const std::filesystem::path& explicit_path,
+                                       const std::string& cnn_model_name) {
+  if (!explicit_path.empty()) {
+    if (!std::filesystem::exists(explicit_path)) {
+      return Status::not_found("--cnn-model " + explicit_path.string() + ": no such file");
+    }
+    return explicit_path;
+  }
+  std::string stem = std::filesystem::path(cnn_model_name).stem().string();
+  auto dir = model_path.parent_path();
+  std::vector<std::filesystem::path> tried;
+  for (const auto& name : {"adapted_cnn_" + stem + ".onnx", stem + ".onnx"}) {
+    auto p = dir / name;
+    tried.push_back(p);
+    if (std::filesystem::exists(p)) return p;
+  }
+  return Status::not_found("the model uses the boundary CNN '" + cnn_model_name +
+                           "' but its ONNX file is not beside the model (looked for " +
+                           tried[0].string() + " and " + tried[1].string() +
+                           "); give it with --cnn-model, or use --method llr");
+}
+
+struct Engine {
+  demux::WarpDemuxModel model;
+  BoundaryDetector detector;
+  signal::FingerprintParams fingerprint;
+};
+
+Result<Engine> make_engine(const DemuxOptions& o) {
+  ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp, read_signal_processing(o.model_path));
+  ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(o.model_path));
+  ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.detector, o.cnn_model));
+  return Engine{std::move(model), std::move(f.detector), f.fingerprint};
+}
+
+// One read on its way through the pipeline.
+struct ReadTask {
+  const pod5::FileReader* file = nullptr;
+  std::shared_ptr<const pod5::ReadBatch> batch;
+  size_t row = 0;
+  Boundaries bounds;
+  demux::Classification call;
+  std::string reason;  // why unclassified (empty when classified)
+  uint64_t n_decoded = 0;
+};
+
+struct WorkerScratch {
+  pod5::VbzCodec codec;
+  std::vector<int16_t> adc;
+  std::vector<float> pa;
+  BoundaryDetector::Scratch detector;
+  signal::FingerprintScratch fingerprint;
+  std::vector<double> features;
+  demux::WarpDemuxModel::Scratch classifier;
+};
+
+// Decode, detect, fingerprint: w.features holds the fingerprint when this returns true;
+// otherwise t.reason says why not.
+bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintParams& params,
+                    ReadTask& t, WorkerScratch& w);
+
+void classify_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
+  t.call = demux::Classification{};
+  t.call.status = demux::CallStatus::kNoFingerprint;
+  if (!featurize_read(e.detector, e.fingerprint, t, w)) return;
+  e.model.classify(w.features, w.classifier, t.call);
+  if (!t.call.is_classified()) t.reason = std::string(t.call.reason());
+}
+
+bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintParams& params,
+                    ReadTask& t, WorkerScratch& w) {
+  const pod5::ReadBatch& b = *t.batch;
+  const uint64_t n = b.num_samples[t.row];
+  if (n == 0 || b.rows_of(t.row).empty()) {
+    t.reason = "read has no signal";
+    return false;
+  }
+  const size_t take = static_cast<size_t>(std::min<uint64_t>(n, detector.preload_samples()));
+  w.adc.resize(take);
+  Status s = t.file->read_signal(b.rows_of(t.row), w.adc, w.codec);
+  if (!s.is_ok()) {
+    t.reason = "signal could not be decoded: " + s.message();
+    return false;
+  }
+  t.n_decoded = take;
+  w.pa.resize(take);
+  signal::calibrate_to_pa(w.adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, w.pa);
+  t.bounds = detector.detect(w.pa, n, w.detector);
+  if (!t.bounds.success) {
+    t.reason = "boundary detection failed: " + t.bounds.fail_reason;
+    return false;
+  }
+  const signal::SampleRange window = signal::barcode_window(
+      static_cast<size_t>(t.bounds.adapter_start), static_cast<size_t>(t.bounds.adapter_end), take,
+      params);
+  w.features.resize(params.barcode_num_events);
+  const auto err = signal::barcode_fingerprint(
+      std::span<const float>(w.pa).subspan(window.begin, window.size()), params, w.fingerprint,
+      w.features);
+  if (err != signal::FingerprintError::kNone) {
+    t.reason = "no fingerprint: " + std::string(signal::fingerprint_error_reason(err));
+    return false;
+  }
+  return true;
+}
+
+// The serial end of the pipeline: CSV rows and per-label writers, in input order.
+class Router {
+ public:
+  Router(const DemuxOptions& o, const Engine& e) : m_options(o), m_engine(e) {
+    m_writer_options = o.writer;
+    m_writer_options.signal_budget = std::make_shared<pod5::SignalMemoryBudget>(o.signal_memory_budget);
+  }
+
+  Status open_csv() {
+    if (m_options.classifications_csv.empty()) return Status::ok();
+    ESCPOD_ASSIGN_OR_RETURN(StagedFile f, StagedFile::create(m_options.classifications_csv,
+                                                             m_options.writer.overwrite));
+    m_csv_file.emplace(std::move(f));
+    m_csv.open(m_csv_file->staging_path(), std::ios::binary | std::ios::trunc);
+    if (!m_csv) return Status::io_error("cannot write " + m_csv_file->staging_path().string());
+    m_csv << "read_id,barcode,confidence,adapter_start,adapter_end,detector,reason";
+    for (const auto& c : m_engine.model.output_columns()) m_csv << ',' << c;
+    m_csv << '\n';
+    return Status::ok();
+  }
+
+  Status route(const ReadTask& t, DemuxReport& report) {
+    const pod5::ReadBatch& b = *t.batch;
+    const std::string label = t.reason.empty() ? label_name(t.call.label) : "unclassified";
+    ++report.n_reads;
+    report.n_samples_decoded += t.n_decoded;
+    ++report.reads_per_label[label];
+    if (!t.reason.empty()) ++report.unclassified_reasons[reason_key(t.reason)];
+    ++report.detector_used[t.bounds.method.empty() ? "none" : t.bounds.method];
+    if (m_csv.is_open()) {
+      m_line.clear();
+      char id[36];
+      b.read_id[t.row].format_to(id);
+      m_line.append(id, 36);
+      fmt::format_to(std::back_inserter(m_line), ",{},{:.6f},{},{},{},", label, t.call.confidence,
+                     t.bounds.adapter_start, t.bounds.adapter_end, t.bounds.method);
+      append_csv_cell(m_line, t.reason);
+      const size_t n_cols = m_engine.model.output_columns().size();
+      for (size_t k = 0; k < n_cols; ++k) {
+        if (k < t.call.probabilities.size()) {
+          fmt::format_to(std::back_inserter(m_line), ",{:.6f}", t.call.probabilities[k]);
+        } else {
+          m_line += ',';
+        }
+      }
+      m_line += '\n';
+      m_csv.write(m_line.data(), static_cast<std::streamsize>(m_line.size()));
+      if (!m_csv) return Status::io_error("cannot write " + m_csv_file->staging_path().string());
+    }
+    if (m_options.out_dir.empty()) return Status::ok();
+    auto& writer = m_writers[label];
+    if (!writer) {
+      auto path = m_options.out_dir / (m_options.prefix + "_" + label + ".pod5");
+      ESCPOD_ASSIGN_OR_RETURN(writer, pod5::FileWriter::create(path, m_writer_options));
+    }
+    const auto& acq = t.file->run_info_ids()[static_cast<size_t>(b.run_info_idx[t.row])];
+    if (const auto* ri = t.file->find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(*ri));
+    return copy_read(*t.file, b, t.row, *writer, m_copy, nullptr);
+  }
+
+  // All outputs finish before any is renamed into place (all or nothing).
+  Status finish() {
+    for (auto& [label, w] : m_writers) ESCPOD_RETURN_IF_ERROR(w->finish());
+    if (m_csv.is_open()) {
+      m_csv.close();
+      if (!m_csv) return Status::io_error("cannot write " + m_csv_file->staging_path().string());
+    }
+    for (auto& [label, w] : m_writers) ESCPOD_RETURN_IF_ERROR(w->commit());
+    if (m_csv_file) ESCPOD_RETURN_IF_ERROR(m_csv_file->commit(m_options.writer.fsync));
+    return Status::ok();
+  }
+
+ private:
+  // Reasons carry details after ": " (a decode error's text); group the counts by their head.
+  static std::string reason_key(const std::string& reason) {
+    auto second = reason.find(": ");
+    if (reason.rfind("boundary detection failed: ", 0) == 0 || reason.rfind("no fingerprint: ", 0) == 0) {
+      return reason;
+    }
+    return second == std::string::npos ? reason : reason.substr(0, second);
+  }
+  static void append_csv_cell(std::string& out, const std::string& text) {
+    if (text.find_first_of(",\"\n") == std::string::npos) {
+      out += text;
+      return;
+    }
+    out += '"';
+    for (char c : text) {
+      if (c == '"') out += '"';
+      out += c == '\n' ? ' ' : c;
+    }
+    out += '"';
+  }
+
+  const DemuxOptions& m_options;
+  const Engine& m_engine;
+  pod5::WriterOptions m_writer_options;
+  std::map<std::string, std::unique_ptr<pod5::FileWriter>> m_writers;
+  std::optional<StagedFile> m_csv_file;
+  std::ofstream m_csv;
+  std::string m_line;
+  CopyScratch m_copy;
+};
+
+}  // namespace
+
+Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
+                                         const std::filesystem::path& cnn_model) {
+  ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp, read_signal_processing(model_path));
+  ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(model_path));
+  std::string out = model.describe();
+  out += fmt::format("\ndetector: {}\n", sp.cnn_detect ? "boundary CNN (" + sp.cnn_model_name +
+                                                             ") with LLR fallbacks"
+                                                       : std::string("LLR"));
+  if (sp.cnn_detect) {
+    auto cnn = find_cnn(model_path, cnn_model, sp.cnn_model_name);
+    out += cnn.is_ok() ? "CNN file: " + cnn->string() + "\n" : "CNN file: MISSING: " + cnn.status().message() + "\n";
+  }
+  out += "outputs: " + std::string("barcode_<label>.pod5 for labels");
+  for (int32_t l : model.labels()) out += " " + label_name(l);
+  out += "\n";
+  return out;
+}
+
+Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOptions& options,
+                 DemuxReport* report) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ESCPOD_ASSIGN_OR_RETURN(Engine engine, make_engine(options));
+  std::vector<std::unique_ptr<pod5::FileReader>> readers;
+  uint64_t n_total = 0;
+  for (const auto& p : inputs) {
+    ESCPOD_ASSIGN_OR_RETURN(auto r, pod5::FileReader::open(p));
+    n_total += r->info().n_reads;
+    readers.push_back(std::move(r));
+  }
+  if (!options.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.out_dir, ec);
+    if (ec) return Status::io_error("cannot create " + options.out_dir.string() + ": " + ec.message());
+  }
+  Router router(options, engine);
+  ESCPOD_RETURN_IF_ERROR(router.open_csv());
+  DemuxReport local;
+  DemuxReport& rep = report ? *report : local;
+
+  std::mutex error_mutex;
+  Status first_error;
+  std::atomic<bool> failed{false};
+  auto fail = [&](Status s) {
+    std::lock_guard lock(error_mutex);
+    if (first_error.is_ok()) first_error = std::move(s);
+    failed = true;
+  };
+
+  tbb::enumerable_thread_specific<WorkerScratch> scratch([&engine] {
+    WorkerScratch w;
+    w.detector = engine.detector.make_scratch();
+    w.classifier = engine.model.make_scratch();
+    return w;
+  });
+  size_t file_idx = 0, batch_idx = 0, row = 0;
+  std::shared_ptr<const pod5::ReadBatch> batch;
+  auto last_progress = std::chrono::steady_clock::now();
+  const int n_threads = std::max(1, options.n_threads);
+  const size_t tokens = options.max_reads_in_flight ? options.max_reads_in_flight
+                                                    : static_cast<size_t>(8 * n_threads);
+  tbb::task_arena arena(n_threads);
+  arena.execute([&] {
+    tbb::parallel_pipeline(
+        tokens,
+        tbb::make_filter<void, ReadTask*>(
+            tbb::filter_mode::serial_in_order,
+            [&](tbb::flow_control& fc) -> ReadTask* {
+              while (true) {
+                if (failed || interrupted()) {
+                  if (interrupted()) fail(Status::cancelled("interrupted"));
+                  fc.stop();
+                  return nullptr;
+                }
+                if (file_idx == readers.size()) {
+                  fc.stop();
+                  return nullptr;
+                }
+                const auto& reader = *readers[file_idx];
+                if (!batch || row == batch->size()) {
+                  if (batch_idx == reader.n_read_batches()) {
+                    ++file_idx;
+                    batch_idx = 0;
+                    batch.reset();
+                    continue;
+                  }
+                  auto next = reader.read_batch(batch_idx++);
+                  if (!next.is_ok()) {
+                    fail(next.status());
+                    continue;
+                  }
+                  batch = std::make_shared<const pod5::ReadBatch>(std::move(next).value());
+                  row = 0;
+                  if (batch->size() == 0) continue;
+                }
+                auto* t = new ReadTask;
+                t->file = &reader;
+                t->batch = batch;
+                t->row = row++;
+                return t;
+              }
+            }) &
+            tbb::make_filter<ReadTask*, ReadTask*>(
+                tbb::filter_mode::parallel,
+                [&](ReadTask* t) {
+                  if (!failed) classify_read(engine, *t, scratch.local());
+                  return t;
+                }) &
+            tbb::make_filter<ReadTask*, void>(
+                tbb::filter_mode::serial_in_order, [&](ReadTask* t) {
+                  std::unique_ptr<ReadTask> owned(t);
+                  if (failed) return;
+                  Status s = router.route(*t, rep);
+                  if (!s.is_ok()) fail(std::move(s));
+                  if (options.progress) {
+                    auto now = std::chrono::steady_clock::now();
+                    if (now - last_progress > std::chrono::seconds(5)) {
+                      last_progress = now;
+                      const double secs = std::chrono::duration<double>(now - t0).count();
+                      log::info("{} / {} reads ({:.0f} reads/s)", rep.n_reads, n_total,
+                                static_cast<double>(rep.n_reads) / secs);
+                    }
+                  }
+                }));
+  });
+  if (failed) return first_error;
+  ESCPOD_RETURN_IF_ERROR(router.finish());
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::ok();
+}
+
+std::string default_signal_processing_json(bool use_cnn) {
+  // Section 3.0's effective RNA004 configuration (the values every WarpDemuX 1.0 RNA004 model
+  // records), so models trained here carry the settings they were trained with.
+  nlohmann::ordered_json b = {
+      {"core", {{"min_obs_adapter", 1000}, {"max_obs_adapter", 6500}, {"min_obs_polya", 100},
+                {"downscale_factor", 10}, {"max_obs_trace", 10000}, {"sig_norm_outlier_thresh", 5.0}}},
+      {"cnn_boundaries", {{"cnn_detect", use_cnn}, {"model_name", "rna004_130bps@v0.2.4.pth"},
+                          {"polya_cand_k", 5}, {"fallback_to_llr_short_reads", true},
+                          {"fallback_to_llr", true}}},
+      {"llr_boundaries", {{"llr_detect", !use_cnn}, {"adapter_peak_prominence", 1.0},
+                          {"adapter_peak_rel_height", 1.0}, {"adapter_peak_width", 1000},
+                          {"polya_peak_prominence", 1.0}, {"polya_peak_rel_height", 0.5},
+                          {"polya_peak_width", 50}}},
+      {"sig_extract", {{"padding", 100}, {"normalization", "none"}}},
+      {"segmentation", {{"num_events", 110}, {"min_obs_per_base", 6}, {"running_stat_width", 12},
+                        {"accept_less_cpts", false}, {"normalization", "mean"},
+                        {"barcode_num_events", 25}, {"consensus_refinement", false}}},
+  };
+  return b.dump();
+}
+
+Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
+    const std::vector<std::filesystem::path>& inputs, const std::map<std::string, int32_t>& labels,
+    const FingerprintOptions& options, FingerprintReport* report) {
+  nlohmann::json block;
+  try {
+    block = nlohmann::json::parse(options.signal_processing_json);
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(std::string("signal_processing block: ") + e.what());
+  }
+  const std::filesystem::path where = options.cnn_model.empty() ? "signal_processing" : options.cnn_model;
+  ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp, parse_signal_processing(block, where));
+  ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, where, options.detector, options.cnn_model));
+
+  // Collect the labelled reads (file, batch, row), then featurise them in parallel.
+  struct Item {
+    ReadTask task;
+    int32_t label = -1;
+    std::vector<double> features;
+  };
+  std::vector<std::unique_ptr<pod5::FileReader>> readers;
+  std::vector<Item> items;
+  for (const auto& p : inputs) {
+    ESCPOD_ASSIGN_OR_RETURN(auto r, pod5::FileReader::open(p));
+    for (size_t b = 0; b < r->n_read_batches(); ++b) {
+      ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, r->read_batch(b));
+      auto shared = std::make_shared<const pod5::ReadBatch>(std::move(batch));
+      for (size_t i = 0; i < shared->size(); ++i) {
+        auto it = labels.find(shared->read_id[i].to_string());
+        if (it == labels.end()) continue;
+        Item item;
+        item.task.file = r.get();
+        item.task.batch = shared;
+        item.task.row = i;
+        item.label = it->second;
+        items.push_back(std::move(item));
+      }
+    }
+    readers.push_back(std::move(r));
+  }
+  tbb::enumerable_thread_specific<WorkerScratch> scratch([&f] {
+    WorkerScratch w;
+    w.detector = f.detector.make_scratch();
+    return w;
+  });
+  tbb::task_arena arena(std::max(1, options.n_threads));
+  arena.execute([&] {
+    tbb::parallel_for(size_t{0}, items.size(), [&](size_t k) {
+      WorkerScratch& w = scratch.local();
+      if (featurize_read(f.detector, f.fingerprint, items[k].task, w)) items[k].features = w.features;
+    });
+  });
+  FingerprintReport local;
+  FingerprintReport& rep = report ? *report : local;
+  std::vector<FingerprintRow> rows;
+  for (auto& item : items) {
+    ++rep.n_reads;
+    if (item.features.empty()) {
+      ++rep.failures[item.task.reason];
+      continue;
+    }
+    rows.push_back({item.task.batch->read_id[item.task.row].to_string(), item.label,
+                    std::move(item.features)});
+  }
+  return rows;
+}
+
+}  // namespace escpod::pipeline

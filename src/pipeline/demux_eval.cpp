@@ -1,0 +1,120 @@
+#include "escpod/pipeline/demux_eval.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <unordered_map>
+#include <vector>
+
+namespace escpod::pipeline {
+namespace {
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> cells;
+  std::string cell;
+  bool quoted = false;
+  for (char c : line) {
+    if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      cells.push_back(cell);
+      cell.clear();
+    } else if (c != '\r') {
+      cell += c;
+    }
+  }
+  cells.push_back(cell);
+  return cells;
+}
+
+// read_id -> label from a CSV with a header naming read_id and one of `label_columns`.
+Result<std::unordered_map<std::string, std::string>> read_labels(
+    const std::string& path, std::initializer_list<const char*> label_columns) {
+  std::ifstream in(path);
+  if (!in) return Status::not_found(path + ": cannot open");
+  std::string line;
+  std::vector<std::string> header;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line[0] == '#' && !header.empty()) continue;
+    header = split_csv(line[0] == '#' ? line.substr(1) : line);
+    break;
+  }
+  size_t id_col = header.size(), label_col = header.size();
+  for (size_t k = 0; k < header.size(); ++k) {
+    if (header[k] == "read_id") id_col = k;
+    for (const char* name : label_columns)
+      if (header[k] == name && label_col == header.size()) label_col = k;
+  }
+  if (id_col == header.size() || label_col == header.size()) {
+    return Status::invalid_argument(path + ": header needs read_id and a barcode column");
+  }
+  std::unordered_map<std::string, std::string> labels;
+  size_t line_no = 1;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    auto cells = split_csv(line);
+    if (cells.size() <= std::max(id_col, label_col)) {
+      return Status::invalid_argument(path + " line " + std::to_string(line_no) + ": too few columns");
+    }
+    labels[cells[id_col]] = cells[label_col];
+  }
+  return labels;
+}
+
+}  // namespace
+
+int32_t barcode_number(const std::string& label) {
+  if (label.empty() || label == "unclassified" || label == "noise" || label == "-1") return -1;
+  size_t end = label.size(), start = end;
+  while (start > 0 && label[start - 1] >= '0' && label[start - 1] <= '9') --start;
+  if (start == end) return -1;
+  return static_cast<int32_t>(std::stol(label.substr(start, std::min<size_t>(end - start, 9))));
+}
+
+Result<CallScores> score_calls(const std::string& calls_csv, const std::string& truth_csv) {
+  ESCPOD_ASSIGN_OR_RETURN(auto calls, read_labels(calls_csv, {"barcode", "predicted_barcode"}));
+  ESCPOD_ASSIGN_OR_RETURN(auto truth, read_labels(truth_csv, {"barcode"}));
+  CallScores s;
+  for (const auto& [id, true_label] : truth) {
+    auto it = calls.find(id);
+    if (it == calls.end()) {
+      ++s.n_missing_calls;
+      continue;
+    }
+    const int32_t t = barcode_number(true_label), c = barcode_number(it->second);
+    ++s.n_reads;
+    ++s.per_barcode[t].n_truth;
+    if (c < 0) {
+      ++s.n_unclassified;
+    } else {
+      ++s.per_barcode[c].n_called;
+    }
+    if (c == t && c >= 0) {
+      ++s.per_barcode[c].n_correct;
+      ++s.n_correct;
+    }
+  }
+  return s;
+}
+
+std::string format_scores(const CallScores& s) {
+  std::string out = fmt::format("{:<10} {:>8} {:>8} {:>8} {:>10} {:>8}\n", "barcode", "truth", "called",
+                                "correct", "precision", "recall");
+  for (const auto& [bc, x] : s.per_barcode) {
+    if (bc < 0) continue;
+    out += fmt::format("{:<10} {:>8} {:>8} {:>8} {:>10.3f} {:>8.3f}\n", fmt::format("BC{:02d}", bc),
+                       x.n_truth, x.n_called, x.n_correct, x.precision(), x.recall());
+  }
+  const uint64_t classified = s.n_reads - s.n_unclassified;
+  out += fmt::format("overall: {} reads, {} classified ({:.1f}%), precision {:.3f}, recall {:.3f}\n",
+                     s.n_reads, classified,
+                     s.n_reads ? 100.0 * static_cast<double>(classified) / static_cast<double>(s.n_reads) : 0.0,
+                     classified ? static_cast<double>(s.n_correct) / static_cast<double>(classified) : 0.0,
+                     s.n_reads ? static_cast<double>(s.n_correct) / static_cast<double>(s.n_reads) : 0.0);
+  if (s.n_missing_calls) out += fmt::format("{} truth reads have no call\n", s.n_missing_calls);
+  return out;
+}
+
+}  // namespace escpod::pipeline

@@ -1,0 +1,132 @@
+"""escpod demux end to end: model info, conservation, determinism across thread counts, bad
+inputs, and memory that stays flat when the number of labels grows (demux split)."""
+import csv
+import os
+import subprocess
+import uuid
+
+import pod5
+import pytest
+
+from conftest import run
+
+
+@pytest.fixture(scope="module")
+def wdx4(shared_data):
+    return shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+
+
+@pytest.fixture(scope="module")
+def rna_file(shared_data):
+    return shared_data / "escapepod/drna/yeast_trna_reads.pod5"
+
+
+def ids_and_hashes(escpod, path):
+    out = run([escpod, "view", path, "--include", "read_id,signal_hash", "--no-header"]).stdout
+    return sorted(out.split("\n")[:-1])
+
+
+def test_info_needs_nothing_but_the_model(escpod, wdx4):
+    out = run([escpod, "demux", "--model", wdx4, "--info"]).stdout
+    assert "CNN file:" in out and "adapted_cnn_rna004_130bps@v0.2.4.onnx" in out
+    assert "BC03" in out and "BC07" in out
+
+
+def test_every_read_ends_in_exactly_one_output(escpod, wdx4, rna_file, tmp_path):
+    out = tmp_path / "out"
+    calls = tmp_path / "calls.csv"
+    r = run([escpod, "demux", rna_file, "--model", wdx4, "-d", out, "--classifications", calls])
+    assert "total" in r.stdout
+    with open(calls) as f:
+        rows = list(csv.DictReader(f))
+    with pod5.Reader(rna_file) as reader:
+        input_ids = sorted(str(x.read_id) for x in reader.reads())
+    assert sorted(row["read_id"] for row in rows) == input_ids
+    for row in rows:
+        if row["barcode"] == "unclassified":
+            assert row["reason"], f"unclassified read {row['read_id']} without a reason"
+        else:
+            assert row["barcode"].startswith("BC") and row["reason"] == ""
+            assert 0.0 <= float(row["confidence"]) <= 1.0
+    seen = []
+    for f in sorted(out.glob("*.pod5")):
+        assert f.name.startswith("barcode_")
+        label = f.name[len("barcode_"):-len(".pod5")]
+        with pod5.Reader(f) as reader:
+            ids = [str(x.read_id) for x in reader.reads()]
+        assert ids, f"{f} was created but holds no read"
+        want = sorted(row["read_id"] for row in rows if row["barcode"] == label)
+        assert sorted(ids) == want
+        seen += ids
+    assert sorted(seen) == input_ids
+
+
+def test_identical_outputs_for_1_and_2_threads(escpod, wdx4, shared_data, tmp_path):
+    inputs = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))[:2]
+    results = []
+    for t in ["1", "2"]:
+        out = tmp_path / f"t{t}"
+        calls = tmp_path / f"calls{t}.csv"
+        run([escpod, "demux", *inputs, "--model", wdx4, "-d", out, "--classifications", calls, "-t", t])
+        files = {f.name: ids_and_hashes(escpod, f) for f in sorted(out.glob("*.pod5"))}
+        results.append((calls.read_text(), files))
+    assert results[0][0] == results[1][0], "classifications differ between 1 and 2 threads"
+    assert results[0][1] == results[1][1], "per-barcode files differ between 1 and 2 threads"
+
+
+def test_bad_model_is_a_clear_error_before_any_output(escpod, rna_file, tmp_path):
+    bad = tmp_path / "model.json"
+    bad.write_text('{"format": "warpdemux", "classes": [1, 2]')
+    out = tmp_path / "out"
+    r = run([escpod, "demux", rna_file, "--model", bad, "-d", out], check=False)
+    assert r.returncode == 1 and "model.json" in r.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_missing_cnn_says_where_it_looked(escpod, wdx4, rna_file, tmp_path):
+    lonely = tmp_path / "WDX4.json"
+    lonely.write_bytes(wdx4.read_bytes())
+    r = run([escpod, "demux", rna_file, "--model", lonely, "-d", tmp_path / "o"], check=False)
+    assert r.returncode != 0 and "--cnn-model" in r.stderr and "adapted_cnn_" in r.stderr
+
+
+def _peak_rss_mib(cmd):
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert os.waitstatus_to_exitcode(status) == 0, err
+    return usage.ru_maxrss / 1024
+
+
+def test_split_memory_is_flat_in_the_number_of_labels(escpod, rna_file, tmp_path):
+    """Peak RSS with 384 labels stays within a small constant of the 4-label run."""
+    big = tmp_path / "big.pod5"
+    with pod5.Reader(rna_file) as src:
+        reads = [r.to_read() for r in src.reads()]
+    with pod5.Writer(big) as w:
+        for k in range(20):
+            for r in reads:
+                r.read_id = uuid.uuid4()
+                w.add_read(r)
+    with pod5.Reader(big) as r:
+        ids = [str(x.read_id) for x in r.reads()]
+    rss = {}
+    for n_labels in [4, 384]:
+        calls = tmp_path / f"calls{n_labels}.csv"
+        with open(calls, "w") as f:
+            f.write("read_id,barcode\n")
+            for k, i in enumerate(ids):
+                f.write(f"{i},BC{k % n_labels:03d}\n")
+        out = tmp_path / f"split{n_labels}"
+        rss[n_labels] = _peak_rss_mib([escpod, "demux", "split", big, "--classifications", calls,
+                                       "-d", out, "--memory-mib", "8"])
+        files = list(out.glob("*.pod5"))
+        assert len(files) == n_labels
+        total = 0
+        for f in files:
+            with pod5.Reader(f) as r:
+                total += sum(1 for _ in r.reads())
+        assert total == len(ids)
+    print(f"peak RSS: 4 labels {rss[4]:.0f} MiB, 384 labels {rss[384]:.0f} MiB")
+    assert rss[384] < rss[4] + 96, rss
