@@ -26,6 +26,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv" / "bin"
 
 
+VIEW_FIELDS = ("read_id,filename,read_number,channel,well,end_reason,start_sample,num_samples,"
+               "num_minknow_events,sample_rate,median_before,predicted_scaling_scale,"
+               "predicted_scaling_shift,tracked_scaling_scale,tracked_scaling_shift,"
+               "num_reads_since_mux_change,time_since_mux_change,run_info,pore_type,"
+               "end_reason_forced,calibration_offset,calibration_scale,open_pore_level")
+
+
 def measure(cmd, env=None, stdout=subprocess.DEVNULL):
     """Runs cmd; returns wall s, cpu s, peak RSS MiB (of the process tree's largest member)."""
     t0 = time.monotonic()
@@ -145,7 +152,8 @@ def main():
         env = dict(os.environ, POD5_DEBUG="0")
         jobs = [
             ("inspect", [escpod, "inspect", *files], [VENV / "pod5", "inspect", "summary", *files]),
-            ("view", [escpod, "view", *files, "-o", work / "e.tsv"],
+            # The fields `pod5 view` prints by default, so both write comparable tables.
+            ("view", [escpod, "view", *files, "-o", work / "e.tsv", "--include", VIEW_FIELDS],
              [VENV / "pod5", "view", *files, "-o", work / "p.tsv", "-f"]),
             ("merge", [escpod, "merge", *files, "-o", work / "e_merged.pod5", "-f"],
              [VENV / "pod5", "merge", *files, "-o", work / "p_merged.pod5", "-f"]),

@@ -1,6 +1,10 @@
 // escpod view: one TSV row per read, chosen fields, straight from the reads tables.
 #include <fmt/format.h>
 
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+
+#include <memory>
 #include <unordered_set>
 
 #include "cli/command.hpp"
@@ -42,7 +46,7 @@ std::string field_list() {
   return s;
 }
 
-Status run_view(const ViewOptions& opts) {
+Status run_view(const ViewOptions& opts, int n_threads_wanted) {
   if (opts.list_fields) {
     fmt::print("{}", field_list());
     return Status::ok();
@@ -84,23 +88,78 @@ Status run_view(const ViewOptions& opts) {
     }
     s += '\n';
   }
-  for (const auto& path : files) {
-    ESCPOD_ASSIGN_OR_RETURN(auto file, pod5::FileReader::open(path));
-    for (size_t b = 0; b < file->n_read_batches() && !out.closed(); ++b) {
-      ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, file->read_batch(b));
-      for (size_t i = 0; i < batch.size(); ++i) {
-        if (select && !wanted.count(batch.read_id[i])) continue;
-        std::string& s = out.buffer();
-        for (size_t k = 0; k < fields.size(); ++k) {
-          if (k) s += opts.separator;
-          ESCPOD_RETURN_IF_ERROR(fields[k]->append(*file, batch, i, s));
-        }
-        s += '\n';
-        out.maybe_flush();
-      }
-    }
-    if (out.closed()) break;
-  }
+  out.flush();
+  // Batches are formatted in parallel and written in input order (identical output for any
+  // thread count); at most a few batches of text are in flight.
+  struct Job {
+    std::shared_ptr<const pod5::FileReader> file;
+    size_t batch = 0;
+    std::string text;
+    Status status;
+  };
+  std::vector<std::shared_ptr<const pod5::FileReader>> opened;
+  size_t file_idx = 0, batch_idx = 0;
+  Status first_error;
+  const int n_threads = std::max(1, n_threads_wanted);
+  tbb::task_arena arena(n_threads);
+  arena.execute([&] {
+    tbb::parallel_pipeline(
+        static_cast<size_t>(2 * n_threads + 2),
+        tbb::make_filter<void, Job*>(tbb::filter_mode::serial_in_order,
+                                     [&](tbb::flow_control& fc) -> Job* {
+                                       while (true) {
+                                         if (!first_error.is_ok() || out.closed() ||
+                                             file_idx == files.size()) {
+                                           fc.stop();
+                                           return nullptr;
+                                         }
+                                         if (opened.size() == file_idx) {
+                                           auto f = pod5::FileReader::open(files[file_idx]);
+                                           if (!f.is_ok()) {
+                                             first_error = f.status();
+                                             continue;
+                                           }
+                                           opened.push_back(std::move(*f));
+                                         }
+                                         if (batch_idx == opened[file_idx]->n_read_batches()) {
+                                           opened[file_idx].reset();  // unmaps once its jobs are done
+                                           ++file_idx;
+                                           batch_idx = 0;
+                                           continue;
+                                         }
+                                         return new Job{opened[file_idx], batch_idx++, {}, {}};
+                                       }
+                                     }) &
+            tbb::make_filter<Job*, Job*>(tbb::filter_mode::parallel,
+                                         [&](Job* job) {
+                                           auto batch = job->file->read_batch(job->batch);
+                                           if (!batch.is_ok()) {
+                                             job->status = batch.status();
+                                             return job;
+                                           }
+                                           std::string& s = job->text;
+                                           for (size_t i = 0; i < batch->size(); ++i) {
+                                             if (select && !wanted.count(batch->read_id[i])) continue;
+                                             for (size_t k = 0; k < fields.size(); ++k) {
+                                               if (k) s += opts.separator;
+                                               job->status = fields[k]->append(*job->file, *batch, i, s);
+                                               if (!job->status.is_ok()) return job;
+                                             }
+                                             s += '\n';
+                                           }
+                                           return job;
+                                         }) &
+            tbb::make_filter<Job*, void>(tbb::filter_mode::serial_in_order, [&](Job* job) {
+              std::unique_ptr<Job> owned(job);
+              if (!job->status.is_ok()) {
+                if (first_error.is_ok()) first_error = job->status;
+                return;
+              }
+              if (!first_error.is_ok()) return;
+              out.write(job->text);
+            }));
+  });
+  ESCPOD_RETURN_IF_ERROR(first_error);
   return out.finish();
 }
 
@@ -124,7 +183,7 @@ void register_view(CLI::App& app, GlobalOptions& global) {
   sub->add_flag("--list-fields", opts->list_fields, "List the fields and exit");
   sub->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
   add_common_flags(sub, global);
-  set_body(sub, [opts] { return run_view(*opts); });
+  set_body(sub, [opts, &global] { return run_view(*opts, resolve_threads(global)); });
 }
 
 }  // namespace escpod::cli
