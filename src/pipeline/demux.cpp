@@ -14,6 +14,7 @@
 
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
+#include "escpod/demux/gbm_model.hpp"
 #include "escpod/demux/warpdemux_model.hpp"
 #include "escpod/pipeline/boundary_detector.hpp"
 #include "escpod/pipeline/pod5_copy.hpp"
@@ -136,17 +137,49 @@ Result<std::filesystem::path> find_cnn(const std::filesystem::path& model_path,
                            "); give it with --cnn-model, or use --method llr");
 }
 
+// One classifier head: a WarpDemuX DTW-SVM model or an escapepod GBM model (JSON
+// "model_type": "gbm"), both fed the barcode fingerprint.
 struct Engine {
-  demux::WarpDemuxModel model;
+  std::optional<demux::WarpDemuxModel> model;
+  std::optional<demux::GbmModel> gbm;
   BoundaryDetector detector;
   signal::FingerprintParams fingerprint;
+  std::vector<std::string> output_columns;
+
+  demux::WarpDemuxModel::Scratch make_classifier_scratch() const {
+    return model ? model->make_scratch() : demux::WarpDemuxModel::Scratch{};
+  }
 };
 
+bool is_gbm_model(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return false;
+  try {
+    auto j = nlohmann::json::parse(in);
+    return j.is_object() && j.value("model_type", std::string()) == "gbm";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 Result<Engine> make_engine(const DemuxOptions& o) {
+  if (is_gbm_model(o.model_path)) {
+    // escapepod's GBM JSON records no signal processing: the RNA004 defaults apply.
+    ESCPOD_ASSIGN_OR_RETURN(demux::GbmModel gbm, demux::GbmModel::load(o.model_path));
+    ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp,
+                            parse_signal_processing(nlohmann::json::parse(default_signal_processing_json(true)),
+                                                    o.model_path));
+    ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.detector, o.cnn_model));
+    Engine e{std::nullopt, std::move(gbm), std::move(f.detector), f.fingerprint, {}};
+    for (int32_t l : e.gbm->labels()) e.output_columns.push_back(l < 0 ? "p-1" : fmt::format("p{:02d}", l));
+    return e;
+  }
   ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp, read_signal_processing(o.model_path));
   ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(o.model_path));
   ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.detector, o.cnn_model));
-  return Engine{std::move(model), std::move(f.detector), f.fingerprint};
+  Engine e{std::move(model), std::nullopt, std::move(f.detector), f.fingerprint, {}};
+  for (const auto& c : e.model->output_columns()) e.output_columns.push_back(c);
+  return e;
 }
 
 // One read on its way through the pipeline.
@@ -179,7 +212,15 @@ void classify_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
   t.call = demux::Classification{};
   t.call.status = demux::CallStatus::kNoFingerprint;
   if (!featurize_read(e.detector, e.fingerprint, t, w)) return;
-  e.model.classify(w.features, w.classifier, t.call);
+  if (e.model) {
+    e.model->classify(w.features, w.classifier, t.call);
+  } else if (w.features.size() != e.gbm->n_features()) {
+    t.reason = fmt::format("GBM model expects {} features, the fingerprint has {}", e.gbm->n_features(),
+                           w.features.size());
+    return;
+  } else {
+    e.gbm->classify(w.features, t.call);
+  }
   if (!t.call.is_classified()) t.reason = std::string(t.call.reason());
 }
 
@@ -236,7 +277,7 @@ class Router {
     m_csv.open(m_csv_file->staging_path(), std::ios::binary | std::ios::trunc);
     if (!m_csv) return Status::io_error("cannot write " + m_csv_file->staging_path().string());
     m_csv << "read_id,barcode,confidence,adapter_start,adapter_end,detector,reason";
-    for (const auto& c : m_engine.model.output_columns()) m_csv << ',' << c;
+    for (const auto& c : m_engine.output_columns) m_csv << ',' << c;
     m_csv << '\n';
     return Status::ok();
   }
@@ -257,7 +298,7 @@ class Router {
       fmt::format_to(std::back_inserter(m_line), ",{},{:.6f},{},{},{},", label, t.call.confidence,
                      t.bounds.adapter_start, t.bounds.adapter_end, t.bounds.method);
       append_csv_cell(m_line, t.reason);
-      const size_t n_cols = m_engine.model.output_columns().size();
+      const size_t n_cols = m_engine.output_columns.size();
       for (size_t k = 0; k < n_cols; ++k) {
         if (k < t.call.probabilities.size()) {
           fmt::format_to(std::back_inserter(m_line), ",{:.6f}", t.call.probabilities[k]);
@@ -328,6 +369,11 @@ class Router {
 
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
                                          const std::filesystem::path& cnn_model) {
+  if (is_gbm_model(model_path)) {
+    ESCPOD_ASSIGN_OR_RETURN(demux::GbmModel gbm, demux::GbmModel::load(model_path));
+    return gbm.describe() + "\ndetector: boundary CNN (RNA004 defaults; GBM models record no "
+                            "signal processing)\n";
+  }
   ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp, read_signal_processing(model_path));
   ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(model_path));
   std::string out = model.describe();
@@ -377,7 +423,7 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
   tbb::enumerable_thread_specific<WorkerScratch> scratch([&engine] {
     WorkerScratch w;
     w.detector = engine.detector.make_scratch();
-    w.classifier = engine.model.make_scratch();
+    w.classifier = engine.make_classifier_scratch();
     return w;
   });
   size_t file_idx = 0, batch_idx = 0, row = 0;
