@@ -13,6 +13,8 @@
 #include "escpod/pipeline/pod5_ops.hpp"
 #include "escpod/pod5/inputs.hpp"
 
+#include "cli/demux_stages_cmd.hpp"
+
 #if __has_include("cli/demux_train_cmd.hpp")
 #include "cli/demux_train_cmd.hpp"
 #define ESCPOD_HAVE_TRAIN_SVM 1
@@ -290,6 +292,7 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
   register_split(sub, global);
   register_train(sub, global);
   register_evaluate(sub, global);
+  register_demux_stages(sub, global);
 #ifdef ESCPOD_HAVE_TRAIN_SVM
   register_demux_train_svm(sub, global);
 #endif

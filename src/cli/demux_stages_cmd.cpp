@@ -1,0 +1,209 @@
+#include "cli/demux_stages_cmd.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+
+#include "escpod/core/log.hpp"
+#include "escpod/core/staged_file.hpp"
+#include "escpod/pipeline/demux_stages.hpp"
+#include "escpod/pod5/inputs.hpp"
+
+namespace escpod::cli {
+
+namespace {
+
+struct CsvOutputFlags {
+  std::string output;  // empty: stdout
+  bool force = false;
+  std::string fsync = "none";
+};
+
+void add_csv_output_flags(CLI::App* sub, CsvOutputFlags& f, const std::string& what) {
+  sub->add_option("-o,--output", f.output, what + " (default: standard output)");
+  sub->add_flag("-f,--force", f.force, "Overwrite an existing output");
+  sub->add_option("--fsync", f.fsync,
+                  "Sync the output before renaming it into place: none (default), file, full");
+}
+
+// Runs `body` on the output stream: a staged file renamed into place only on success, or stdout.
+Status with_csv_output(const CsvOutputFlags& f, const std::function<Status(std::ostream&)>& body) {
+  ESCPOD_ASSIGN_OR_RETURN(FsyncMode fsync, parse_fsync_mode(f.fsync));
+  if (f.output.empty() || f.output == "-") {
+    ESCPOD_RETURN_IF_ERROR(body(std::cout));
+    std::cout.flush();
+    return Status::ok();
+  }
+  ESCPOD_ASSIGN_OR_RETURN(StagedFile file, StagedFile::create(f.output, f.force));
+  {
+    std::ofstream out(file.staging_path(), std::ios::binary | std::ios::trunc);
+    if (!out) return Status::io_error("cannot write " + file.staging_path().string());
+    ESCPOD_RETURN_IF_ERROR(body(out));
+    out.close();
+    if (!out) return Status::io_error("cannot write " + file.staging_path().string());
+  }
+  return file.commit(fsync);
+}
+
+Result<pipeline::DetectorChoice> parse_method(const std::string& method) {
+  if (method.empty()) return pipeline::DetectorChoice::kModelDefault;
+  if (method == "cnn") return pipeline::DetectorChoice::kCnn;
+  if (method == "llr") return pipeline::DetectorChoice::kLlr;
+  return Status::invalid_argument("--method must be cnn or llr, not '" + method + "'");
+}
+
+double per_second(uint64_t n, double seconds) {
+  return static_cast<double>(n) / std::max(seconds, 1e-9);
+}
+
+// ---- detect ---------------------------------------------------------------------------------
+
+struct DetectCliOptions {
+  std::vector<std::string> inputs;
+  std::string model, cnn_model, method;
+  CsvOutputFlags out;
+};
+
+Status run_detect(const DetectCliOptions& o, const GlobalOptions& global) {
+  pipeline::DetectStageOptions d;
+  d.model_path = o.model;
+  d.cnn_model = o.cnn_model;
+  ESCPOD_ASSIGN_OR_RETURN(d.detector, parse_method(o.method));
+  d.n_threads = resolve_threads(global);
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
+  pipeline::DetectStageReport rep;
+  ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& csv) {
+    return pipeline::detect_boundaries(files, d, csv, &rep);
+  }));
+  log::info("adapter found in {} of {} reads", rep.n_detected, rep.n_reads);
+  for (const auto& [why, n] : rep.failures) log::info("  no adapter ({}): {}", why, n);
+  for (const auto& [method, n] : rep.detector_used) log::info("  detector {}: {}", method, n);
+  log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", rep.n_reads, rep.seconds,
+            per_second(rep.n_reads, rep.seconds), d.n_threads);
+  return Status::ok();
+}
+
+void register_detect(CLI::App* demux, GlobalOptions& global) {
+  auto o = std::make_shared<DetectCliOptions>();
+  auto* sub = demux->add_subcommand(
+      "detect",
+      "Find each read's adapter (the model's detector: the boundary CNN with LLR fallbacks, or\n"
+      "LLR) and write a boundaries CSV, one row per read in input order:\n"
+      "read_id,num_samples,adapter_start,adapter_end,polya_end,detector,reason\n"
+      "(positions 0 and a reason when no adapter was found).\n"
+      "  escpod demux detect reads/ --model WDX4_rna004_v1_0.json -o boundaries.csv");
+  sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
+  sub->add_option("-m,--model", o->model, "WarpDemuX-format model JSON (its detector settings)")->required();
+  sub->add_option("--method", o->method, "Override the model's detector: cnn or llr");
+  sub->add_option("--cnn-model", o->cnn_model, "Boundary CNN (ONNX), if not beside the model");
+  add_csv_output_flags(sub, o->out, "Boundaries CSV to write");
+  add_common_flags(sub, global);
+  set_body(sub, [o, &global] { return run_detect(*o, global); });
+}
+
+// ---- fingerprint ----------------------------------------------------------------------------
+
+struct FingerprintCliOptions {
+  std::vector<std::string> inputs;
+  std::string boundaries, model, method;
+  CsvOutputFlags out;
+};
+
+Status run_fingerprint(const FingerprintCliOptions& o, const GlobalOptions& global) {
+  pipeline::FingerprintStageOptions f;
+  f.model_path = o.model;
+  ESCPOD_ASSIGN_OR_RETURN(f.detector, parse_method(o.method));
+  f.n_threads = resolve_threads(global);
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::BoundariesTable table, pipeline::read_boundaries_csv(o.boundaries));
+  pipeline::FingerprintStageReport rep;
+  ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& csv) {
+    return pipeline::fingerprint_from_boundaries(files, table, f, csv, &rep);
+  }));
+  uint64_t n_failed = 0;
+  for (const auto& [why, n] : rep.failures) n_failed += n;
+  log::info("fingerprinted {} of {} reads with an adapter ({} boundary rows without an adapter "
+            "skipped)", rep.n_fingerprinted, rep.n_fingerprinted + n_failed, rep.n_dropped);
+  for (const auto& [why, n] : rep.failures) log::info("  no fingerprint ({}): {}", why, n);
+  if (rep.n_not_in_inputs) {
+    log::warn("{} read ids of {} are in no input", rep.n_not_in_inputs, o.boundaries);
+  }
+  const uint64_t n = rep.n_fingerprinted + n_failed;
+  log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", n, rep.seconds, per_second(n, rep.seconds),
+            f.n_threads);
+  return Status::ok();
+}
+
+void register_fingerprint(CLI::App* demux, GlobalOptions& global) {
+  auto o = std::make_shared<FingerprintCliOptions>();
+  auto* sub = demux->add_subcommand(
+      "fingerprint",
+      "Barcode fingerprints (WarpDemuX segmentation) of the reads a boundaries CSV names, in\n"
+      "input order: read_id,fp_0..fp_24 (6 decimals). Reads without an adapter or whose\n"
+      "fingerprint fails are counted on stderr, not written. Give the model the boundaries came\n"
+      "from (its fingerprint settings; default: the RNA004 settings) and the same --method.\n"
+      "  escpod demux fingerprint reads/ --boundaries b.csv --model WDX4_rna004_v1_0.json -o fp.csv");
+  sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
+  sub->add_option("--boundaries", o->boundaries, "Boundaries CSV (from demux detect)")->required();
+  sub->add_option("-m,--model", o->model, "Model JSON whose signal_processing settings to use");
+  sub->add_option("--method", o->method, "Detector the boundaries came from, if not the model's: cnn or llr");
+  add_csv_output_flags(sub, o->out, "Fingerprint CSV to write");
+  add_common_flags(sub, global);
+  set_body(sub, [o, &global] { return run_fingerprint(*o, global); });
+}
+
+// ---- classify -------------------------------------------------------------------------------
+
+struct ClassifyCliOptions {
+  std::string fingerprints, model;
+  bool probabilities = false;
+  CsvOutputFlags out;
+};
+
+Status run_classify(const ClassifyCliOptions& o, const GlobalOptions& global) {
+  pipeline::ClassifyStageOptions c;
+  c.model_path = o.model;
+  c.probabilities = o.probabilities;
+  c.n_threads = resolve_threads(global);
+  pipeline::ClassifyStageReport rep;
+  ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& csv) {
+    return pipeline::classify_fingerprints(o.fingerprints, c, csv, &rep);
+  }));
+  for (const auto& [label, n] : rep.calls) {
+    log::info("{:<16} {:>10} {:>7.1f}%", label, n,
+              100.0 * static_cast<double>(n) / static_cast<double>(std::max<uint64_t>(1, rep.n_reads)));
+  }
+  for (const auto& [why, n] : rep.unclassified_reasons) log::info("unclassified, {}: {}", why, n);
+  log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", rep.n_reads, rep.seconds,
+            per_second(rep.n_reads, rep.seconds), c.n_threads);
+  return Status::ok();
+}
+
+void register_classify(CLI::App* demux, GlobalOptions& global) {
+  auto o = std::make_shared<ClassifyCliOptions>();
+  auto* sub = demux->add_subcommand(
+      "classify",
+      "Classify a fingerprint table (read_id,fp_0..; gzip accepted; a barcode column is ignored)\n"
+      "with a DTW-SVM model: read_id,predicted_barcode,confidence,is_confident[,pNN..], in input\n"
+      "order; predicted_barcode is BC + two digits, or unclassified (noise, below threshold).\n"
+      "  escpod demux classify fp.csv --model WDX4_rna004_v1_0.json -o calls.csv --probabilities");
+  sub->add_option("fingerprints", o->fingerprints, "Fingerprint CSV (from demux fingerprint)")->required();
+  sub->add_option("-m,--model", o->model, "WarpDemuX-format model JSON")->required();
+  sub->add_flag("--probabilities", o->probabilities, "Append one probability column per class");
+  add_csv_output_flags(sub, o->out, "Calls CSV to write");
+  add_common_flags(sub, global);
+  set_body(sub, [o, &global] { return run_classify(*o, global); });
+}
+
+}  // namespace
+
+void register_demux_stages(CLI::App* demux, GlobalOptions& global) {
+  register_detect(demux, global);
+  register_fingerprint(demux, global);
+  register_classify(demux, global);
+}
+
+}  // namespace escpod::cli

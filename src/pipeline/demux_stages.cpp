@@ -1,0 +1,780 @@
+#include "escpod/pipeline/demux_stages.hpp"
+
+#include <fmt/format.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "escpod/core/log.hpp"
+#include "escpod/core/staged_file.hpp"
+#include "escpod/demux/warpdemux_model.hpp"
+#include "escpod/pod5/file_reader.hpp"
+#include "escpod/pod5/vbz.hpp"
+#include "escpod/signal/calibration.hpp"
+
+namespace escpod::pipeline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---- settings -------------------------------------------------------------------------------
+
+Status parse_fingerprint_settings(const nlohmann::json& b, const std::string& where,
+                                  StageSettings& s) {
+  try {
+    if (b.contains("cnn_boundaries")) {
+      s.method = b["cnn_boundaries"].value("cnn_detect", true) ? DetectMethod::kCnn : DetectMethod::kLlr;
+      s.cnn_model_name = b["cnn_boundaries"].value("model_name", std::string());
+    }
+    auto& fp = s.fingerprint;
+    if (b.contains("sig_extract")) fp.padding_samples = b["sig_extract"].value("padding", fp.padding_samples);
+    if (b.contains("core")) fp.outlier_mads = b["core"].value("sig_norm_outlier_thresh", fp.outlier_mads);
+    if (b.contains("segmentation")) {
+      const auto& seg = b["segmentation"];
+      fp.num_events = seg.value("num_events", fp.num_events);
+      fp.max_stat_width = seg.value("running_stat_width", fp.max_stat_width);
+      fp.max_min_gap = seg.value("min_obs_per_base", fp.max_min_gap);
+      fp.barcode_num_events = seg.value("barcode_num_events", fp.barcode_num_events);
+    }
+  } catch (const std::exception& e) {
+    return Status::corrupt(where + ": signal_processing: " + e.what());
+  }
+  return Status::ok();
+}
+
+// The ONNX file of the model's boundary CNN: --cnn-model, else beside the model.
+Result<std::filesystem::path> locate_cnn(const std::filesystem::path& model_path,
+                                         const std::filesystem::path& explicit_path,
+                                         const std::string& cnn_model_name) {
+  if (!explicit_path.empty()) {
+    if (!std::filesystem::exists(explicit_path)) {
+      return Status::not_found("--cnn-model " + explicit_path.string() + ": no such file");
+    }
+    return explicit_path;
+  }
+  const std::string stem = std::filesystem::path(cnn_model_name).stem().string();
+  const auto dir = model_path.parent_path();
+  const std::filesystem::path a = dir / ("adapted_cnn_" + stem + ".onnx"), b = dir / (stem + ".onnx");
+  if (std::filesystem::exists(a)) return a;
+  if (std::filesystem::exists(b)) return b;
+  return Status::not_found("the model uses the boundary CNN '" + cnn_model_name +
+                           "' but its ONNX file is not beside the model (looked for " + a.string() +
+                           " and " + b.string() + "); give it with --cnn-model, or use --method llr");
+}
+
+// ---- text input (plain or gzip) -------------------------------------------------------------
+
+class LineReader {
+ public:
+  static Result<LineReader> open(const std::filesystem::path& path) {
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (!f) return Status::not_found(path.string() + ": cannot open");
+    LineReader r;
+    r.m_file.reset(f);
+    r.m_buf.resize(1 << 16);
+    return r;
+  }
+  // Next line without its terminator; false at the end. A read error is reported by error().
+  bool next(std::string& line) {
+    line.clear();
+    while (true) {
+      if (!gzgets(m_file.get(), m_buf.data(), static_cast<int>(m_buf.size()))) {
+        int code = 0;
+        const char* msg = gzerror(m_file.get(), &code);
+        if (code != Z_OK && code != Z_STREAM_END) m_error = msg ? msg : "read error";
+        if (!line.empty()) break;
+        return false;
+      }
+      line += m_buf.data();
+      if (!line.empty() && line.back() == '\n') {
+        line.pop_back();
+        break;
+      }
+    }
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    ++m_line_no;
+    return true;
+  }
+  size_t line_no() const { return m_line_no; }
+  const std::string& error() const { return m_error; }
+
+ private:
+  struct Closer {
+    void operator()(gzFile f) const { gzclose(f); }
+  };
+  std::unique_ptr<gzFile_s, Closer> m_file;
+  std::vector<char> m_buf;
+  size_t m_line_no = 0;
+  std::string m_error;
+};
+
+// Splits one CSV line into views of its cells (double-quoted cells unquoted in `storage` only
+// when they contain doubled quotes; fields are trimmed of surrounding spaces).
+void split_csv(std::string_view line, std::vector<std::string_view>& cells, std::string& storage) {
+  cells.clear();
+  storage.clear();
+  storage.reserve(line.size());
+  size_t i = 0;
+  while (true) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    if (i < line.size() && line[i] == '"') {
+      const size_t start = storage.size();
+      ++i;
+      while (i < line.size()) {
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            storage += '"';
+            i += 2;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        storage += line[i++];
+      }
+      cells.emplace_back(storage.data() + start, storage.size() - start);
+      const size_t comma = line.find(',', i);
+      if (comma == std::string_view::npos) break;
+      i = comma + 1;
+      continue;
+    }
+    const size_t comma = line.find(',', i);
+    std::string_view cell =
+        line.substr(i, comma == std::string_view::npos ? std::string_view::npos : comma - i);
+    while (!cell.empty() && cell.back() == ' ') cell.remove_suffix(1);
+    cells.push_back(cell);
+    if (comma == std::string_view::npos) break;
+    i = comma + 1;
+  }
+}
+
+bool parse_double(std::string_view text, double& out) {
+  if (text.empty()) return false;
+  if (text.front() == '+') text.remove_prefix(1);
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), out);
+  return r.ec == std::errc() && r.ptr == text.data() + text.size();
+}
+
+// Positions: integers, or floats truncated toward zero.
+bool parse_position(std::string_view text, int64_t& out) {
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), out);
+  if (r.ec == std::errc() && r.ptr == text.data() + text.size()) return true;
+  double d = 0;
+  if (!parse_double(text, d) || !std::isfinite(d) || std::fabs(d) > 9e18) return false;
+  out = static_cast<int64_t>(d);
+  return true;
+}
+
+void append_csv_cell(std::string& out, const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) {
+    out += text;
+    return;
+  }
+  out += '"';
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c == '\n' ? ' ' : c;
+  }
+  out += '"';
+}
+
+void append_id(std::string& out, const pod5::ReadId& id) {
+  char text[36];
+  id.format_to(text);
+  out.append(text, 36);
+}
+
+// ---- ordered per-read pipeline over POD5 inputs -------------------------------------------------
+
+template <class Payload>
+struct ReadTask {
+  const pod5::FileReader* file = nullptr;
+  std::shared_ptr<const pod5::ReadBatch> batch;
+  size_t row = 0;
+  size_t tag = 0;  // caller's per-read tag (the fingerprint stage: boundary row)
+  Payload out;
+};
+
+// Consecutive reads handed to one worker together (the CNN runs on several reads per call).
+template <class Payload>
+struct ReadBlock {
+  std::vector<ReadTask<Payload>> reads;
+};
+
+// Runs `work(block, scratch)` on blocks of up to `block_size` consecutive reads that
+// `select(batch, row, &tag)` accepts, in parallel, and `emit(task)` on every read in input
+// order. Stops at the first error (or an interrupt). Results depend only on what `work` does per
+// read, never on the thread count.
+template <class Payload, class Scratch, class Select, class MakeScratch, class Work, class Emit>
+Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>>& readers,
+                             int n_threads, size_t block_size, Select select,
+                             MakeScratch make_scratch, Work work, Emit emit) {
+  using Block = ReadBlock<Payload>;
+  std::mutex error_mutex;
+  Status first_error;
+  std::atomic<bool> failed{false};
+  auto fail = [&](Status s) {
+    std::lock_guard lock(error_mutex);
+    if (first_error.is_ok()) first_error = std::move(s);
+    failed = true;
+  };
+  tbb::enumerable_thread_specific<Scratch> scratch(make_scratch);
+  size_t file_idx = 0, batch_idx = 0, row = 0;
+  std::shared_ptr<const pod5::ReadBatch> batch;
+  const int threads = std::max(1, n_threads);
+  const size_t tokens = static_cast<size_t>(4 * threads);
+  const size_t per_block = std::max<size_t>(1, block_size);
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    tbb::parallel_pipeline(
+        tokens,
+        tbb::make_filter<void, Block*>(
+            tbb::filter_mode::serial_in_order,
+            [&](tbb::flow_control& fc) -> Block* {
+              auto block = std::make_unique<Block>();
+              block->reads.reserve(per_block);
+              while (block->reads.size() < per_block) {
+                if (failed || interrupted()) {
+                  if (interrupted()) fail(Status::cancelled("interrupted"));
+                  fc.stop();
+                  return nullptr;
+                }
+                if (file_idx == readers.size()) break;
+                const pod5::FileReader& reader = *readers[file_idx];
+                if (!batch || row == batch->size()) {
+                  if (batch_idx == reader.n_read_batches()) {
+                    ++file_idx;
+                    batch_idx = 0;
+                    batch.reset();
+                    continue;
+                  }
+                  auto next = reader.read_batch(batch_idx++);
+                  if (!next.is_ok()) {
+                    fail(next.status());
+                    continue;
+                  }
+                  batch = std::make_shared<const pod5::ReadBatch>(std::move(next).value());
+                  row = 0;
+                  if (batch->size() == 0) continue;
+                }
+                const size_t r = row++;
+                size_t tag = 0;
+                if (!select(*batch, r, &tag)) continue;
+                auto& t = block->reads.emplace_back();
+                t.file = &reader;
+                t.batch = batch;
+                t.row = r;
+                t.tag = tag;
+              }
+              if (block->reads.empty()) {
+                fc.stop();
+                return nullptr;
+              }
+              return block.release();
+            }) &
+            tbb::make_filter<Block*, Block*>(tbb::filter_mode::parallel,
+                                            [&](Block* b) {
+                                              if (!failed) work(*b, scratch.local());
+                                              return b;
+                                            }) &
+            tbb::make_filter<Block*, void>(tbb::filter_mode::serial_in_order, [&](Block* b) {
+              std::unique_ptr<Block> owned(b);
+              for (auto& t : owned->reads) {
+                if (failed) return;
+                Status s = emit(t);
+                if (!s.is_ok()) fail(std::move(s));
+              }
+            }));
+  });
+  if (failed) return first_error;
+  return Status::ok();
+}
+
+Result<std::vector<std::unique_ptr<pod5::FileReader>>> open_all(
+    const std::vector<std::filesystem::path>& inputs) {
+  std::vector<std::unique_ptr<pod5::FileReader>> readers;
+  for (const auto& p : inputs) {
+    ESCPOD_ASSIGN_OR_RETURN(auto r, pod5::FileReader::open(p));
+    readers.push_back(std::move(r));
+  }
+  return readers;
+}
+
+struct SignalScratch {
+  pod5::VbzCodec codec;
+  std::vector<int16_t> adc;
+  std::vector<float> pa;
+};
+
+// Decodes and calibrates the first min(num_samples, preload) samples of a read into s.pa.
+// Returns the reason on failure (empty on success), worded as the fused pipeline words it.
+std::string decode_prefix(const pod5::FileReader& file, const pod5::ReadBatch& b, size_t row,
+                          size_t preload, SignalScratch& s) {
+  const uint64_t n = b.num_samples[row];
+  if (n == 0 || b.rows_of(row).empty()) return "read has no signal";
+  const size_t take = static_cast<size_t>(std::min<uint64_t>(n, preload));
+  s.adc.resize(take);
+  Status st = file.read_signal(b.rows_of(row), s.adc, s.codec);
+  if (!st.is_ok()) return "signal could not be decoded: " + st.message();
+  s.pa.resize(take);
+  signal::calibrate_to_pa(s.adc, {b.calibration_offset[row], b.calibration_scale[row]}, s.pa);
+  return {};
+}
+
+// Failure reasons for the counts: a decode error's details (after "decoded: ") are dropped.
+std::string reason_key(const std::string& reason) {
+  static constexpr std::string_view kDecode = "signal could not be decoded";
+  if (reason.rfind(kDecode, 0) == 0) return std::string(kDecode);
+  return reason;
+}
+
+Status check_stream(const std::ostream& out) {
+  if (!out) return Status::io_error("cannot write the output");
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---- settings -------------------------------------------------------------------------------
+
+Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice) {
+  StageSettings s;
+  const std::string where = model_path.empty() ? std::string("default settings") : model_path.string();
+  nlohmann::json block;
+  if (model_path.empty()) {
+    block = nlohmann::json::parse(default_signal_processing_json(true));
+  } else {
+    std::ifstream in(model_path);
+    if (!in) return Status::not_found(model_path.string() + ": cannot open the model");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      return Status::corrupt(model_path.string() + ": not valid JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains("signal_processing") || !j["signal_processing"].is_object()) {
+      return Status::corrupt(model_path.string() +
+                             ": model has no signal_processing block (which detector and "
+                             "fingerprint settings it was trained with)");
+    }
+    block = j["signal_processing"];
+  }
+  s.block_json = block.dump();
+  ESCPOD_RETURN_IF_ERROR(parse_fingerprint_settings(block, where, s));
+  ESCPOD_ASSIGN_OR_RETURN(s.config, detector_config_from_json(s.block_json, where));
+  const bool model_cnn = s.method == DetectMethod::kCnn;
+  if (choice == DetectorChoice::kCnn) s.method = DetectMethod::kCnn;
+  if (choice == DetectorChoice::kLlr) {
+    if (model_cnn && !model_path.empty()) {
+      log::warn("{} was trained on CNN boundaries; --method llr overrides it, which typically "
+                "costs recall", where);
+    }
+    s.method = DetectMethod::kLlr;
+  }
+  s.preload_samples = s.method == DetectMethod::kLlr ? std::numeric_limits<size_t>::max()
+                                                     : static_cast<size_t>(s.config.sig_preload_size());
+  s.fingerprint.max_window_end = s.preload_samples;
+  return s;
+}
+
+// ---- detect ---------------------------------------------------------------------------------
+
+Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
+                         const DetectStageOptions& options, std::ostream& csv,
+                         DetectStageReport* report) {
+  const auto t0 = Clock::now();
+  if (options.model_path.empty()) return Status::invalid_argument("detect needs --model MODEL.json");
+  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
+  std::filesystem::path cnn;
+  if (settings.method == DetectMethod::kCnn) {
+    ESCPOD_ASSIGN_OR_RETURN(cnn, locate_cnn(options.model_path, options.cnn_model, settings.cnn_model_name));
+  }
+  ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector,
+                          BoundaryDetector::create(settings.config, settings.method, cnn));
+  ESCPOD_ASSIGN_OR_RETURN(auto readers, open_all(inputs));
+  DetectStageReport local;
+  DetectStageReport& rep = report ? *report : local;
+
+  struct Out {
+    Boundaries bounds;
+    std::string reason;
+  };
+  struct Scratch {
+    std::vector<SignalScratch> signal;  // one per read of a block
+    BoundaryDetector::Scratch detector;
+    std::vector<std::span<const float>> pas;
+    std::vector<uint64_t> lengths;
+    std::vector<size_t> which;
+    std::vector<Boundaries> found;
+  };
+  csv << kBoundariesHeader << '\n';
+  std::string line;
+  const size_t preload = detector.preload_samples();
+  // The CNN evaluates up to 32 reads per call; detect_batch gives detect()'s answers read by read.
+  const size_t block_size = settings.method == DetectMethod::kCnn ? 16 : 4;
+  Status s = for_each_read_ordered<Out, Scratch>(
+      readers, options.n_threads, block_size,
+      [](const pod5::ReadBatch&, size_t, size_t*) { return true; },
+      [&detector] {
+        Scratch w;
+        w.detector = detector.make_scratch();
+        return w;
+      },
+      [&](ReadBlock<Out>& block, Scratch& w) {
+        const size_t n = block.reads.size();
+        if (w.signal.size() < n) w.signal.resize(n);
+        w.pas.clear();
+        w.lengths.clear();
+        w.which.clear();
+        for (size_t i = 0; i < n; ++i) {
+          ReadTask<Out>& t = block.reads[i];
+          t.out.reason = decode_prefix(*t.file, *t.batch, t.row, preload, w.signal[i]);
+          if (!t.out.reason.empty()) continue;
+          w.pas.emplace_back(w.signal[i].pa);
+          w.lengths.push_back(t.batch->num_samples[t.row]);
+          w.which.push_back(i);
+        }
+        w.found.resize(w.which.size());
+        if (!w.which.empty()) detector.detect_batch(w.pas, w.lengths, w.detector, w.found);
+        for (size_t k = 0; k < w.which.size(); ++k) {
+          ReadTask<Out>& t = block.reads[w.which[k]];
+          t.out.bounds = std::move(w.found[k]);
+          if (!t.out.bounds.success) t.out.reason = "boundary detection failed: " + t.out.bounds.fail_reason;
+        }
+      },
+      [&](ReadTask<Out>& t) -> Status {
+        const pod5::ReadBatch& b = *t.batch;
+        const Boundaries& bd = t.out.bounds;
+        const bool ok = t.out.reason.empty();
+        const std::string method = bd.method.empty() ? std::string("none") : bd.method;
+        ++rep.n_reads;
+        ++rep.detector_used[method];
+        if (ok) ++rep.n_detected;
+        else ++rep.failures[reason_key(t.out.reason)];
+        line.clear();
+        append_id(line, b.read_id[t.row]);
+        fmt::format_to(std::back_inserter(line), ",{},{},{},{},{},", b.num_samples[t.row],
+                       ok ? bd.adapter_start : 0, ok ? bd.adapter_end : 0, ok ? bd.polya_end : 0,
+                       method);
+        append_csv_cell(line, t.out.reason);
+        line += '\n';
+        csv.write(line.data(), static_cast<std::streamsize>(line.size()));
+        return check_stream(csv);
+      });
+  ESCPOD_RETURN_IF_ERROR(s);
+  csv.flush();
+  ESCPOD_RETURN_IF_ERROR(check_stream(csv));
+  rep.seconds = seconds_since(t0);
+  return Status::ok();
+}
+
+// ---- fingerprint ----------------------------------------------------------------------------
+
+Result<BoundariesTable> read_boundaries_csv(const std::filesystem::path& path) {
+  ESCPOD_ASSIGN_OR_RETURN(LineReader in, LineReader::open(path));
+  std::string line, storage;
+  std::vector<std::string_view> cells;
+  if (!in.next(line)) {
+    if (!in.error().empty()) return Status::io_error(path.string() + ": " + in.error());
+    return Status::invalid_argument(path.string() + ": empty boundaries CSV (needs a header)");
+  }
+  if (!line.empty() && line[0] == '#') line.erase(0, 1);
+  split_csv(line, cells, storage);
+  auto column = [&](std::string_view name) -> long {
+    auto it = std::find(cells.begin(), cells.end(), name);
+    return it == cells.end() ? -1 : static_cast<long>(it - cells.begin());
+  };
+  const long id_col = column("read_id");
+  long n_col = column("num_samples");
+  if (n_col < 0) n_col = column("signal_len");
+  if (n_col < 0) n_col = 1;
+  const long start_col = column("adapter_start"), end_col = column("adapter_end");
+  if (id_col < 0 || start_col < 0 || end_col < 0) {
+    return Status::invalid_argument(path.string() +
+                                    ": header must name the columns read_id, adapter_start and adapter_end");
+  }
+  const size_t need = static_cast<size_t>(std::max({id_col, n_col, start_col, end_col}));
+  BoundariesTable table;
+  while (in.next(line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string where = path.string() + " line " + std::to_string(in.line_no());
+    split_csv(line, cells, storage);
+    if (cells.size() <= need) return Status::invalid_argument(where + ": too few columns");
+    BoundaryRow r;
+    auto id = pod5::ReadId::parse(cells[static_cast<size_t>(id_col)]);
+    if (!id.is_ok()) return id.status().with_context(where);
+    r.read_id = *id;
+    int64_t n = 0;
+    if (!parse_position(cells[static_cast<size_t>(n_col)], n) || n < 0) {
+      return Status::invalid_argument(where + ": bad num_samples '" +
+                                      std::string(cells[static_cast<size_t>(n_col)]) + "'");
+    }
+    r.num_samples = static_cast<uint64_t>(n);
+    if (!parse_position(cells[static_cast<size_t>(start_col)], r.adapter_start) ||
+        !parse_position(cells[static_cast<size_t>(end_col)], r.adapter_end)) {
+      return Status::invalid_argument(where + ": bad adapter position");
+    }
+    if (r.adapter_end <= r.adapter_start || r.adapter_start < 0) {
+      ++table.n_dropped;
+      continue;
+    }
+    table.rows.push_back(r);
+  }
+  if (!in.error().empty()) return Status::io_error(path.string() + ": " + in.error());
+  return table;
+}
+
+Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inputs,
+                                   const BoundariesTable& boundaries,
+                                   const FingerprintStageOptions& options, std::ostream& csv,
+                                   FingerprintStageReport* report) {
+  const auto t0 = Clock::now();
+  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
+  ESCPOD_ASSIGN_OR_RETURN(auto readers, open_all(inputs));
+  FingerprintStageReport local;
+  FingerprintStageReport& rep = report ? *report : local;
+  rep.n_boundaries = boundaries.rows.size();
+  rep.n_dropped = boundaries.n_dropped;
+
+  // Later rows of a read id win (one answer per read).
+  std::unordered_map<pod5::ReadId, size_t, pod5::ReadIdHash> index;
+  index.reserve(boundaries.rows.size());
+  for (size_t i = 0; i < boundaries.rows.size(); ++i) index[boundaries.rows[i].read_id] = i;
+  std::vector<uint8_t> seen(boundaries.rows.size(), 0);
+
+  const signal::FingerprintParams& params = settings.fingerprint;
+  const size_t n_fp = params.barcode_num_events;
+  struct Out {
+    std::vector<double> features;
+    std::string reason;
+  };
+  struct Scratch {
+    SignalScratch signal;
+    signal::FingerprintScratch fingerprint;
+  };
+  auto fingerprint_one = [&](ReadTask<Out>& t, Scratch& w) {
+    const pod5::ReadBatch& b = *t.batch;
+    const BoundaryRow& br = boundaries.rows[t.tag];
+    t.out.reason = decode_prefix(*t.file, b, t.row, settings.preload_samples, w.signal);
+    if (!t.out.reason.empty()) return;
+    const signal::SampleRange window = signal::barcode_window(
+        static_cast<size_t>(br.adapter_start), static_cast<size_t>(br.adapter_end),
+        w.signal.pa.size(), params);
+    t.out.features.resize(n_fp);
+    const auto err = signal::barcode_fingerprint(
+        std::span<const float>(w.signal.pa).subspan(window.begin, window.size()), params,
+        w.fingerprint, t.out.features);
+    if (err != signal::FingerprintError::kNone) {
+      t.out.reason = "no fingerprint: " + std::string(signal::fingerprint_error_reason(err));
+    }
+  };
+  csv << "read_id";
+  for (size_t k = 0; k < n_fp; ++k) csv << ",fp_" << k;
+  csv << '\n';
+  std::string line;
+  Status s = for_each_read_ordered<Out, Scratch>(
+      readers, options.n_threads, /*block_size=*/4,
+      [&](const pod5::ReadBatch& b, size_t row, size_t* tag) {
+        auto it = index.find(b.read_id[row]);
+        if (it == index.end()) return false;
+        *tag = it->second;
+        seen[it->second] = 1;
+        return true;
+      },
+      [] { return Scratch(); },
+      [&](ReadBlock<Out>& block, Scratch& w) {
+        for (ReadTask<Out>& t : block.reads) fingerprint_one(t, w);
+      },
+      [&](ReadTask<Out>& t) -> Status {
+        if (!t.out.reason.empty()) {
+          ++rep.failures[reason_key(t.out.reason)];
+          return Status::ok();
+        }
+        ++rep.n_fingerprinted;
+        line.clear();
+        append_id(line, t.batch->read_id[t.row]);
+        for (double v : t.out.features) fmt::format_to(std::back_inserter(line), ",{:.6f}", v);
+        line += '\n';
+        csv.write(line.data(), static_cast<std::streamsize>(line.size()));
+        return check_stream(csv);
+      });
+  ESCPOD_RETURN_IF_ERROR(s);
+  csv.flush();
+  ESCPOD_RETURN_IF_ERROR(check_stream(csv));
+  rep.n_not_in_inputs = static_cast<uint64_t>(std::count(seen.begin(), seen.end(), uint8_t{0}));
+  rep.seconds = seconds_since(t0);
+  return Status::ok();
+}
+
+// ---- classify -------------------------------------------------------------------------------
+
+Status classify_fingerprints(const std::filesystem::path& fingerprints_csv,
+                             const ClassifyStageOptions& options, std::ostream& csv,
+                             ClassifyStageReport* report) {
+  const auto t0 = Clock::now();
+  ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(options.model_path));
+  ESCPOD_ASSIGN_OR_RETURN(LineReader in, LineReader::open(fingerprints_csv));
+  ClassifyStageReport local;
+  ClassifyStageReport& rep = report ? *report : local;
+  const std::string file = fingerprints_csv.string();
+
+  std::string line, storage;
+  std::vector<std::string_view> cells;
+  if (!in.next(line)) {
+    if (!in.error().empty()) return Status::io_error(file + ": " + in.error());
+    return Status::invalid_argument(file + ": empty fingerprint table (needs a header)");
+  }
+  if (!line.empty() && line[0] == '#') line.erase(0, 1);
+  split_csv(line, cells, storage);
+  const size_t d = model.n_features();
+  long id_col = -1;
+  std::vector<size_t> fp_col(d, SIZE_MAX);
+  size_t n_fp_cols = 0;
+  for (size_t c = 0; c < cells.size(); ++c) {
+    if (cells[c] == "read_id") id_col = static_cast<long>(c);
+    if (cells[c].substr(0, 3) != "fp_") continue;
+    size_t k = 0;
+    const auto tail = cells[c].substr(3);
+    const auto r = std::from_chars(tail.data(), tail.data() + tail.size(), k);
+    if (r.ec != std::errc() || r.ptr != tail.data() + tail.size()) continue;
+    ++n_fp_cols;
+    if (k < d) fp_col[k] = c;
+  }
+  if (id_col < 0) return Status::invalid_argument(file + ": header has no read_id column");
+  for (size_t k = 0; k < d; ++k) {
+    if (fp_col[k] == SIZE_MAX) {
+      return Status::invalid_argument(fmt::format(
+          "{}: no column fp_{}: the model {} takes {} fingerprint values, the table has {}", file, k,
+          model.name(), d, n_fp_cols));
+    }
+  }
+  if (n_fp_cols != d) {
+    log::warn("{}: {} fingerprint columns, the model takes {}; using fp_0..fp_{}", file, n_fp_cols, d,
+              d - 1);
+  }
+  const size_t need = std::max(static_cast<size_t>(id_col), *std::max_element(fp_col.begin(), fp_col.end()));
+
+  const size_t k_classes = model.n_classes();
+  csv << "read_id,predicted_barcode,confidence,is_confident";
+  if (options.probabilities) {
+    for (const auto& c : model.output_columns()) csv << ',' << c;
+  }
+  csv << '\n';
+
+  struct Worker {
+    demux::WarpDemuxModel::Scratch scratch;
+    demux::Classification call;
+  };
+  tbb::enumerable_thread_specific<Worker> workers([&model] {
+    Worker w;
+    w.scratch = model.make_scratch();
+    return w;
+  });
+  const int threads = std::max(1, options.n_threads);
+  tbb::task_arena arena(threads);
+  const size_t chunk = std::max<size_t>(1, options.chunk_rows);
+  std::vector<pod5::ReadId> ids;
+  std::vector<double> x, probs;
+  std::vector<int32_t> labels;
+  std::vector<double> confidence;
+  std::vector<demux::CallStatus> status;
+  std::string out;
+  bool more = true;
+  while (more) {
+    ids.clear();
+    x.clear();
+    while (ids.size() < chunk) {
+      if (!in.next(line)) {
+        more = false;
+        break;
+      }
+      if (line.empty() || line[0] == '#') continue;
+      const std::string where = file + " line " + std::to_string(in.line_no());
+      split_csv(line, cells, storage);
+      if (cells.size() <= need) return Status::invalid_argument(where + ": too few columns");
+      auto id = pod5::ReadId::parse(cells[static_cast<size_t>(id_col)]);
+      if (!id.is_ok()) return id.status().with_context(where);
+      ids.push_back(*id);
+      for (size_t k = 0; k < d; ++k) {
+        double v = 0;
+        const std::string_view cell = cells[fp_col[k]];
+        if (!parse_double(cell, v)) {
+          // NaN/inf and empty cells reach the classifier, which calls them invalid input.
+          if (cell.empty() || cell == "nan" || cell == "NaN" || cell == "inf" || cell == "-inf") {
+            v = std::numeric_limits<double>::quiet_NaN();
+          } else {
+            return Status::invalid_argument(where + ": bad number '" + std::string(cell) + "' in fp_" +
+                                            std::to_string(k));
+          }
+        }
+        x.push_back(v);
+      }
+    }
+    if (!in.error().empty()) return Status::io_error(file + ": " + in.error());
+    if (interrupted()) return Status::cancelled("interrupted");
+    const size_t n = ids.size();
+    labels.assign(n, demux::kUnclassifiedLabel);
+    confidence.assign(n, 0.0);
+    status.assign(n, demux::CallStatus::kInvalidInput);
+    probs.assign(options.probabilities ? n * k_classes : 0, std::numeric_limits<double>::quiet_NaN());
+    arena.execute([&] {
+      tbb::parallel_for(size_t{0}, n, [&](size_t i) {
+        Worker& w = workers.local();
+        model.classify(std::span<const double>(x).subspan(i * d, d), w.scratch, w.call);
+        labels[i] = w.call.label;
+        confidence[i] = w.call.confidence;
+        status[i] = w.call.status;
+        if (options.probabilities && w.call.probabilities.size() == k_classes) {
+          std::copy(w.call.probabilities.begin(), w.call.probabilities.end(),
+                    probs.begin() + static_cast<std::ptrdiff_t>(i * k_classes));
+        }
+      });
+    });
+    out.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const bool confident = status[i] == demux::CallStatus::kClassified;
+      const std::string name = label_name(confident ? labels[i] : demux::kUnclassifiedLabel);
+      ++rep.n_reads;
+      ++rep.calls[name];
+      if (!confident) ++rep.unclassified_reasons[std::string(demux::call_status_reason(status[i]))];
+      append_id(out, ids[i]);
+      fmt::format_to(std::back_inserter(out), ",{},{:.6f},{}", name, confidence[i],
+                     confident ? "true" : "false");
+      if (options.probabilities) {
+        for (size_t c = 0; c < k_classes; ++c) {
+          const double p = probs[i * k_classes + c];
+          if (std::isnan(p)) out += ',';
+          else fmt::format_to(std::back_inserter(out), ",{:.6f}", p);
+        }
+      }
+      out += '\n';
+    }
+    csv.write(out.data(), static_cast<std::streamsize>(out.size()));
+    ESCPOD_RETURN_IF_ERROR(check_stream(csv));
+  }
+  csv.flush();
+  ESCPOD_RETURN_IF_ERROR(check_stream(csv));
+  rep.seconds = seconds_since(t0);
+  return Status::ok();
+}
+
+}  // namespace escpod::pipeline
