@@ -17,6 +17,7 @@
 #include "escpod/demux/gbm_model.hpp"
 #include "escpod/demux/warpdemux_model.hpp"
 #include "escpod/pipeline/boundary_detector.hpp"
+#include "escpod/pipeline/demux_stages.hpp"
 #include "escpod/pipeline/pod5_copy.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/signal/calibration.hpp"
@@ -31,110 +32,16 @@ std::string label_name(int32_t label) {
 
 namespace {
 
-// What the model file pins beyond the classifier: its signal_processing block.
-struct ModelSignalProcessing {
-  std::string block_json;          // the raw block, for the detector
-  bool cnn_detect = true;
-  std::string cnn_model_name;      // e.g. rna004_130bps@v0.2.4.pth
-  signal::FingerprintParams fingerprint;
-};
-
-Result<ModelSignalProcessing> parse_signal_processing(const nlohmann::json& b,
-                                                      const std::filesystem::path& model_path) {
-  ModelSignalProcessing sp;
-  sp.block_json = b.dump();
-  try {
-    if (b.contains("cnn_boundaries")) {
-      sp.cnn_detect = b["cnn_boundaries"].value("cnn_detect", true);
-      sp.cnn_model_name = b["cnn_boundaries"].value("model_name", std::string());
-    }
-    auto& fp = sp.fingerprint;
-    if (b.contains("sig_extract")) fp.padding_samples = b["sig_extract"].value("padding", fp.padding_samples);
-    if (b.contains("core")) fp.outlier_mads = b["core"].value("sig_norm_outlier_thresh", fp.outlier_mads);
-    if (b.contains("segmentation")) {
-      const auto& s = b["segmentation"];
-      fp.num_events = s.value("num_events", fp.num_events);
-      fp.max_stat_width = s.value("running_stat_width", fp.max_stat_width);
-      fp.max_min_gap = s.value("min_obs_per_base", fp.max_min_gap);
-      fp.barcode_num_events = s.value("barcode_num_events", fp.barcode_num_events);
-    }
-  } catch (const std::exception& e) {
-    return Status::corrupt(model_path.string() + ": signal_processing: " + e.what());
-  }
-  return sp;
-}
-
-Result<ModelSignalProcessing> read_signal_processing(const std::filesystem::path& model_path) {
-  std::ifstream in(model_path);
-  if (!in) return Status::not_found(model_path.string() + ": cannot open the model");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    return Status::corrupt(model_path.string() + ": not valid JSON: " + e.what());
-  }
-  if (!j.contains("signal_processing") || !j["signal_processing"].is_object()) {
-    return Status::corrupt(model_path.string() +
-                           ": model has no signal_processing block (which detector and "
-                           "fingerprint settings it was trained with)");
-  }
-  return parse_signal_processing(j["signal_processing"], model_path);
-}
-
-Result<std::filesystem::path> find_cnn(const std::filesystem::path& model_path,
-                                       const std::filesystem::path& explicit_path,
-                                       const std::string& cnn_model_name);
-
+// The boundary detector and fingerprint settings of a model (its signal_processing block).
 struct Featurizer {
   BoundaryDetector detector;
   signal::FingerprintParams fingerprint;
 };
 
-Result<Featurizer> make_featurizer(const ModelSignalProcessing& sp, const std::filesystem::path& model_path,
-                                   DetectorChoice choice, const std::filesystem::path& cnn_model) {
-  ESCPOD_ASSIGN_OR_RETURN(DetectorConfig config,
-                          detector_config_from_json(sp.block_json, model_path.string()));
-  DetectMethod method = sp.cnn_detect ? DetectMethod::kCnn : DetectMethod::kLlr;
-  if (choice == DetectorChoice::kCnn) method = DetectMethod::kCnn;
-  if (choice == DetectorChoice::kLlr) {
-    if (sp.cnn_detect) {
-      log::warn("{} was trained on CNN boundaries; --method llr overrides it, which typically "
-                "costs recall", model_path.string());
-    }
-    method = DetectMethod::kLlr;
-  }
-  std::filesystem::path cnn;
-  if (method == DetectMethod::kCnn) {
-    ESCPOD_ASSIGN_OR_RETURN(cnn, find_cnn(model_path, cnn_model, sp.cnn_model_name));
-  }
-  ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector, BoundaryDetector::create(config, method, cnn));
-  signal::FingerprintParams fp = sp.fingerprint;
-  fp.max_window_end = detector.preload_samples();
-  return Featurizer{std::move(detector), fp};
-}
-
-// The CNN ONNX file: given explicitly, or the file named after the model's CNN beside the model.
-Result<std::filesystem::path> find_cnn(const std::filesystem::path& model_path,
-                                       const std::filesystem::path& explicit_path,
-                                       const std::string& cnn_model_name) {
-  if (!explicit_path.empty()) {
-    if (!std::filesystem::exists(explicit_path)) {
-      return Status::not_found("--cnn-model " + explicit_path.string() + ": no such file");
-    }
-    return explicit_path;
-  }
-  std::string stem = std::filesystem::path(cnn_model_name).stem().string();
-  auto dir = model_path.parent_path();
-  std::vector<std::filesystem::path> tried;
-  for (const auto& name : {"adapted_cnn_" + stem + ".onnx", stem + ".onnx"}) {
-    auto p = dir / name;
-    tried.push_back(p);
-    if (std::filesystem::exists(p)) return p;
-  }
-  return Status::not_found("the model uses the boundary CNN '" + cnn_model_name +
-                           "' but its ONNX file is not beside the model (looked for " +
-                           tried[0].string() + " and " + tried[1].string() +
-                           "); give it with --cnn-model, or use --method llr");
+Result<Featurizer> make_featurizer(const StageSettings& s, const std::filesystem::path& model_path,
+                                   const std::filesystem::path& cnn_model) {
+  ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector, make_stage_detector(s, model_path, cnn_model));
+  return Featurizer{std::move(detector), s.fingerprint};
 }
 
 // One classifier head: a WarpDemuX DTW-SVM model or an escapepod GBM model (JSON
@@ -166,17 +73,15 @@ Result<Engine> make_engine(const DemuxOptions& o) {
   if (is_gbm_model(o.model_path)) {
     // escapepod's GBM JSON records no signal processing: the RNA004 defaults apply.
     ESCPOD_ASSIGN_OR_RETURN(demux::GbmModel gbm, demux::GbmModel::load(o.model_path));
-    ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp,
-                            parse_signal_processing(nlohmann::json::parse(default_signal_processing_json(true)),
-                                                    o.model_path));
-    ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.detector, o.cnn_model));
+    ESCPOD_ASSIGN_OR_RETURN(StageSettings sp, stage_settings({}, o.detector));
+    ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.cnn_model));
     Engine e{std::nullopt, std::move(gbm), std::move(f.detector), f.fingerprint, {}};
     for (int32_t l : e.gbm->labels()) e.output_columns.push_back(l < 0 ? "p-1" : fmt::format("p{:02d}", l));
     return e;
   }
-  ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp, read_signal_processing(o.model_path));
+  ESCPOD_ASSIGN_OR_RETURN(StageSettings sp, stage_settings(o.model_path, o.detector));
   ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(o.model_path));
-  ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.detector, o.cnn_model));
+  ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.cnn_model));
   Engine e{std::move(model), std::nullopt, std::move(f.detector), f.fingerprint, {}};
   for (const auto& c : e.model->output_columns()) e.output_columns.push_back(c);
   return e;
@@ -374,14 +279,15 @@ Result<std::string> describe_demux_model(const std::filesystem::path& model_path
     return gbm.describe() + "\ndetector: boundary CNN (RNA004 defaults; GBM models record no "
                             "signal processing)\n";
   }
-  ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp, read_signal_processing(model_path));
+  ESCPOD_ASSIGN_OR_RETURN(StageSettings sp, stage_settings(model_path, DetectorChoice::kModelDefault));
   ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(model_path));
   std::string out = model.describe();
-  out += fmt::format("\ndetector: {}\n", sp.cnn_detect ? "boundary CNN (" + sp.cnn_model_name +
-                                                             ") with LLR fallbacks"
-                                                       : std::string("LLR"));
-  if (sp.cnn_detect) {
-    auto cnn = find_cnn(model_path, cnn_model, sp.cnn_model_name);
+  const bool cnn_detect = sp.method == DetectMethod::kCnn;
+  out += fmt::format("\ndetector: {}\n", cnn_detect ? "boundary CNN (" + sp.cnn_model_name +
+                                                          ") with LLR fallbacks"
+                                                    : std::string("LLR"));
+  if (cnn_detect) {
+    auto cnn = find_cnn_model(model_path, cnn_model, sp.cnn_model_name);
     out += cnn.is_ok() ? "CNN file: " + cnn->string() + "\n" : "CNN file: MISSING: " + cnn.status().message() + "\n";
   }
   out += "outputs: " + std::string("barcode_<label>.pod5 for labels");
@@ -526,15 +432,10 @@ std::string default_signal_processing_json(bool use_cnn) {
 Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
     const std::vector<std::filesystem::path>& inputs, const std::map<std::string, int32_t>& labels,
     const FingerprintOptions& options, FingerprintReport* report) {
-  nlohmann::json block;
-  try {
-    block = nlohmann::json::parse(options.signal_processing_json);
-  } catch (const std::exception& e) {
-    return Status::invalid_argument(std::string("signal_processing block: ") + e.what());
-  }
   const std::filesystem::path where = options.cnn_model.empty() ? "signal_processing" : options.cnn_model;
-  ESCPOD_ASSIGN_OR_RETURN(ModelSignalProcessing sp, parse_signal_processing(block, where));
-  ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, where, options.detector, options.cnn_model));
+  ESCPOD_ASSIGN_OR_RETURN(StageSettings sp, stage_settings_from_block(options.signal_processing_json,
+                                                                      where.string(), options.detector));
+  ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, where, options.cnn_model));
 
   // Collect the labelled reads (file, batch, row), then featurise them in parallel.
   struct Item {

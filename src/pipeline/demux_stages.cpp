@@ -61,26 +61,6 @@ Status parse_fingerprint_settings(const nlohmann::json& b, const std::string& wh
   return Status::ok();
 }
 
-// The ONNX file of the model's boundary CNN: --cnn-model, else beside the model.
-Result<std::filesystem::path> locate_cnn(const std::filesystem::path& model_path,
-                                         const std::filesystem::path& explicit_path,
-                                         const std::string& cnn_model_name) {
-  if (!explicit_path.empty()) {
-    if (!std::filesystem::exists(explicit_path)) {
-      return Status::not_found("--cnn-model " + explicit_path.string() + ": no such file");
-    }
-    return explicit_path;
-  }
-  const std::string stem = std::filesystem::path(cnn_model_name).stem().string();
-  const auto dir = model_path.parent_path();
-  const std::filesystem::path a = dir / ("adapted_cnn_" + stem + ".onnx"), b = dir / (stem + ".onnx");
-  if (std::filesystem::exists(a)) return a;
-  if (std::filesystem::exists(b)) return b;
-  return Status::not_found("the model uses the boundary CNN '" + cnn_model_name +
-                           "' but its ONNX file is not beside the model (looked for " + a.string() +
-                           " and " + b.string() + "); give it with --cnn-model, or use --method llr");
-}
-
 // ---- text input (plain or gzip) -------------------------------------------------------------
 
 class LineReader {
@@ -356,27 +336,14 @@ Status check_stream(const std::ostream& out) {
 
 // ---- settings -------------------------------------------------------------------------------
 
-Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice) {
+Result<StageSettings> stage_settings_from_block(const std::string& block_json, const std::string& where,
+                                                DetectorChoice choice) {
   StageSettings s;
-  const std::string where = model_path.empty() ? std::string("default settings") : model_path.string();
   nlohmann::json block;
-  if (model_path.empty()) {
-    block = nlohmann::json::parse(default_signal_processing_json(true));
-  } else {
-    std::ifstream in(model_path);
-    if (!in) return Status::not_found(model_path.string() + ": cannot open the model");
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      return Status::corrupt(model_path.string() + ": not valid JSON: " + e.what());
-    }
-    if (!j.is_object() || !j.contains("signal_processing") || !j["signal_processing"].is_object()) {
-      return Status::corrupt(model_path.string() +
-                             ": model has no signal_processing block (which detector and "
-                             "fingerprint settings it was trained with)");
-    }
-    block = j["signal_processing"];
+  try {
+    block = nlohmann::json::parse(block_json);
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(where + ": signal_processing block: " + e.what());
   }
   s.block_json = block.dump();
   ESCPOD_RETURN_IF_ERROR(parse_fingerprint_settings(block, where, s));
@@ -384,7 +351,7 @@ Result<StageSettings> stage_settings(const std::filesystem::path& model_path, De
   const bool model_cnn = s.method == DetectMethod::kCnn;
   if (choice == DetectorChoice::kCnn) s.method = DetectMethod::kCnn;
   if (choice == DetectorChoice::kLlr) {
-    if (model_cnn && !model_path.empty()) {
+    if (model_cnn) {
       log::warn("{} was trained on CNN boundaries; --method llr overrides it, which typically "
                 "costs recall", where);
     }
@@ -394,6 +361,56 @@ Result<StageSettings> stage_settings(const std::filesystem::path& model_path, De
                                                      : static_cast<size_t>(s.config.sig_preload_size());
   s.fingerprint.max_window_end = s.preload_samples;
   return s;
+}
+
+Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice) {
+  if (model_path.empty()) {
+    return stage_settings_from_block(default_signal_processing_json(true), "default settings", choice);
+  }
+  std::ifstream in(model_path);
+  if (!in) return Status::not_found(model_path.string() + ": cannot open the model");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return Status::corrupt(model_path.string() + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("signal_processing") || !j["signal_processing"].is_object()) {
+    return Status::corrupt(model_path.string() +
+                           ": model has no signal_processing block (which detector and "
+                           "fingerprint settings it was trained with)");
+  }
+  return stage_settings_from_block(j["signal_processing"].dump(), model_path.string(), choice);
+}
+
+// The ONNX file of the model's boundary CNN: --cnn-model, else beside the model.
+Result<std::filesystem::path> find_cnn_model(const std::filesystem::path& model_path,
+                                         const std::filesystem::path& explicit_path,
+                                         const std::string& cnn_model_name) {
+  if (!explicit_path.empty()) {
+    if (!std::filesystem::exists(explicit_path)) {
+      return Status::not_found("--cnn-model " + explicit_path.string() + ": no such file");
+    }
+    return explicit_path;
+  }
+  const std::string stem = std::filesystem::path(cnn_model_name).stem().string();
+  const auto dir = model_path.parent_path();
+  const std::filesystem::path a = dir / ("adapted_cnn_" + stem + ".onnx"), b = dir / (stem + ".onnx");
+  if (std::filesystem::exists(a)) return a;
+  if (std::filesystem::exists(b)) return b;
+  return Status::not_found("the model uses the boundary CNN '" + cnn_model_name +
+                           "' but its ONNX file is not beside the model (looked for " + a.string() +
+                           " and " + b.string() + "); give it with --cnn-model, or use --method llr");
+}
+
+
+Result<BoundaryDetector> make_stage_detector(const StageSettings& s, const std::filesystem::path& model_path,
+                                             const std::filesystem::path& cnn_model) {
+  std::filesystem::path cnn;
+  if (s.method == DetectMethod::kCnn) {
+    ESCPOD_ASSIGN_OR_RETURN(cnn, find_cnn_model(model_path, cnn_model, s.cnn_model_name));
+  }
+  return BoundaryDetector::create(s.config, s.method, cnn);
 }
 
 // ---- detect ---------------------------------------------------------------------------------
@@ -406,7 +423,7 @@ Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
   ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
   std::filesystem::path cnn;
   if (settings.method == DetectMethod::kCnn) {
-    ESCPOD_ASSIGN_OR_RETURN(cnn, locate_cnn(options.model_path, options.cnn_model, settings.cnn_model_name));
+    ESCPOD_ASSIGN_OR_RETURN(cnn, find_cnn_model(options.model_path, options.cnn_model, settings.cnn_model_name));
   }
   ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector,
                           BoundaryDetector::create(settings.config, settings.method, cnn));

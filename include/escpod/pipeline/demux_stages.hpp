@@ -36,6 +36,20 @@ struct StageSettings {
   size_t preload_samples = 0;     // calibrated samples decoded per read (SIZE_MAX: whole read)
 };
 
+// The same from a signal_processing block's JSON text; `where` names it in errors.
+Result<StageSettings> stage_settings_from_block(const std::string& block_json, const std::string& where,
+                                                DetectorChoice choice);
+
+// The ONNX file of a model's boundary CNN: `explicit_path` (--cnn-model) if given, else the file
+// named after `cnn_model_name` beside the model. kNotFound says where it looked.
+Result<std::filesystem::path> find_cnn_model(const std::filesystem::path& model_path,
+                                             const std::filesystem::path& explicit_path,
+                                             const std::string& cnn_model_name);
+
+// The boundary detector `s` describes (finding the CNN beside `model_path` when it is used).
+Result<BoundaryDetector> make_stage_detector(const StageSettings& s, const std::filesystem::path& model_path,
+                                             const std::filesystem::path& cnn_model);
+
 // Settings from `model_path`'s signal_processing block (empty path: the RNA004 defaults of
 // default_signal_processing_json with the CNN), with the detector overridden per `choice`
 // (a warning when LLR overrides a CNN-trained model). Errors: unreadable or malformed model,
