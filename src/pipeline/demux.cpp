@@ -6,6 +6,7 @@
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -189,6 +190,11 @@ class Router {
 
   Status route(const ReadTask& t, DemuxReport& report) {
     const pod5::ReadBatch& b = *t.batch;
+    // The last read of a batch: its signal pages will not be needed again (resident memory
+    // stays bounded on huge inputs instead of growing with the mapped file).
+    if (t.row + 1 == b.size() && !b.signal_rows.empty()) {
+      t.file->drop_signal_pages(*std::min_element(b.signal_rows.begin(), b.signal_rows.end()));
+    }
     const std::string label = t.reason.empty() ? label_name(t.call.label) : "unclassified";
     ++report.n_reads;
     report.n_samples_decoded += t.n_decoded;
