@@ -129,4 +129,9 @@ def test_split_memory_is_flat_in_the_number_of_labels(escpod, rna_file, tmp_path
                 total += sum(1 for _ in r.reads())
         assert total == len(ids)
     print(f"peak RSS: 4 labels {rss[4]:.0f} MiB, 384 labels {rss[384]:.0f} MiB")
+    if os.environ.get("ESCPOD_SANITIZE"):
+        # ASan's redzones and free quarantine grow with the number of allocations: peak RSS of
+        # a sanitizer build says nothing about the program's own memory.
+        pytest.skip(f"RSS flatness not checked in a {os.environ['ESCPOD_SANITIZE']} build "
+                    f"(conservation checked; RSS {rss})")
     assert rss[384] < rss[4] + 96, rss
