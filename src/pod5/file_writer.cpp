@@ -5,6 +5,7 @@
 #include <arrow/io/interfaces.h>
 #include <arrow/ipc/writer.h>
 #include <fcntl.h>
+#include <tbb/task_group.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -172,6 +173,21 @@ struct FileWriter::Impl {
     return fail(Status::io_error(path.string() + ": " + what + ": " + s.message()));
   }
 
+  // The signal batch being written in the background, and the buffers of the one before it
+  // (kept for their capacity).
+  struct InFlight {
+    std::vector<uint8_t> ids, bytes;
+    std::vector<uint32_t> samples;
+    std::vector<int64_t> offsets;
+    std::shared_ptr<arrow::RecordBatch> batch;
+    arrow::Status status;
+  };
+  std::unique_ptr<InFlight> in_flight;
+  InFlight spare;
+  tbb::task_group signal_tasks;
+  ~Impl() { signal_tasks.wait(); }
+  Status wait_signal_write();
+
   Status start();
   Status add_chunk(const ReadId& id, const uint8_t* bytes, size_t n_bytes, uint32_t n_samples);
   Status flush_signal_batch();
@@ -284,6 +300,33 @@ Status FileWriter::Impl::flush_signal_batch() {
       sig_pending, arrow::Buffer::Wrap(sig_samples.data(), static_cast<int64_t>(sig_samples.size())));
   auto batch = arrow::RecordBatch::Make(signal_schema, sig_pending,
                                         {wrap(detail::uuid_type(), ids), signal, samples});
+  // Without a shared budget (single-output commands), the batch is written by a background task
+  // while the caller fills the next one: copying chunks in and writing them out overlap.
+  const bool async = !options.signal_budget && !spill;
+  if (async) {
+    ESCPOD_RETURN_IF_ERROR(wait_signal_write());
+    auto f = std::make_unique<InFlight>();
+    // Moving a vector keeps its data pointer, so the Arrow buffers wrapping them stay valid.
+    f->ids = std::move(sig_ids);
+    f->samples = std::move(sig_samples);
+    f->offsets = std::move(sig_offsets);
+    f->bytes = std::move(sig_bytes);
+    f->batch = batch;
+    in_flight = std::move(f);
+    InFlight* job = in_flight.get();
+    signal_tasks.run([this, job] { job->status = signal_writer->WriteRecordBatch(*job->batch); });
+    // Fresh buffers for the next batch, reusing the capacity of the batch written before.
+    sig_ids = std::move(spare.ids);
+    sig_samples = std::move(spare.samples);
+    sig_offsets = std::move(spare.offsets);
+    sig_bytes = std::move(spare.bytes);
+    sig_ids.clear();
+    sig_samples.clear();
+    sig_offsets.assign(1, 0);
+    sig_bytes.clear();
+    sig_pending = 0;
+    return Status::ok();
+  }
   ESCPOD_RETURN_IF_ERROR(check(signal_writer->WriteRecordBatch(*batch)));
   // Reset, keeping capacity; give the memory back to the shared budget; empty the spill file.
   sig_pending = 0;
@@ -302,6 +345,18 @@ Status FileWriter::Impl::flush_signal_batch() {
     spill_path.reset();  // removes the file; a new one is made if needed again
     spill_bytes = 0;
   }
+  return Status::ok();
+}
+
+Status FileWriter::Impl::wait_signal_write() {
+  if (!in_flight) return Status::ok();
+  signal_tasks.wait();
+  auto done = std::move(in_flight);
+  if (!done->status.ok()) return arrow_status(done->status, "signal batch");
+  spare.ids = std::move(done->ids);
+  spare.samples = std::move(done->samples);
+  spare.offsets = std::move(done->offsets);
+  spare.bytes = std::move(done->bytes);
   return Status::ok();
 }
 
@@ -488,6 +543,7 @@ Status FileWriter::Impl::write_run_info_table() {
 Status FileWriter::Impl::finish() {
   auto io = [this](const arrow::Status& s) { return arrow_status(s, "write"); };
   ESCPOD_RETURN_IF_ERROR(flush_signal_batch());
+  ESCPOD_RETURN_IF_ERROR(wait_signal_write());
   ESCPOD_RETURN_IF_ERROR(flush_reads_batch());
   ESCPOD_RETURN_IF_ERROR(io(signal_writer->Close()));
   const detail::EmbeddedTable signal{signal_stream->base(), sink->position() - signal_stream->base()};
