@@ -8,17 +8,13 @@
 namespace escpod::pipeline {
 namespace {
 
-// Integers through std::to_chars (view prints millions of them; fmt's generic path costs 3x
-// more here); floats through fmt's shortest round-trip form ("nan" for NaN).
+// Numbers through std::to_chars: view prints millions of them and fmt's generic path costs
+// several times more. Floats come out in their shortest round-trip form ("nan" for NaN).
 template <typename T>
 void append_number(std::string& out, T v) {
-  if constexpr (std::is_integral_v<T>) {
-    char buf[24];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-    out.append(buf, static_cast<size_t>(end - buf));
-  } else {
-    fmt::format_to(std::back_inserter(out), "{}", v);
-  }
+  char buf[48];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // floats: shortest round trip
+  out.append(buf, static_cast<size_t>(end - buf));
 }
 
 #define ESCPOD_FIELD(NAME, HELP, EXPR)                                                        \
