@@ -1,16 +1,13 @@
 #include "escpod/pipeline/demux.hpp"
 
 #include <fmt/format.h>
-#include <tbb/enumerable_thread_specific.h>
-#include <tbb/parallel_for.h>
-#include <tbb/parallel_pipeline.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
 #include <mutex>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "escpod/core/log.hpp"
@@ -23,6 +20,7 @@
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/signal/calibration.hpp"
 #include "escpod/signal/fingerprint.hpp"
+#include "pipeline/read_stream.hpp"
 
 namespace escpod::pipeline {
 
@@ -89,15 +87,15 @@ Result<Engine> make_engine(const DemuxOptions& o) {
 }
 
 // One read on its way through the pipeline.
-struct ReadTask {
-  const pod5::FileReader* file = nullptr;
-  std::shared_ptr<const pod5::ReadBatch> batch;
-  size_t row = 0;
+// What the workers find out about one read.
+struct DemuxRead {
   Boundaries bounds;
   demux::Classification call;
   std::string reason;  // why unclassified (empty when classified)
   uint64_t n_decoded = 0;
+  std::vector<double> features;  // kept only when fingerprinting for training
 };
+using ReadTask = detail::ReadTask<DemuxRead>;
 
 struct WorkerScratch {
   pod5::VbzCodec codec;
@@ -110,24 +108,24 @@ struct WorkerScratch {
 };
 
 // Decode, detect, fingerprint: w.features holds the fingerprint when this returns true;
-// otherwise t.reason says why not.
+// otherwise t.out.reason says why not.
 bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintParams& params,
                     ReadTask& t, WorkerScratch& w);
 
 void classify_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
-  t.call = demux::Classification{};
-  t.call.status = demux::CallStatus::kNoFingerprint;
+  t.out.call = demux::Classification{};
+  t.out.call.status = demux::CallStatus::kNoFingerprint;
   if (!featurize_read(e.detector, e.fingerprint, t, w)) return;
   if (e.model) {
-    e.model->classify(w.features, w.classifier, t.call);
+    e.model->classify(w.features, w.classifier, t.out.call);
   } else if (w.features.size() != e.gbm->n_features()) {
-    t.reason = fmt::format("GBM model expects {} features, the fingerprint has {}", e.gbm->n_features(),
+    t.out.reason = fmt::format("GBM model expects {} features, the fingerprint has {}", e.gbm->n_features(),
                            w.features.size());
     return;
   } else {
-    e.gbm->classify(w.features, t.call);
+    e.gbm->classify(w.features, t.out.call);
   }
-  if (!t.call.is_classified()) t.reason = std::string(t.call.reason());
+  if (!t.out.call.is_classified()) t.out.reason = std::string(t.out.call.reason());
 }
 
 bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintParams& params,
@@ -135,33 +133,33 @@ bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintP
   const pod5::ReadBatch& b = *t.batch;
   const uint64_t n = b.num_samples[t.row];
   if (n == 0 || b.rows_of(t.row).empty()) {
-    t.reason = "read has no signal";
+    t.out.reason = "read has no signal";
     return false;
   }
   const size_t take = static_cast<size_t>(std::min<uint64_t>(n, detector.preload_samples()));
   w.adc.resize(take);
   Status s = t.file->read_signal(b.rows_of(t.row), w.adc, w.codec);
   if (!s.is_ok()) {
-    t.reason = "signal could not be decoded: " + s.message();
+    t.out.reason = "signal could not be decoded: " + s.message();
     return false;
   }
-  t.n_decoded = take;
+  t.out.n_decoded = take;
   w.pa.resize(take);
   signal::calibrate_to_pa(w.adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, w.pa);
-  t.bounds = detector.detect(w.pa, n, w.detector);
-  if (!t.bounds.success) {
-    t.reason = "boundary detection failed: " + t.bounds.fail_reason;
+  t.out.bounds = detector.detect(w.pa, n, w.detector);
+  if (!t.out.bounds.success) {
+    t.out.reason = "boundary detection failed: " + t.out.bounds.fail_reason;
     return false;
   }
   const signal::SampleRange window = signal::barcode_window(
-      static_cast<size_t>(t.bounds.adapter_start), static_cast<size_t>(t.bounds.adapter_end), take,
+      static_cast<size_t>(t.out.bounds.adapter_start), static_cast<size_t>(t.out.bounds.adapter_end), take,
       params);
   w.features.resize(params.barcode_num_events);
   const auto err = signal::barcode_fingerprint(
       std::span<const float>(w.pa).subspan(window.begin, window.size()), params, w.fingerprint,
       w.features);
   if (err != signal::FingerprintError::kNone) {
-    t.reason = "no fingerprint: " + std::string(signal::fingerprint_error_reason(err));
+    t.out.reason = "no fingerprint: " + std::string(signal::fingerprint_error_reason(err));
     return false;
   }
   return true;
@@ -195,24 +193,24 @@ class Router {
     if (t.row + 1 == b.size() && !b.signal_rows.empty()) {
       t.file->drop_signal_pages(*std::min_element(b.signal_rows.begin(), b.signal_rows.end()));
     }
-    const std::string label = t.reason.empty() ? label_name(t.call.label) : "unclassified";
+    const std::string label = t.out.reason.empty() ? label_name(t.out.call.label) : "unclassified";
     ++report.n_reads;
-    report.n_samples_decoded += t.n_decoded;
+    report.n_samples_decoded += t.out.n_decoded;
     ++report.reads_per_label[label];
-    if (!t.reason.empty()) ++report.unclassified_reasons[reason_key(t.reason)];
-    ++report.detector_used[t.bounds.method.empty() ? "none" : t.bounds.method];
+    if (!t.out.reason.empty()) ++report.unclassified_reasons[reason_key(t.out.reason)];
+    ++report.detector_used[t.out.bounds.method.empty() ? "none" : t.out.bounds.method];
     if (m_csv.is_open()) {
       m_line.clear();
       char id[36];
       b.read_id[t.row].format_to(id);
       m_line.append(id, 36);
-      fmt::format_to(std::back_inserter(m_line), ",{},{:.6f},{},{},{},", label, t.call.confidence,
-                     t.bounds.adapter_start, t.bounds.adapter_end, t.bounds.method);
-      append_csv_cell(m_line, t.reason);
+      fmt::format_to(std::back_inserter(m_line), ",{},{:.6f},{},{},{},", label, t.out.call.confidence,
+                     t.out.bounds.adapter_start, t.out.bounds.adapter_end, t.out.bounds.method);
+      append_csv_cell(m_line, t.out.reason);
       const size_t n_cols = m_engine.output_columns.size();
       for (size_t k = 0; k < n_cols; ++k) {
-        if (k < t.call.probabilities.size()) {
-          fmt::format_to(std::back_inserter(m_line), ",{:.6f}", t.call.probabilities[k]);
+        if (k < t.out.call.probabilities.size()) {
+          fmt::format_to(std::back_inserter(m_line), ",{:.6f}", t.out.call.probabilities[k]);
         } else {
           m_line += ',';
         }
@@ -306,13 +304,9 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
                  DemuxReport* report) {
   const auto t0 = std::chrono::steady_clock::now();
   ESCPOD_ASSIGN_OR_RETURN(Engine engine, make_engine(options));
-  std::vector<std::unique_ptr<pod5::FileReader>> readers;
+  ESCPOD_ASSIGN_OR_RETURN(auto readers, detail::open_readers(inputs));
   uint64_t n_total = 0;
-  for (const auto& p : inputs) {
-    ESCPOD_ASSIGN_OR_RETURN(auto r, pod5::FileReader::open(p));
-    n_total += r->info().n_reads;
-    readers.push_back(std::move(r));
-  }
+  for (const auto& r : readers) n_total += r->info().n_reads;
   if (!options.out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.out_dir, ec);
@@ -323,92 +317,34 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
   DemuxReport local;
   DemuxReport& rep = report ? *report : local;
 
-  std::mutex error_mutex;
-  Status first_error;
-  std::atomic<bool> failed{false};
-  auto fail = [&](Status s) {
-    std::lock_guard lock(error_mutex);
-    if (first_error.is_ok()) first_error = std::move(s);
-    failed = true;
-  };
-
-  tbb::enumerable_thread_specific<WorkerScratch> scratch([&engine] {
-    WorkerScratch w;
-    w.detector = engine.detector.make_scratch();
-    w.classifier = engine.make_classifier_scratch();
-    return w;
-  });
-  size_t file_idx = 0, batch_idx = 0, row = 0;
-  std::shared_ptr<const pod5::ReadBatch> batch;
   auto last_progress = std::chrono::steady_clock::now();
-  const int n_threads = std::max(1, options.n_threads);
-  const size_t tokens = options.max_reads_in_flight ? options.max_reads_in_flight
-                                                    : static_cast<size_t>(8 * n_threads);
-  tbb::task_arena arena(n_threads);
-  arena.execute([&] {
-    tbb::parallel_pipeline(
-        tokens,
-        tbb::make_filter<void, ReadTask*>(
-            tbb::filter_mode::serial_in_order,
-            [&](tbb::flow_control& fc) -> ReadTask* {
-              while (true) {
-                if (failed || interrupted()) {
-                  if (interrupted()) fail(Status::cancelled("interrupted"));
-                  fc.stop();
-                  return nullptr;
-                }
-                if (file_idx == readers.size()) {
-                  fc.stop();
-                  return nullptr;
-                }
-                const auto& reader = *readers[file_idx];
-                if (!batch || row == batch->size()) {
-                  if (batch_idx == reader.n_read_batches()) {
-                    ++file_idx;
-                    batch_idx = 0;
-                    batch.reset();
-                    continue;
-                  }
-                  auto next = reader.read_batch(batch_idx++);
-                  if (!next.is_ok()) {
-                    fail(next.status());
-                    continue;
-                  }
-                  batch = std::make_shared<const pod5::ReadBatch>(std::move(next).value());
-                  row = 0;
-                  if (batch->size() == 0) continue;
-                }
-                auto* t = new ReadTask;
-                t->file = &reader;
-                t->batch = batch;
-                t->row = row++;
-                return t;
-              }
-            }) &
-            tbb::make_filter<ReadTask*, ReadTask*>(
-                tbb::filter_mode::parallel,
-                [&](ReadTask* t) {
-                  if (!failed) classify_read(engine, *t, scratch.local());
-                  return t;
-                }) &
-            tbb::make_filter<ReadTask*, void>(
-                tbb::filter_mode::serial_in_order, [&](ReadTask* t) {
-                  std::unique_ptr<ReadTask> owned(t);
-                  if (failed) return;
-                  Status s = router.route(*t, rep);
-                  if (!s.is_ok()) fail(std::move(s));
-                  if (options.progress) {
-                    auto now = std::chrono::steady_clock::now();
-                    if (now - last_progress > std::chrono::seconds(5)) {
-                      last_progress = now;
-                      const double secs = std::chrono::duration<double>(now - t0).count();
-                      log::info("{} / {} reads ({:.0f} reads/s)", rep.n_reads, n_total,
-                                static_cast<double>(rep.n_reads) / secs);
-                    }
-                  }
-                }));
-  });
-  if (failed) return first_error;
+  // One read per block: per-read work stealing (a slow read never holds up others).
+  Status s = detail::for_each_read_ordered<DemuxRead, WorkerScratch>(
+      readers, options.n_threads, /*block_size=*/1,
+      [](const pod5::ReadBatch&, size_t, size_t*) { return true; },
+      [&engine] {
+        WorkerScratch w;
+        w.detector = engine.detector.make_scratch();
+        w.classifier = engine.make_classifier_scratch();
+        return w;
+      },
+      [&engine](detail::ReadBlock<DemuxRead>& block, WorkerScratch& w) {
+        for (ReadTask& t : block.reads) classify_read(engine, t, w);
+      },
+      [&](const ReadTask& t) -> Status {
+        ESCPOD_RETURN_IF_ERROR(router.route(t, rep));
+        if (options.progress) {
+          auto now = std::chrono::steady_clock::now();
+          if (now - last_progress > std::chrono::seconds(5)) {
+            last_progress = now;
+            const double secs = std::chrono::duration<double>(now - t0).count();
+            log::info("{} / {} reads ({:.0f} reads/s)", rep.n_reads, n_total,
+                      static_cast<double>(rep.n_reads) / secs);
+          }
+        }
+        return Status::ok();
+      });
+  ESCPOD_RETURN_IF_ERROR(s);
   ESCPOD_RETURN_IF_ERROR(router.finish());
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::ok();
@@ -443,56 +379,38 @@ Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
                                                                       where.string(), options.detector));
   ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, where, options.cnn_model));
 
-  // Collect the labelled reads (file, batch, row), then featurise them in parallel.
-  struct Item {
-    ReadTask task;
-    int32_t label = -1;
-    std::vector<double> features;
-  };
-  std::vector<std::unique_ptr<pod5::FileReader>> readers;
-  std::vector<Item> items;
-  for (const auto& p : inputs) {
-    ESCPOD_ASSIGN_OR_RETURN(auto r, pod5::FileReader::open(p));
-    for (size_t b = 0; b < r->n_read_batches(); ++b) {
-      ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, r->read_batch(b));
-      auto shared = std::make_shared<const pod5::ReadBatch>(std::move(batch));
-      for (size_t i = 0; i < shared->size(); ++i) {
-        auto it = labels.find(shared->read_id[i].to_string());
-        if (it == labels.end()) continue;
-        Item item;
-        item.task.file = r.get();
-        item.task.batch = shared;
-        item.task.row = i;
-        item.label = it->second;
-        items.push_back(std::move(item));
-      }
-    }
-    readers.push_back(std::move(r));
+  std::unordered_map<pod5::ReadId, int32_t, pod5::ReadIdHash> by_id;
+  for (const auto& [text, label] : labels) {
+    ESCPOD_ASSIGN_OR_RETURN(pod5::ReadId id, pod5::ReadId::parse(text));
+    by_id.emplace(id, label);
   }
-  tbb::enumerable_thread_specific<WorkerScratch> scratch([&f] {
-    WorkerScratch w;
-    w.detector = f.detector.make_scratch();
-    return w;
-  });
-  tbb::task_arena arena(std::max(1, options.n_threads));
-  arena.execute([&] {
-    tbb::parallel_for(size_t{0}, items.size(), [&](size_t k) {
-      WorkerScratch& w = scratch.local();
-      if (featurize_read(f.detector, f.fingerprint, items[k].task, w)) items[k].features = w.features;
-    });
-  });
+  ESCPOD_ASSIGN_OR_RETURN(auto readers, detail::open_readers(inputs));
   FingerprintReport local;
   FingerprintReport& rep = report ? *report : local;
   std::vector<FingerprintRow> rows;
-  for (auto& item : items) {
-    ++rep.n_reads;
-    if (item.features.empty()) {
-      ++rep.failures[item.task.reason];
-      continue;
-    }
-    rows.push_back({item.task.batch->read_id[item.task.row].to_string(), item.label,
-                    std::move(item.features)});
-  }
+  ESCPOD_RETURN_IF_ERROR((detail::for_each_read_ordered<DemuxRead, WorkerScratch>(
+      readers, options.n_threads, /*block_size=*/1,
+      [&by_id](const pod5::ReadBatch& b, size_t row, size_t*) { return by_id.count(b.read_id[row]) > 0; },
+      [&f] {
+        WorkerScratch w;
+        w.detector = f.detector.make_scratch();
+        return w;
+      },
+      [&f](detail::ReadBlock<DemuxRead>& block, WorkerScratch& w) {
+        for (ReadTask& t : block.reads) {
+          if (featurize_read(f.detector, f.fingerprint, t, w)) t.out.features = w.features;
+        }
+      },
+      [&](const ReadTask& t) -> Status {
+        ++rep.n_reads;
+        if (t.out.features.empty()) {
+          ++rep.failures[t.out.reason];
+          return Status::ok();
+        }
+        const pod5::ReadId& id = t.batch->read_id[t.row];
+        rows.push_back({id.to_string(), by_id.at(id), t.out.features});
+        return Status::ok();
+      })));
   return rows;
 }
 

@@ -5,7 +5,7 @@
 // Work is per read with work stealing (oneTBB pipeline): a serial reader hands out reads in
 // input order, workers (each with its own scratch) decode only the signal prefix the detector
 // needs and classify, and a serial writer consumes results in input order, so outputs are
-// identical for any thread count. Memory is bounded by the number of reads in flight (tokens)
+// identical for any thread count. Memory is bounded by the number of reads in flight (4 a thread)
 // and one shared budget for pending output signal (SignalMemoryBudget), whatever the input size
 // or the number of labels. Every input read ends in exactly one output; a read that cannot be
 // classified (no signal, no adapter, no fingerprint, noise, low confidence) goes to
@@ -34,7 +34,6 @@ struct DemuxOptions {
   std::string prefix = "barcode";       // file names <prefix>_<label>.pod5
   std::filesystem::path classifications_csv;  // empty: none
   int n_threads = 1;
-  size_t max_reads_in_flight = 0;       // 0: 8 per thread
   int64_t signal_memory_budget = 256ll << 20;  // pending output signal held in memory, bytes
   pod5::WriterOptions writer;           // fsync, overwrite, compression of the outputs
   bool progress = false;                // periodic progress lines on stderr

@@ -1,0 +1,141 @@
+// The per-read streaming engine shared by the demultiplexer and its stage commands: a serial
+// reader hands out consecutive reads of the inputs in blocks, workers (each with its own
+// scratch) process blocks in parallel, and a serial consumer sees every read in input order, so
+// results never depend on the thread count. Internal to the pipeline layer.
+#pragma once
+
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "escpod/core/staged_file.hpp"
+#include "escpod/core/status.hpp"
+#include "escpod/pod5/file_reader.hpp"
+
+namespace escpod::pipeline::detail {
+
+// ---- ordered per-read pipeline over POD5 inputs -------------------------------------------------
+
+template <class Payload>
+struct ReadTask {
+  const pod5::FileReader* file = nullptr;
+  std::shared_ptr<const pod5::ReadBatch> batch;
+  size_t row = 0;
+  size_t tag = 0;  // caller's per-read tag (the fingerprint stage: boundary row)
+  Payload out;
+};
+
+// Consecutive reads handed to one worker together (the CNN runs on several reads per call).
+template <class Payload>
+struct ReadBlock {
+  std::vector<ReadTask<Payload>> reads;
+};
+
+// Runs `work(block, scratch)` on blocks of up to `block_size` consecutive reads that
+// `select(batch, row, &tag)` accepts, in parallel, and `emit(task)` on every read in input
+// order. Stops at the first error (or an interrupt). Results depend only on what `work` does per
+// read, never on the thread count.
+template <class Payload, class Scratch, class Select, class MakeScratch, class Work, class Emit>
+Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>>& readers,
+                             int n_threads, size_t block_size, Select select,
+                             MakeScratch make_scratch, Work work, Emit emit) {
+  using Block = ReadBlock<Payload>;
+  std::mutex error_mutex;
+  Status first_error;
+  std::atomic<bool> failed{false};
+  auto fail = [&](Status s) {
+    std::lock_guard lock(error_mutex);
+    if (first_error.is_ok()) first_error = std::move(s);
+    failed = true;
+  };
+  tbb::enumerable_thread_specific<Scratch> scratch(make_scratch);
+  size_t file_idx = 0, batch_idx = 0, row = 0;
+  std::shared_ptr<const pod5::ReadBatch> batch;
+  const int threads = std::max(1, n_threads);
+  const size_t tokens = static_cast<size_t>(4 * threads);
+  const size_t per_block = std::max<size_t>(1, block_size);
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    tbb::parallel_pipeline(
+        tokens,
+        tbb::make_filter<void, Block*>(
+            tbb::filter_mode::serial_in_order,
+            [&](tbb::flow_control& fc) -> Block* {
+              auto block = std::make_unique<Block>();
+              block->reads.reserve(per_block);
+              while (block->reads.size() < per_block) {
+                if (failed || interrupted()) {
+                  if (interrupted()) fail(Status::cancelled("interrupted"));
+                  fc.stop();
+                  return nullptr;
+                }
+                if (file_idx == readers.size()) break;
+                const pod5::FileReader& reader = *readers[file_idx];
+                if (!batch || row == batch->size()) {
+                  if (batch_idx == reader.n_read_batches()) {
+                    ++file_idx;
+                    batch_idx = 0;
+                    batch.reset();
+                    continue;
+                  }
+                  auto next = reader.read_batch(batch_idx++);
+                  if (!next.is_ok()) {
+                    fail(next.status());
+                    continue;
+                  }
+                  batch = std::make_shared<const pod5::ReadBatch>(std::move(next).value());
+                  row = 0;
+                  if (batch->size() == 0) continue;
+                }
+                const size_t r = row++;
+                size_t tag = 0;
+                if (!select(*batch, r, &tag)) continue;
+                auto& t = block->reads.emplace_back();
+                t.file = &reader;
+                t.batch = batch;
+                t.row = r;
+                t.tag = tag;
+              }
+              if (block->reads.empty()) {
+                fc.stop();
+                return nullptr;
+              }
+              return block.release();
+            }) &
+            tbb::make_filter<Block*, Block*>(tbb::filter_mode::parallel,
+                                            [&](Block* b) {
+                                              if (!failed) work(*b, scratch.local());
+                                              return b;
+                                            }) &
+            tbb::make_filter<Block*, void>(tbb::filter_mode::serial_in_order, [&](Block* b) {
+              std::unique_ptr<Block> owned(b);
+              for (auto& t : owned->reads) {
+                if (failed) return;
+                Status s = emit(t);
+                if (!s.is_ok()) fail(std::move(s));
+              }
+            }));
+  });
+  if (failed) return first_error;
+  return Status::ok();
+}
+
+// Opens every input, in order, before any output is created (a bad input fails fast).
+inline Result<std::vector<std::unique_ptr<pod5::FileReader>>> open_readers(
+    const std::vector<std::filesystem::path>& inputs) {
+  std::vector<std::unique_ptr<pod5::FileReader>> readers;
+  for (const auto& p : inputs) {
+    ESCPOD_ASSIGN_OR_RETURN(auto r, pod5::FileReader::open(p));
+    readers.push_back(std::move(r));
+  }
+  return readers;
+}
+
+
+}  // namespace escpod::pipeline::detail
