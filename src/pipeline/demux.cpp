@@ -20,6 +20,7 @@
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/signal/calibration.hpp"
 #include "escpod/signal/fingerprint.hpp"
+#include "pipeline/csv_text.hpp"
 #include "pipeline/read_stream.hpp"
 
 namespace escpod::pipeline {
@@ -206,7 +207,7 @@ class Router {
       m_line.append(id, 36);
       fmt::format_to(std::back_inserter(m_line), ",{},{:.6f},{},{},{},", label, t.out.call.confidence,
                      t.out.bounds.adapter_start, t.out.bounds.adapter_end, t.out.bounds.method);
-      append_csv_cell(m_line, t.out.reason);
+      detail::append_csv_cell(m_line, t.out.reason);
       const size_t n_cols = m_engine.output_columns.size();
       for (size_t k = 0; k < n_cols; ++k) {
         if (k < t.out.call.probabilities.size()) {
@@ -250,18 +251,6 @@ class Router {
       return reason;
     }
     return second == std::string::npos ? reason : reason.substr(0, second);
-  }
-  static void append_csv_cell(std::string& out, const std::string& text) {
-    if (text.find_first_of(",\"\n") == std::string::npos) {
-      out += text;
-      return;
-    }
-    out += '"';
-    for (char c : text) {
-      if (c == '"') out += '"';
-      out += c == '\n' ? ' ' : c;
-    }
-    out += '"';
   }
 
   const DemuxOptions& m_options;

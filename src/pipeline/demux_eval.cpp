@@ -2,42 +2,27 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
+#include "pipeline/csv_text.hpp"
+
 #include <unordered_map>
 #include <vector>
 
 namespace escpod::pipeline {
 namespace {
 
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> cells;
-  std::string cell;
-  bool quoted = false;
-  for (char c : line) {
-    if (c == '"') {
-      quoted = !quoted;
-    } else if (c == ',' && !quoted) {
-      cells.push_back(cell);
-      cell.clear();
-    } else if (c != '\r') {
-      cell += c;
-    }
-  }
-  cells.push_back(cell);
-  return cells;
-}
-
-// read_id -> label from a CSV with a header naming read_id and one of `label_columns`.
+// read_id -> label from a CSV (plain or gzip) with a header naming read_id and one of
+// `label_columns`; a leading '#' on the header is stripped and later '#' lines are skipped.
 Result<std::unordered_map<std::string, std::string>> read_labels(
     const std::string& path, std::initializer_list<const char*> label_columns) {
-  std::ifstream in(path);
-  if (!in) return Status::not_found(path + ": cannot open");
-  std::string line;
+  ESCPOD_ASSIGN_OR_RETURN(detail::LineReader in, detail::LineReader::open(path));
+  std::string line, storage;
+  std::vector<std::string_view> cells;
   std::vector<std::string> header;
-  while (std::getline(in, line)) {
+  while (in.next(line)) {
     if (line.empty()) continue;
-    if (line[0] == '#' && !header.empty()) continue;
-    header = split_csv(line[0] == '#' ? line.substr(1) : line);
+    detail::split_csv(line[0] == '#' ? std::string_view(line).substr(1) : std::string_view(line), cells,
+                      storage);
+    header.assign(cells.begin(), cells.end());
     break;
   }
   size_t id_col = header.size(), label_col = header.size();
@@ -50,16 +35,15 @@ Result<std::unordered_map<std::string, std::string>> read_labels(
     return Status::invalid_argument(path + ": header needs read_id and a barcode column");
   }
   std::unordered_map<std::string, std::string> labels;
-  size_t line_no = 1;
-  while (std::getline(in, line)) {
-    ++line_no;
+  while (in.next(line)) {
     if (line.empty() || line[0] == '#') continue;
-    auto cells = split_csv(line);
+    detail::split_csv(line, cells, storage);
     if (cells.size() <= std::max(id_col, label_col)) {
-      return Status::invalid_argument(path + " line " + std::to_string(line_no) + ": too few columns");
+      return Status::invalid_argument(path + " line " + std::to_string(in.line_no()) + ": too few columns");
     }
-    labels[cells[id_col]] = cells[label_col];
+    labels[std::string(cells[id_col])] = std::string(cells[label_col]);
   }
+  if (!in.error().empty()) return Status::io_error(path + ": " + in.error());
   return labels;
 }
 

@@ -5,7 +5,6 @@
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,11 +24,15 @@
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/vbz.hpp"
 #include "escpod/signal/calibration.hpp"
+#include "pipeline/csv_text.hpp"
 #include "pipeline/read_stream.hpp"
 
 namespace escpod::pipeline {
 
+using detail::append_csv_cell;
 using detail::for_each_read_ordered;
+using detail::LineReader;
+using detail::split_csv;
 using detail::open_readers;
 using detail::ReadBlock;
 using detail::ReadTask;
@@ -67,92 +70,6 @@ Status parse_fingerprint_settings(const nlohmann::json& b, const std::string& wh
   return Status::ok();
 }
 
-// ---- text input (plain or gzip) -------------------------------------------------------------
-
-class LineReader {
- public:
-  static Result<LineReader> open(const std::filesystem::path& path) {
-    gzFile f = gzopen(path.c_str(), "rb");
-    if (!f) return Status::not_found(path.string() + ": cannot open");
-    LineReader r;
-    r.m_file.reset(f);
-    r.m_buf.resize(1 << 16);
-    return r;
-  }
-  // Next line without its terminator; false at the end. A read error is reported by error().
-  bool next(std::string& line) {
-    line.clear();
-    while (true) {
-      if (!gzgets(m_file.get(), m_buf.data(), static_cast<int>(m_buf.size()))) {
-        int code = 0;
-        const char* msg = gzerror(m_file.get(), &code);
-        if (code != Z_OK && code != Z_STREAM_END) m_error = msg ? msg : "read error";
-        if (!line.empty()) break;
-        return false;
-      }
-      line += m_buf.data();
-      if (!line.empty() && line.back() == '\n') {
-        line.pop_back();
-        break;
-      }
-    }
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    ++m_line_no;
-    return true;
-  }
-  size_t line_no() const { return m_line_no; }
-  const std::string& error() const { return m_error; }
-
- private:
-  struct Closer {
-    void operator()(gzFile f) const { gzclose(f); }
-  };
-  std::unique_ptr<gzFile_s, Closer> m_file;
-  std::vector<char> m_buf;
-  size_t m_line_no = 0;
-  std::string m_error;
-};
-
-// Splits one CSV line into views of its cells (double-quoted cells unquoted in `storage` only
-// when they contain doubled quotes; fields are trimmed of surrounding spaces).
-void split_csv(std::string_view line, std::vector<std::string_view>& cells, std::string& storage) {
-  cells.clear();
-  storage.clear();
-  storage.reserve(line.size());
-  size_t i = 0;
-  while (true) {
-    while (i < line.size() && line[i] == ' ') ++i;
-    if (i < line.size() && line[i] == '"') {
-      const size_t start = storage.size();
-      ++i;
-      while (i < line.size()) {
-        if (line[i] == '"') {
-          if (i + 1 < line.size() && line[i + 1] == '"') {
-            storage += '"';
-            i += 2;
-            continue;
-          }
-          ++i;
-          break;
-        }
-        storage += line[i++];
-      }
-      cells.emplace_back(storage.data() + start, storage.size() - start);
-      const size_t comma = line.find(',', i);
-      if (comma == std::string_view::npos) break;
-      i = comma + 1;
-      continue;
-    }
-    const size_t comma = line.find(',', i);
-    std::string_view cell =
-        line.substr(i, comma == std::string_view::npos ? std::string_view::npos : comma - i);
-    while (!cell.empty() && cell.back() == ' ') cell.remove_suffix(1);
-    cells.push_back(cell);
-    if (comma == std::string_view::npos) break;
-    i = comma + 1;
-  }
-}
-
 bool parse_double(std::string_view text, double& out) {
   if (text.empty()) return false;
   if (text.front() == '+') text.remove_prefix(1);
@@ -168,19 +85,6 @@ bool parse_position(std::string_view text, int64_t& out) {
   if (!parse_double(text, d) || !std::isfinite(d) || std::fabs(d) > 9e18) return false;
   out = static_cast<int64_t>(d);
   return true;
-}
-
-void append_csv_cell(std::string& out, const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) {
-    out += text;
-    return;
-  }
-  out += '"';
-  for (char c : text) {
-    if (c == '"') out += '"';
-    out += c == '\n' ? ' ' : c;
-  }
-  out += '"';
 }
 
 void append_id(std::string& out, const pod5::ReadId& id) {

@@ -1,13 +1,13 @@
 #include "escpod/pipeline/pod5_ops.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "escpod/core/log.hpp"
 #include "escpod/pipeline/read_fields.hpp"
 #include "escpod/pod5/records.hpp"
+#include "pipeline/csv_text.hpp"
 
 namespace escpod::pipeline {
 namespace {
@@ -132,50 +132,37 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
 
 Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(
     const std::string& path, const std::string& output_column, const std::string& empty_as) {
-  std::ifstream in(path);
-  if (!in) return Status::not_found(path + ": cannot open the subset CSV");
-  std::string line;
-  if (!std::getline(in, line)) return Status::invalid_argument(path + ": empty CSV (needs a header)");
-  auto split = [](const std::string& l) {
-    std::vector<std::string> cells;
-    size_t start = 0;
-    while (true) {
-      size_t end = l.find(',', start);
-      std::string cell = l.substr(start, end == std::string::npos ? std::string::npos : end - start);
-      while (!cell.empty() && (cell.back() == '\r' || cell.back() == ' ')) cell.pop_back();
-      while (!cell.empty() && cell.front() == ' ') cell.erase(cell.begin());
-      cells.push_back(cell);
-      if (end == std::string::npos) break;
-      start = end + 1;
-    }
-    return cells;
-  };
-  auto header = split(line);
-  if (!header.empty() && !header[0].empty() && header[0][0] == '#') header[0].erase(0, 1);
+  ESCPOD_ASSIGN_OR_RETURN(detail::LineReader in, detail::LineReader::open(path));
+  std::string line, storage;
+  std::vector<std::string_view> cells;
+  if (!in.next(line)) return Status::invalid_argument(path + ": empty CSV (needs a header)");
+  detail::split_csv(!line.empty() && line[0] == '#' ? std::string_view(line).substr(1) : std::string_view(line),
+                    cells, storage);
+  std::vector<std::string> header(cells.begin(), cells.end());
   auto id_col = std::find(header.begin(), header.end(), "read_id") - header.begin();
   auto out_col = std::find(header.begin(), header.end(), output_column) - header.begin();
   if (id_col == static_cast<long>(header.size()) || out_col == static_cast<long>(header.size())) {
     return Status::invalid_argument(path + ": header must name the columns read_id and " + output_column);
   }
   std::vector<std::pair<pod5::ReadId, std::string>> rows;
-  size_t line_no = 1;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \r") == std::string::npos || line[0] == '#') continue;
-    auto cells = split(line);
+  while (in.next(line)) {
+    const size_t line_no = in.line_no();
+    if (line.find_first_not_of(' ') == std::string::npos || line[0] == '#') continue;
+    detail::split_csv(line, cells, storage);
     const auto need = static_cast<size_t>(std::max(id_col, out_col));
     if (cells.size() <= need) {
       return Status::invalid_argument(path + " line " + std::to_string(line_no) + ": too few columns");
     }
     auto id = pod5::ReadId::parse(cells[static_cast<size_t>(id_col)]);
     if (!id.is_ok()) return id.status().with_context(path + " line " + std::to_string(line_no));
-    std::string out = cells[static_cast<size_t>(out_col)];
+    std::string out(cells[static_cast<size_t>(out_col)]);
     if (out.empty() && !empty_as.empty()) out = empty_as;
     if (auto s = valid_output_name(out); !s.is_ok()) {
       return s.with_context(path + " line " + std::to_string(line_no));
     }
     rows.emplace_back(*id, out);
   }
+  if (!in.error().empty()) return Status::io_error(path + ": " + in.error());
   return rows;
 }
 
