@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
 #include <charconv>
+#include <memory>
 #include <type_traits>
 
 namespace escpod::pipeline {
@@ -96,6 +101,85 @@ const ReadField* find_read_field(std::string_view name) {
   for (const auto& f : all_read_fields())
     if (f.name == name) return &f;
   return nullptr;
+}
+
+
+Status write_read_table(const std::vector<std::filesystem::path>& files,
+                        const std::vector<const ReadField*>& fields, const std::string& separator,
+                        const std::unordered_set<pod5::ReadId, pod5::ReadIdHash>* wanted,
+                        int n_threads_wanted, const std::function<bool(std::string_view)>& write) {
+  // Batches are formatted in parallel and written in input order (identical output for any
+  // thread count); at most a few batches of text are in flight.
+  struct Job {
+    std::shared_ptr<const pod5::FileReader> file;
+    size_t batch = 0;
+    std::string text;
+    Status status;
+  };
+  std::vector<std::shared_ptr<const pod5::FileReader>> opened;
+  size_t file_idx = 0, batch_idx = 0;
+  Status first_error;
+  const int n_threads = std::max(1, n_threads_wanted);
+  bool consumer_done = false;
+  tbb::task_arena arena(n_threads);
+  arena.execute([&] {
+    tbb::parallel_pipeline(
+        static_cast<size_t>(2 * n_threads + 2),
+        tbb::make_filter<void, Job*>(tbb::filter_mode::serial_in_order,
+                                     [&](tbb::flow_control& fc) -> Job* {
+                                       while (true) {
+                                         if (!first_error.is_ok() || consumer_done ||
+                                             file_idx == files.size()) {
+                                           fc.stop();
+                                           return nullptr;
+                                         }
+                                         if (opened.size() == file_idx) {
+                                           auto f = pod5::FileReader::open(files[file_idx]);
+                                           if (!f.is_ok()) {
+                                             first_error = f.status();
+                                             continue;
+                                           }
+                                           opened.push_back(std::move(*f));
+                                         }
+                                         if (batch_idx == opened[file_idx]->n_read_batches()) {
+                                           opened[file_idx].reset();  // unmaps once its jobs are done
+                                           ++file_idx;
+                                           batch_idx = 0;
+                                           continue;
+                                         }
+                                         return new Job{opened[file_idx], batch_idx++, {}, {}};
+                                       }
+                                     }) &
+            tbb::make_filter<Job*, Job*>(tbb::filter_mode::parallel,
+                                         [&](Job* job) {
+                                           auto batch = job->file->read_batch(job->batch);
+                                           if (!batch.is_ok()) {
+                                             job->status = batch.status();
+                                             return job;
+                                           }
+                                           std::string& s = job->text;
+                                           for (size_t i = 0; i < batch->size(); ++i) {
+                                             if (wanted && !wanted->count(batch->read_id[i])) continue;
+                                             for (size_t k = 0; k < fields.size(); ++k) {
+                                               if (k) s += separator;
+                                               job->status = fields[k]->append(*job->file, *batch, i, s);
+                                               if (!job->status.is_ok()) return job;
+                                             }
+                                             s += '\n';
+                                           }
+                                           return job;
+                                         }) &
+            tbb::make_filter<Job*, void>(tbb::filter_mode::serial_in_order, [&](Job* job) {
+              std::unique_ptr<Job> owned(job);
+              if (!job->status.is_ok()) {
+                if (first_error.is_ok()) first_error = job->status;
+                return;
+              }
+              if (!first_error.is_ok()) return;
+              if (!write(job->text)) consumer_done = true;
+            }));
+  });
+  return first_error;
 }
 
 }  // namespace escpod::pipeline
