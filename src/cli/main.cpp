@@ -1,5 +1,6 @@
 // escpod: the command-line entry point. Maps subcommand names to their register functions and
-// Status to exit codes: 0 success, 1 runtime failure, 2 usage error, 130 interrupted.
+// Status to exit codes: 0 success, 1 runtime failure, 2 usage error, 128 + signal number when
+// interrupted (130 Ctrl-C, 143 SIGTERM).
 #include <csignal>
 #include <cstdio>
 
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
   // `escpod view ... | head` must end quietly: writes to a closed pipe fail with EPIPE, which
   // the output code treats as "consumer is done" instead of dying on SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
-  // Ctrl-C or a scheduler's SIGTERM removes every staging file and exits 130.
+  // Ctrl-C or a scheduler's SIGTERM removes every staging file and exits 128 + the signal number.
   install_interrupt_cleanup();
 
   CLI::App app{"escpod: fast POD5 tools and signal-level barcode demultiplexing for nanopore "

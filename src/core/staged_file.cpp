@@ -42,13 +42,14 @@ void unregister_path(int slot) {
   if (slot >= 0) g_slots[slot].state.store(0);
 }
 
+// Exit status 128 + signal number, as a shell reports a process killed by it (130 for SIGINT,
+// 143 for SIGTERM), so scripts see the cause while our staged files are already gone.
 void on_interrupt(int sig) {
-  if (g_interrupted.exchange(true)) _exit(130);  // second signal: leave at once
+  if (g_interrupted.exchange(true)) _exit(128 + sig);  // second signal: leave at once
   for (auto& slot : g_slots) {
     if (slot.state.load() == 2) ::unlink(slot.path);
   }
-  (void)sig;
-  _exit(130);
+  _exit(128 + sig);
 }
 
 std::string random_suffix() {

@@ -217,16 +217,24 @@ def test_sigkill_never_leaves_a_partial_file(escpod, big_file, tmp_path, command
     assert "previous" in outcomes
 
 
-def test_sigterm_cleans_up_and_exits_130(escpod, big_file, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_cleans_up_and_exits_128_plus_signal(escpod, big_file, tmp_path, sig):
     out = tmp_path / "out.pod5"
     proc = subprocess.Popen([str(escpod), "merge", str(big_file), "-o", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    # Signal only once the staging file exists: the handlers are installed before any file is
+    # created, so this never races process start-up (slow under sanitizers).
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.iterdir()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"merge never created its staging file (exit {proc.returncode})")
+        time.sleep(0.001)
+    proc.send_signal(sig)
     proc.wait()
     if proc.returncode == 0:
-        pytest.fail("merge finished before SIGTERM arrived; input too small for this test")
-    assert proc.returncode == 130
+        pytest.fail("merge finished before the signal arrived; input too small for this test")
+    assert proc.returncode == 128 + sig
     assert list(tmp_path.iterdir()) == [], "staging files left behind"
 
 

@@ -94,11 +94,18 @@ void BM_DtwPairReference(benchmark::State& state) {
 BENCHMARK(BM_DtwPairReference);
 
 // One query against a model's training bank (distances/s = items/s).
+// Second argument: the ISA (0 sse2, 1 avx2, 2 avx512); skipped where the CPU lacks it.
 void BM_DtwBank(benchmark::State& state) {
   const auto n_rows = static_cast<size_t>(state.range(0));
+  const auto isa = static_cast<demux::DtwIsa>(state.range(1));
+  if (!demux::dtw_isa_supported(isa)) {
+    state.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  state.SetLabel(demux::dtw_isa_name(isa));
   const auto rows = random_series(n_rows * 25, 3);
   const auto q = random_series(25, 4);
-  const demux::DtwBank bank(rows, n_rows, 25);
+  const demux::DtwBank bank(rows, n_rows, 25, isa);
   std::vector<double> scratch(bank.scratch_size()), out(n_rows);
   for (auto _ : state) {
     bank.distances_to(q, {15, 0.1}, scratch, out);
@@ -106,7 +113,7 @@ void BM_DtwBank(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n_rows));
 }
-BENCHMARK(BM_DtwBank)->Arg(851)->Arg(2601);
+BENCHMARK(BM_DtwBank)->ArgsProduct({{851, 2601}, {0, 1, 2}});
 
 // The same bank distances one pair at a time with the scalar kernel (the pre-batching baseline).
 void BM_DtwBankScalar(benchmark::State& state) {

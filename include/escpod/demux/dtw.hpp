@@ -37,22 +37,36 @@ double dtw_distance(std::span<const double> a, std::span<const double> b, const 
 // Convenience form that allocates its scratch (tests, one-off use; not for per-read loops).
 double dtw_distance(std::span<const double> a, std::span<const double> b, const DtwParams& params);
 
+// Instruction sets DtwBank can run on. Every one performs, per lane, exactly the operations of
+// dtw_distance (IEEE double adds, multiplies and a < b ? a : b minima, no FMA), so all give the
+// same distances bit for bit; they differ only in how many references one step covers.
+enum class DtwIsa { kSse2, kAvx2, kAvx512 };
+
+// The widest DtwIsa this CPU runs. ESCPOD_DTW_ISA=sse2|avx2|avx512 caps it (to compare them, or
+// to rule one out); a value the CPU cannot run falls back to the widest it can.
+DtwIsa dtw_best_isa();
+const char* dtw_isa_name(DtwIsa isa);
+// Whether this CPU can run `isa` (tests run every supported one).
+bool dtw_isa_supported(DtwIsa isa);
+
 // A set of equal-length reference series laid out for computing many distances from one query at
-// once (kLanes references per step, the same operations per lane as dtw_distance, so every result
-// equals dtw_distance bit for bit). Immutable after construction; share it between threads.
+// once: blocks of lanes() references, interleaved so that one SIMD step advances the same DTW cell
+// of every reference in the block (4 independent vectors per step: 8 lanes with SSE2, 16 with
+// AVX2, 32 with AVX-512). Every result equals dtw_distance bit for bit. Immutable after
+// construction; share it between threads.
 class DtwBank {
  public:
-  static constexpr size_t kLanes = 8;
-
   DtwBank() = default;
   // `rows` is n_rows x length, row-major. Precondition: rows.size() == n_rows * length.
-  DtwBank(std::span<const double> rows, size_t n_rows, size_t length);
+  DtwBank(std::span<const double> rows, size_t n_rows, size_t length, DtwIsa isa = dtw_best_isa());
 
   size_t n_rows() const { return m_n_rows; }
   size_t length() const { return m_length; }
+  DtwIsa isa() const { return m_isa; }
+  size_t lanes() const { return m_lanes; }
 
   // Doubles of scratch distances_to() needs.
-  size_t scratch_size() const { return 2 * (m_length + 1) * kLanes; }
+  size_t scratch_size() const { return 2 * (m_length + 1) * m_lanes; }
 
   // out[r] = dtw_distance(query, row r, params) for every row. Preconditions (asserted):
   // query.size() == length(), out.size() == n_rows(), scratch.size() >= scratch_size().
@@ -63,8 +77,10 @@ class DtwBank {
  private:
   size_t m_n_rows = 0;
   size_t m_length = 0;
-  // Blocks of kLanes rows; in block b, value j of lane l is at [b * length * kLanes + j * kLanes + l].
-  // The last block is padded with zero rows.
+  DtwIsa m_isa = DtwIsa::kSse2;
+  size_t m_lanes = 8;
+  // Blocks of m_lanes rows; in block b, value j of lane l is at
+  // [b * length * lanes + j * lanes + l]. The last block is padded with zero rows.
   std::vector<double> m_interleaved;
 };
 

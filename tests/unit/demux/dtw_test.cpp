@@ -89,12 +89,21 @@ TEST(Dtw, GoldenRowsBankAndScalarAgree) {
     const DtwParams p{model["window"].get<size_t>(), model["penalty"].get<double>()};
     std::vector<double> scratch(bank.scratch_size()), out(n_rows);
     double max_dev = 0;
+    // Every ISA this CPU has gives the same bits as the one the bank picked.
+    std::vector<DtwBank> others;
+    for (DtwIsa isa : {DtwIsa::kSse2, DtwIsa::kAvx2, DtwIsa::kAvx512})
+      if (dtw_isa_supported(isa) && isa != bank.isa()) others.emplace_back(rows, n_rows, len, isa);
     for (size_t qi = 0; qi < g["dtw_rows"]["query_ids"].size(); ++qi) {
       const size_t id = g["dtw_rows"]["query_ids"][qi].get<size_t>();
       const auto q = to_vec(g["queries"][id]["fingerprint"]);
       const auto expect = to_vec(g["dtw_rows"]["distances"][qi]);
       ASSERT_EQ(expect.size(), n_rows);
       bank.distances_to(q, p, scratch, out);
+      for (const DtwBank& other : others) {
+        std::vector<double> other_scratch(other.scratch_size()), other_out(n_rows);
+        other.distances_to(q, p, other_scratch, other_out);
+        ASSERT_EQ(other_out, out) << stem << " query " << id << " " << dtw_isa_name(other.isa());
+      }
       for (size_t r = 0; r < n_rows; ++r) {
         max_dev = std::max(max_dev, std::fabs(out[r] - expect[r]));
         const std::vector<double> row(rows.begin() + static_cast<long>(r * len),
@@ -162,21 +171,32 @@ TEST(Dtw, WindowOneIsEuclideanAndBandMatters) {
 TEST(Dtw, BankPaddingAndOddRowCounts) {
   std::mt19937 rng(3);
   std::normal_distribution<double> g(0.0, 1.0);
-  for (size_t n_rows : {1u, 7u, 8u, 9u, 17u}) {
-    std::vector<double> rows(n_rows * 25), q(25);
-    for (double& v : rows) v = g(rng);
-    for (double& v : q) v = g(rng);
-    const DtwBank bank(rows, n_rows, 25);
-    std::vector<double> scratch(bank.scratch_size()), out(n_rows);
-    for (size_t w : {0u, 1u, 3u, 15u, 40u}) {
-      bank.distances_to(q, {w, 0.1}, scratch, out);
-      for (size_t r = 0; r < n_rows; ++r) {
-        const std::vector<double> row(rows.begin() + static_cast<long>(r * 25),
-                                      rows.begin() + static_cast<long>((r + 1) * 25));
-        EXPECT_EQ(out[r], reference_dtw(q, row, w, 0.1)) << n_rows << " rows, window " << w;
+  size_t n_isas = 0;
+  for (DtwIsa isa : {DtwIsa::kSse2, DtwIsa::kAvx2, DtwIsa::kAvx512}) {
+    if (!dtw_isa_supported(isa)) {
+      std::printf("[dtw] %s: not on this CPU, not tested\n", dtw_isa_name(isa));
+      continue;
+    }
+    ++n_isas;
+    for (size_t n_rows : {1u, 7u, 8u, 9u, 17u, 31u, 32u, 33u, 65u}) {
+      std::vector<double> rows(n_rows * 25), q(25);
+      for (double& v : rows) v = g(rng);
+      for (double& v : q) v = g(rng);
+      const DtwBank bank(rows, n_rows, 25, isa);
+      ASSERT_EQ(bank.isa(), isa);
+      std::vector<double> scratch(bank.scratch_size()), out(n_rows);
+      for (size_t w : {0u, 1u, 3u, 15u, 40u}) {
+        bank.distances_to(q, {w, 0.1}, scratch, out);
+        for (size_t r = 0; r < n_rows; ++r) {
+          const std::vector<double> row(rows.begin() + static_cast<long>(r * 25),
+                                        rows.begin() + static_cast<long>((r + 1) * 25));
+          EXPECT_EQ(out[r], reference_dtw(q, row, w, 0.1))
+              << dtw_isa_name(isa) << ", " << n_rows << " rows, window " << w;
+        }
       }
     }
   }
+  EXPECT_GE(n_isas, 1u);
 }
 
 }  // namespace
