@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -64,6 +65,7 @@ double per_second(uint64_t n, double seconds) {
 struct DetectCliOptions {
   std::vector<std::string> inputs;
   std::string model, cnn_model, method;
+  bool emit_llr_delta = false;
   CsvOutputFlags out;
 };
 
@@ -72,6 +74,7 @@ Status run_detect(const DetectCliOptions& o, const GlobalOptions& global) {
   d.model_path = o.model;
   d.cnn_model = o.cnn_model;
   ESCPOD_ASSIGN_OR_RETURN(d.detector, parse_method(o.method));
+  d.emit_llr_delta = o.emit_llr_delta;
   d.n_threads = resolve_threads(global);
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   pipeline::DetectStageReport rep;
@@ -81,6 +84,15 @@ Status run_detect(const DetectCliOptions& o, const GlobalOptions& global) {
   log::info("adapter found in {} of {} reads", rep.n_detected, rep.n_reads);
   for (const auto& [why, n] : rep.failures) log::info("  no adapter ({}): {}", why, n);
   for (const auto& [method, n] : rep.detector_used) log::info("  detector {}: {}", method, n);
+  if (d.emit_llr_delta && !rep.end_deltas.empty()) {
+    auto& v = rep.end_deltas;
+    std::sort(v.begin(), v.end());
+    const size_t within_100 = static_cast<size_t>(std::count_if(
+        v.begin(), v.end(), [](int64_t x) { return x >= -100 && x <= 100; }));
+    log::info("CNN - LLR adapter end, {} reads with both: median {}, 10%-90% [{}, {}], within 100 "
+              "samples {:.1f}%", v.size(), v[v.size() / 2], v[v.size() / 10], v[v.size() * 9 / 10],
+              100.0 * static_cast<double>(within_100) / static_cast<double>(v.size()));
+  }
   log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", rep.n_reads, rep.seconds,
             per_second(rep.n_reads, rep.seconds), d.n_threads);
   return Status::ok();
@@ -93,12 +105,17 @@ void register_detect(CLI::App* demux, GlobalOptions& global) {
       "Find each read's adapter (the model's detector: the boundary CNN with LLR fallbacks, or\n"
       "LLR) and write a boundaries CSV, one row per read in input order:\n"
       "read_id,num_samples,adapter_start,adapter_end,polya_end,detector,reason\n"
-      "(positions 0 and a reason when no adapter was found).\n"
+      "(positions 0 and a reason when no adapter was found). --emit-llr-delta (CNN detector\n"
+      "only) also runs the LLR detector on the whole read and appends\n"
+      "llr_adapter_start,llr_adapter_end,end_delta (CNN end - LLR end, empty unless both found\n"
+      "one), with a summary of the differences on stderr.\n"
       "  escpod demux detect reads/ --model WDX4_rna004_v1_0.json -o boundaries.csv");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("-m,--model", o->model, "WarpDemuX-format model JSON (its detector settings)")->required();
   sub->add_option("--method", o->method, "Override the model's detector: cnn or llr");
   sub->add_option("--cnn-model", o->cnn_model, "Boundary CNN (ONNX), if not beside the model");
+  sub->add_flag("--emit-llr-delta", o->emit_llr_delta,
+                "Also write the LLR detector's adapter and its end's difference from the CNN's");
   add_csv_output_flags(sub, o->out, "Boundaries CSV to write");
   add_common_flags(sub, global);
   set_body(sub, [o, &global] { return run_detect(*o, global); });
@@ -109,6 +126,7 @@ void register_detect(CLI::App* demux, GlobalOptions& global) {
 struct FingerprintCliOptions {
   std::vector<std::string> inputs;
   std::string boundaries, model, method;
+  bool emit_dwell = false;
   CsvOutputFlags out;
 };
 
@@ -116,12 +134,18 @@ Status run_fingerprint(const FingerprintCliOptions& o, const GlobalOptions& glob
   pipeline::FingerprintStageOptions f;
   f.model_path = o.model;
   ESCPOD_ASSIGN_OR_RETURN(f.detector, parse_method(o.method));
+  f.emit_dwell = o.emit_dwell;
   f.n_threads = resolve_threads(global);
+  const auto format = pipeline::fingerprint_format_of(o.out.output);
+  ESCPOD_ASSIGN_OR_RETURN(const size_t n_fp, pipeline::fingerprint_length(f));
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   ESCPOD_ASSIGN_OR_RETURN(pipeline::BoundariesTable table, pipeline::read_boundaries_csv(o.boundaries));
   pipeline::FingerprintStageReport rep;
-  ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& csv) {
-    return pipeline::fingerprint_from_boundaries(files, table, f, csv, &rep);
+  ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& out) -> Status {
+    const std::string what = o.out.output.empty() ? "standard output" : o.out.output;
+    ESCPOD_ASSIGN_OR_RETURN(auto writer,
+                            pipeline::FingerprintTableWriter::open(format, out, n_fp, f.emit_dwell, what));
+    return pipeline::fingerprint_from_boundaries(files, table, f, *writer, &rep);
   }));
   uint64_t n_failed = 0;
   for (const auto& [why, n] : rep.failures) n_failed += n;
@@ -142,15 +166,21 @@ void register_fingerprint(CLI::App* demux, GlobalOptions& global) {
   auto* sub = demux->add_subcommand(
       "fingerprint",
       "Barcode fingerprints (WarpDemuX segmentation) of the reads a boundaries CSV names, in\n"
-      "input order: read_id,fp_0..fp_24 (6 decimals). Reads without an adapter or whose\n"
-      "fingerprint fails are counted on stderr, not written. Give the model the boundaries came\n"
-      "from (its fingerprint settings; default: the RNA004 settings) and the same --method.\n"
-      "  escpod demux fingerprint reads/ --boundaries b.csv --model WDX4_rna004_v1_0.json -o fp.csv");
+      "input order: read_id,fp_0..fp_24 (6 decimals), with --emit-dwell also dwell_0..dwell_24\n"
+      "(samples in each of those events). An output named *.parquet is written as Parquet\n"
+      "(read_id string, float64 columns, zstd) for pandas/polars; anything else as CSV. Reads\n"
+      "without an adapter or whose fingerprint fails are counted on stderr, not written. Give\n"
+      "the model the boundaries came from (its fingerprint settings; default: the RNA004\n"
+      "settings) and the same --method.\n"
+      "  escpod demux fingerprint reads/ --boundaries b.csv --model WDX4_rna004_v1_0.json -o fp.csv\n"
+      "  escpod demux fingerprint reads/ --boundaries b.csv --emit-dwell -o fp.parquet");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("--boundaries", o->boundaries, "Boundaries CSV (from demux detect)")->required();
   sub->add_option("-m,--model", o->model, "Model JSON whose signal_processing settings to use");
   sub->add_option("--method", o->method, "Detector the boundaries came from, if not the model's: cnn or llr");
-  add_csv_output_flags(sub, o->out, "Fingerprint CSV to write");
+  sub->add_flag("--emit-dwell", o->emit_dwell,
+                "Also write dwell_0..: the length in samples of each fingerprint event");
+  add_csv_output_flags(sub, o->out, "Fingerprint table to write: CSV, or Parquet if named *.parquet");
   add_common_flags(sub, global);
   set_body(sub, [o, &global] { return run_fingerprint(*o, global); });
 }
@@ -186,11 +216,12 @@ void register_classify(CLI::App* demux, GlobalOptions& global) {
   auto o = std::make_shared<ClassifyCliOptions>();
   auto* sub = demux->add_subcommand(
       "classify",
-      "Classify a fingerprint table (read_id,fp_0..; gzip accepted; a barcode column is ignored)\n"
+      "Classify a fingerprint table (read_id,fp_0..: CSV, gzip CSV, or Parquet if named\n"
+      "*.parquet; barcode and dwell_* columns are ignored)\n"
       "with a DTW-SVM model: read_id,predicted_barcode,confidence,is_confident[,pNN..], in input\n"
       "order; predicted_barcode is BC + two digits, or unclassified (noise, below threshold).\n"
       "  escpod demux classify fp.csv --model WDX4_rna004_v1_0.json -o calls.csv --probabilities");
-  sub->add_option("fingerprints", o->fingerprints, "Fingerprint CSV (from demux fingerprint)")->required();
+  sub->add_option("fingerprints", o->fingerprints, "Fingerprint table (from demux fingerprint): CSV or .parquet")->required();
   sub->add_option("-m,--model", o->model, "WarpDemuX-format model JSON")->required();
   sub->add_flag("--probabilities", o->probabilities, "Append one probability column per class");
   add_csv_output_flags(sub, o->out, "Calls CSV to write");

@@ -15,6 +15,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -221,33 +222,49 @@ Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
   }
   ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector,
                           BoundaryDetector::create(settings.config, settings.method, cnn));
+  const bool llr_delta = options.emit_llr_delta;
+  if (llr_delta && settings.method != DetectMethod::kCnn) {
+    return Status::invalid_argument(
+        "--emit-llr-delta compares the CNN's adapter end with the LLR detector's; it needs the CNN "
+        "detector (--method cnn or a model that pins it)");
+  }
+  std::optional<BoundaryDetector> llr;
+  if (llr_delta) {
+    ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector d, BoundaryDetector::create(settings.config, DetectMethod::kLlr, {}));
+    llr.emplace(std::move(d));
+  }
   ESCPOD_ASSIGN_OR_RETURN(auto readers, open_readers(inputs));
   DetectStageReport local;
   DetectStageReport& rep = report ? *report : local;
 
   struct Out {
     Boundaries bounds;
+    Boundaries llr;  // emit_llr_delta only
     std::string reason;
   };
   struct Scratch {
     std::vector<SignalScratch> signal;  // one per read of a block
     BoundaryDetector::Scratch detector;
+    BoundaryDetector::Scratch llr;
     std::vector<std::span<const float>> pas;
     std::vector<uint64_t> lengths;
     std::vector<size_t> which;
     std::vector<Boundaries> found;
   };
-  csv << kBoundariesHeader << '\n';
+  csv << kBoundariesHeader << (llr_delta ? std::string(",") + kLlrDeltaColumns : "") << '\n';
   std::string line;
-  const size_t preload = detector.preload_samples();
+  // The LLR detector reads the whole read; the CNN still sees only its own prefix.
+  const size_t cnn_preload = detector.preload_samples();
+  const size_t preload = llr_delta ? llr->preload_samples() : cnn_preload;
   // The CNN evaluates up to 32 reads per call; detect_batch gives detect()'s answers read by read.
   const size_t block_size = settings.method == DetectMethod::kCnn ? 16 : 4;
   Status s = for_each_read_ordered<Out, Scratch>(
       readers, options.n_threads, block_size,
       [](const pod5::ReadBatch&, size_t, size_t*) { return true; },
-      [&detector] {
+      [&detector, &llr] {
         Scratch w;
         w.detector = detector.make_scratch();
+        if (llr) w.llr = llr->make_scratch();
         return w;
       },
       [&](ReadBlock<Out>& block, Scratch& w) {
@@ -260,7 +277,9 @@ Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
           ReadTask<Out>& t = block.reads[i];
           t.out.reason = decode_prefix(*t.file, *t.batch, t.row, preload, w.signal[i]);
           if (!t.out.reason.empty()) continue;
-          w.pas.emplace_back(w.signal[i].pa);
+          const std::span<const float> pa(w.signal[i].pa);
+          w.pas.push_back(pa.first(std::min(pa.size(), cnn_preload)));
+          if (llr) t.out.llr = llr->detect(pa, t.batch->num_samples[t.row], w.llr);
           w.lengths.push_back(t.batch->num_samples[t.row]);
           w.which.push_back(i);
         }
@@ -287,6 +306,18 @@ Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
                        ok ? bd.adapter_start : 0, ok ? bd.adapter_end : 0, ok ? bd.polya_end : 0,
                        method);
         append_csv_cell(line, t.out.reason);
+        if (llr_delta) {
+          const Boundaries& l = t.out.llr;
+          const int64_t llr_start = l.success ? l.adapter_start : 0;
+          const int64_t llr_end = l.success ? l.adapter_end : 0;
+          const int64_t cnn_end = ok ? bd.adapter_end : 0;
+          fmt::format_to(std::back_inserter(line), ",{},{},", llr_start, llr_end);
+          if (cnn_end > 0 && llr_end > 0) {
+            fmt::format_to(std::back_inserter(line), "{}", cnn_end - llr_end);
+            ++rep.n_llr_delta;
+            rep.end_deltas.push_back(cnn_end - llr_end);
+          }
+        }
         line += '\n';
         csv.write(line.data(), static_cast<std::streamsize>(line.size()));
         return check_stream(csv);
@@ -354,10 +385,15 @@ Result<BoundariesTable> read_boundaries_csv(const std::filesystem::path& path) {
   return table;
 }
 
+Result<size_t> fingerprint_length(const FingerprintStageOptions& options) {
+  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
+  return settings.fingerprint.barcode_num_events;
+}
+
 Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inputs,
                                    const BoundariesTable& boundaries,
-                                   const FingerprintStageOptions& options, std::ostream& csv,
-                                   FingerprintStageReport* report) {
+                                   const FingerprintStageOptions& options,
+                                   FingerprintTableWriter& table, FingerprintStageReport* report) {
   const auto t0 = Clock::now();
   ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
   ESCPOD_ASSIGN_OR_RETURN(auto readers, open_readers(inputs));
@@ -376,6 +412,7 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
   const size_t n_fp = params.barcode_num_events;
   struct Out {
     std::vector<double> features;
+    std::vector<double> dwells;  // with emit_dwell: the samples in each fingerprint event
     std::string reason;
   };
   struct Scratch {
@@ -396,12 +433,14 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
         w.fingerprint, t.out.features);
     if (err != signal::FingerprintError::kNone) {
       t.out.reason = "no fingerprint: " + std::string(signal::fingerprint_error_reason(err));
+      return;
+    }
+    if (options.emit_dwell) {
+      // The fingerprint is the last n_fp events; their lengths are the last n_fp dwells.
+      const auto& dw = w.fingerprint.dwells;
+      t.out.dwells.assign(dw.end() - static_cast<std::ptrdiff_t>(n_fp), dw.end());
     }
   };
-  csv << "read_id";
-  for (size_t k = 0; k < n_fp; ++k) csv << ",fp_" << k;
-  csv << '\n';
-  std::string line;
   Status s = for_each_read_ordered<Out, Scratch>(
       readers, options.n_threads, /*block_size=*/4,
       [&](const pod5::ReadBatch& b, size_t row, size_t* tag) {
@@ -421,16 +460,10 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
           return Status::ok();
         }
         ++rep.n_fingerprinted;
-        line.clear();
-        append_id(line, t.batch->read_id[t.row]);
-        for (double v : t.out.features) fmt::format_to(std::back_inserter(line), ",{:.6f}", v);
-        line += '\n';
-        csv.write(line.data(), static_cast<std::streamsize>(line.size()));
-        return check_stream(csv);
+        return table.add(t.batch->read_id[t.row], t.out.features, t.out.dwells);
       });
   ESCPOD_RETURN_IF_ERROR(s);
-  csv.flush();
-  ESCPOD_RETURN_IF_ERROR(check_stream(csv));
+  ESCPOD_RETURN_IF_ERROR(table.finish());
   rep.n_not_in_inputs = static_cast<uint64_t>(std::count(seen.begin(), seen.end(), uint8_t{0}));
   rep.seconds = seconds_since(t0);
   return Status::ok();
@@ -438,51 +471,16 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
 
 // ---- classify -------------------------------------------------------------------------------
 
-Status classify_fingerprints(const std::filesystem::path& fingerprints_csv,
+Status classify_fingerprints(const std::filesystem::path& fingerprints,
                              const ClassifyStageOptions& options, std::ostream& csv,
                              ClassifyStageReport* report) {
   const auto t0 = Clock::now();
   ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(options.model_path));
-  ESCPOD_ASSIGN_OR_RETURN(LineReader in, LineReader::open(fingerprints_csv));
+  ESCPOD_ASSIGN_OR_RETURN(std::unique_ptr<FingerprintTableReader> in,
+                          FingerprintTableReader::open(fingerprints, model.n_features(), model.name()));
   ClassifyStageReport local;
   ClassifyStageReport& rep = report ? *report : local;
-  const std::string file = fingerprints_csv.string();
-
-  std::string line, storage;
-  std::vector<std::string_view> cells;
-  if (!in.next(line)) {
-    if (!in.error().empty()) return Status::io_error(file + ": " + in.error());
-    return Status::invalid_argument(file + ": empty fingerprint table (needs a header)");
-  }
-  if (!line.empty() && line[0] == '#') line.erase(0, 1);
-  split_csv(line, cells, storage);
   const size_t d = model.n_features();
-  long id_col = -1;
-  std::vector<size_t> fp_col(d, SIZE_MAX);
-  size_t n_fp_cols = 0;
-  for (size_t c = 0; c < cells.size(); ++c) {
-    if (cells[c] == "read_id") id_col = static_cast<long>(c);
-    if (cells[c].substr(0, 3) != "fp_") continue;
-    size_t k = 0;
-    const auto tail = cells[c].substr(3);
-    const auto r = std::from_chars(tail.data(), tail.data() + tail.size(), k);
-    if (r.ec != std::errc() || r.ptr != tail.data() + tail.size()) continue;
-    ++n_fp_cols;
-    if (k < d) fp_col[k] = c;
-  }
-  if (id_col < 0) return Status::invalid_argument(file + ": header has no read_id column");
-  for (size_t k = 0; k < d; ++k) {
-    if (fp_col[k] == SIZE_MAX) {
-      return Status::invalid_argument(fmt::format(
-          "{}: no column fp_{}: the model {} takes {} fingerprint values, the table has {}", file, k,
-          model.name(), d, n_fp_cols));
-    }
-  }
-  if (n_fp_cols != d) {
-    log::warn("{}: {} fingerprint columns, the model takes {}; using fp_0..fp_{}", file, n_fp_cols, d,
-              d - 1);
-  }
-  const size_t need = std::max(static_cast<size_t>(id_col), *std::max_element(fp_col.begin(), fp_col.end()));
 
   const size_t k_classes = model.n_classes();
   csv << "read_id,predicted_barcode,confidence,is_confident";
@@ -511,36 +509,8 @@ Status classify_fingerprints(const std::filesystem::path& fingerprints_csv,
   std::string out;
   bool more = true;
   while (more) {
-    ids.clear();
-    x.clear();
-    while (ids.size() < chunk) {
-      if (!in.next(line)) {
-        more = false;
-        break;
-      }
-      if (line.empty() || line[0] == '#') continue;
-      const std::string where = file + " line " + std::to_string(in.line_no());
-      split_csv(line, cells, storage);
-      if (cells.size() <= need) return Status::invalid_argument(where + ": too few columns");
-      auto id = pod5::ReadId::parse(cells[static_cast<size_t>(id_col)]);
-      if (!id.is_ok()) return id.status().with_context(where);
-      ids.push_back(*id);
-      for (size_t k = 0; k < d; ++k) {
-        double v = 0;
-        const std::string_view cell = cells[fp_col[k]];
-        if (!parse_double(cell, v)) {
-          // NaN/inf and empty cells reach the classifier, which calls them invalid input.
-          if (cell.empty() || cell == "nan" || cell == "NaN" || cell == "inf" || cell == "-inf") {
-            v = std::numeric_limits<double>::quiet_NaN();
-          } else {
-            return Status::invalid_argument(where + ": bad number '" + std::string(cell) + "' in fp_" +
-                                            std::to_string(k));
-          }
-        }
-        x.push_back(v);
-      }
-    }
-    if (!in.error().empty()) return Status::io_error(file + ": " + in.error());
+    ESCPOD_ASSIGN_OR_RETURN(const size_t got, in->next(chunk, ids, x));
+    more = got == chunk;
     if (interrupted()) return Status::cancelled("interrupted");
     const size_t n = ids.size();
     labels.assign(n, demux::kUnclassifiedLabel);

@@ -208,8 +208,8 @@ Result<std::vector<Barcode>> parse_barcode_csv(std::string_view text, std::strin
 
 Result<std::vector<Barcode>> load_barcodes(const std::string& spec) {
   const long n = parse_synthetic(spec);
-  if (n == -2 || n == 0 || n > 96) {
-    return Status::invalid_argument("--barcodes " + spec + ": synthetic:N needs N in [1, 96]");
+  if (n == -2 || n == 0 || n > 384) {  // up to a 384-well plate
+    return Status::invalid_argument("--barcodes " + spec + ": synthetic:N needs N in [1, 384]");
   }
   if (n > 0) return synthetic_barcodes(static_cast<int>(n));
   ESCPOD_ASSIGN_OR_RETURN(GzLines lines, GzLines::open(spec));

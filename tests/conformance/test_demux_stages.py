@@ -176,3 +176,131 @@ def test_outputs_are_not_overwritten_without_force(escpod, wdx4, sample_files, t
     assert r.returncode != 0 and out.read_text() == "keep\n"
     run([escpod, "demux", "detect", sample_files[0], "--model", wdx4, "-o", out, "-f"])
     assert out.read_text().startswith("read_id,")
+
+
+def test_parquet_fingerprints_with_dwell(escpod, wdx4, sample_files, chained, tmp_path):
+    """The .parquet table holds what the CSV holds (full precision, zstd, float64 columns) and
+    --emit-dwell appends each fingerprint event's length in samples."""
+    import pyarrow.parquet as pq
+
+    (b, fp_csv, _), _, fused = chained
+    pq_path, dwell_csv = tmp_path / "fp.parquet", tmp_path / "fp_dwell.csv"
+    for out in (pq_path, dwell_csv):
+        run([escpod, "demux", "fingerprint", *sample_files, "--boundaries", b, "--model", wdx4,
+             "--emit-dwell", "-o", out, "-t", "2"])
+    table = pq.read_table(pq_path)
+    names = ["read_id"] + [f"fp_{k}" for k in range(25)] + [f"dwell_{k}" for k in range(25)]
+    assert table.column_names == names
+    assert str(table.schema.field("read_id").type) == "string"
+    assert all(str(table.schema.field(n).type) == "double" for n in names[1:])
+    meta = pq.ParquetFile(pq_path).metadata
+    assert meta.row_group(0).column(1).compression == "ZSTD"
+    csv_rows = read_csv(fp_csv)
+    dwell_rows = read_csv(dwell_csv)
+    assert table.num_rows == len(csv_rows) == len(dwell_rows) > 100
+    cols = table.to_pydict()
+    assert cols["read_id"] == [r["read_id"] for r in csv_rows]
+    for i in range(0, len(csv_rows), 7):
+        for k in range(25):
+            # CSV has 6 decimals of the same double; the fp columns of both runs agree.
+            assert abs(cols[f"fp_{k}"][i] - float(csv_rows[i][f"fp_{k}"])) <= 5.1e-7
+            assert dwell_rows[i][f"fp_{k}"] == csv_rows[i][f"fp_{k}"]
+            d = cols[f"dwell_{k}"][i]
+            assert d == int(d) and d >= 1, (i, k, d)
+            assert float(dwell_rows[i][f"dwell_{k}"]) == d
+    # Event lengths are bounded by the fingerprint window (adapter + 2 x 100 samples of padding).
+    bounds = {r["read_id"]: r for r in read_csv(b)}
+    for i in range(0, len(csv_rows), 11):
+        r = bounds[cols["read_id"][i]]
+        total = sum(cols[f"dwell_{k}"][i] for k in range(25))
+        assert total <= int(r["adapter_end"]) - int(r["adapter_start"]) + 200
+
+    # Classifying the Parquet table (full-precision fingerprints) gives the fused calls exactly.
+    calls = tmp_path / "calls.csv"
+    run([escpod, "demux", "classify", pq_path, "--model", wdx4, "-o", calls])
+    fused_rows = {r["read_id"]: r for r in read_csv(fused)}
+    rows = read_csv(calls)
+    assert len(rows) == table.num_rows
+    for s in rows:
+        f = fused_rows[s["read_id"]]
+        assert s["predicted_barcode"] == f["barcode"], (s, f)
+        assert s["confidence"] == f["confidence"], (s, f)
+
+
+def test_classify_reads_parquet_written_by_others(escpod, wdx4, chained, tmp_path):
+    """LargeUtf8 ids, float32 features, a barcode column, several row groups (as polars or
+    pandas may write them) are read; a missing feature column is a clear error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (_, fp_csv, calls_csv), _, _ = chained
+    rows = read_csv(fp_csv)
+    data = {"barcode": pa.array(["x"] * len(rows)),
+            "read_id": pa.array([r["read_id"] for r in rows], type=pa.large_string())}
+    for k in range(25):
+        data[f"fp_{k}"] = pa.array([float(r[f"fp_{k}"]) for r in rows], type=pa.float64())
+    theirs = tmp_path / "theirs.parquet"
+    pq.write_table(pa.table(data), theirs, row_group_size=37)
+    out = tmp_path / "calls.csv"
+    run([escpod, "demux", "classify", theirs, "--model", wdx4, "-o", out])
+    # The same values as the CSV table: the same calls as classifying the CSV.
+    mine = read_csv(calls_csv)
+    got = read_csv(out)
+    assert [r["read_id"] for r in got] == [r["read_id"] for r in mine]
+    assert [(r["predicted_barcode"], r["confidence"]) for r in got] == \
+        [(r["predicted_barcode"], r["confidence"]) for r in mine]
+
+    data32 = dict(data)
+    for k in range(25):
+        data32[f"fp_{k}"] = data[f"fp_{k}"].cast(pa.float32())
+    f32 = tmp_path / "f32.parquet"
+    pq.write_table(pa.table(data32), f32)
+    run([escpod, "demux", "classify", f32, "--model", wdx4, "-o", tmp_path / "c32.csv"])
+    assert len(read_csv(tmp_path / "c32.csv")) == len(rows)
+
+    del data["fp_24"]
+    short = tmp_path / "short.parquet"
+    pq.write_table(pa.table(data), short)
+    r = run([escpod, "demux", "classify", short, "--model", wdx4, "-o", tmp_path / "x.csv"], check=False)
+    assert r.returncode != 0 and "fp_24" in r.stderr and "short.parquet" in r.stderr, r.stderr
+    assert not (tmp_path / "x.csv").exists()
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not parquet at all")
+    r = run([escpod, "demux", "classify", junk, "--model", wdx4, "-o", tmp_path / "x.csv"], check=False)
+    assert r.returncode != 0 and "junk.parquet" in r.stderr, r.stderr
+
+
+def test_detect_emit_llr_delta(escpod, wdx4, sample_files, chained, tmp_path):
+    """--emit-llr-delta keeps the CNN's columns and appends the LLR detector's adapter (the same
+    as a --method llr run gives) and cnn_end - llr_end, empty unless both ends are found."""
+    (b, _, _), _, _ = chained
+    delta, llr = tmp_path / "delta.csv", tmp_path / "llr.csv"
+    r = run([escpod, "demux", "detect", *sample_files, "--model", wdx4, "--emit-llr-delta",
+             "-o", delta, "-t", "2"])
+    assert "CNN - LLR adapter end" in r.stderr
+    run([escpod, "demux", "detect", *sample_files, "--model", wdx4, "--method", "llr", "-o", llr])
+    with open(delta) as f:
+        header = f.readline().strip().split(",")
+    base = read_csv(b)
+    assert header == list(base[0].keys()) + ["llr_adapter_start", "llr_adapter_end", "end_delta"]
+    rows = read_csv(delta)
+    llr_rows = read_csv(llr)
+    assert len(rows) == len(base) == len(llr_rows)
+    n_both = 0
+    for d, cnn, l in zip(rows, base, llr_rows):
+        assert all(d[k] == cnn[k] for k in cnn), (d, cnn)
+        assert d["read_id"] == l["read_id"]
+        ok = l["reason"] == ""
+        assert d["llr_adapter_end"] == (l["adapter_end"] if ok else "0"), (d, l)
+        assert d["llr_adapter_start"] == (l["adapter_start"] if ok else "0"), (d, l)
+        cnn_end, llr_end = int(d["adapter_end"]), int(d["llr_adapter_end"])
+        if cnn_end > 0 and llr_end > 0:
+            assert int(d["end_delta"]) == cnn_end - llr_end
+            n_both += 1
+        else:
+            assert d["end_delta"] == ""
+    assert n_both > 100
+    r = run([escpod, "demux", "detect", *sample_files, "--model", wdx4, "--method", "llr",
+             "--emit-llr-delta", "-o", tmp_path / "x.csv"], check=False)
+    assert r.returncode != 0 and "--emit-llr-delta" in r.stderr
+    assert not (tmp_path / "x.csv").exists()

@@ -21,6 +21,7 @@
 #include "escpod/pipeline/boundary_detector.hpp"
 #include "escpod/pipeline/demux.hpp"
 #include "escpod/pod5/read_id.hpp"
+#include "escpod/pipeline/fingerprint_table.hpp"
 #include "escpod/signal/fingerprint.hpp"
 
 namespace escpod::pipeline {
@@ -62,6 +63,9 @@ struct DetectStageOptions {
   std::filesystem::path model_path;  // required: the settings and the CNN's name
   std::filesystem::path cnn_model;   // empty: found beside the model
   DetectorChoice detector = DetectorChoice::kModelDefault;
+  // CNN only: also run the LLR-only detector on the whole read and append
+  // llr_adapter_start,llr_adapter_end,end_delta (cnn end - llr end; empty unless both ends > 0).
+  bool emit_llr_delta = false;
   int n_threads = 1;
 };
 
@@ -70,12 +74,15 @@ struct DetectStageReport {
   uint64_t n_detected = 0;
   std::map<std::string, uint64_t> failures;       // by reason
   std::map<std::string, uint64_t> detector_used;  // "cnn", "llr_short", "llr", "none"
+  uint64_t n_llr_delta = 0;         // emit_llr_delta: reads where both detectors found an end
+  std::vector<int64_t> end_deltas;  // emit_llr_delta: those ends' differences (cnn - llr)
   double seconds = 0.0;
 };
 
-// Header of the boundaries CSV this stage writes.
+// Header of the boundaries CSV this stage writes, and the columns emit_llr_delta appends.
 inline constexpr const char* kBoundariesHeader =
     "read_id,num_samples,adapter_start,adapter_end,polya_end,detector,reason";
+inline constexpr const char* kLlrDeltaColumns = "llr_adapter_start,llr_adapter_end,end_delta";
 
 // Writes one boundaries row per input read, in input order, header first. A read whose
 // detection failed gets adapter_start = adapter_end = polya_end = 0, the attempt that failed in
@@ -106,6 +113,7 @@ Result<BoundariesTable> read_boundaries_csv(const std::filesystem::path& path);
 struct FingerprintStageOptions {
   std::filesystem::path model_path;  // empty: RNA004 defaults
   DetectorChoice detector = DetectorChoice::kModelDefault;  // decides how much signal is decoded
+  bool emit_dwell = false;  // also dwell_0..: the length in samples of each fingerprint event
   int n_threads = 1;
 };
 
@@ -118,12 +126,16 @@ struct FingerprintStageReport {
   double seconds = 0.0;
 };
 
-// Fingerprints every input read the boundaries table names, in input order, writing
-// read_id,fp_0..fp_{N-1} (6 decimals). Failures are counted by reason, not written.
+// Fingerprints every input read the boundaries table names, in input order, into `table`
+// (opened with the model's fingerprint length and options.emit_dwell; finished here). Failures
+// are counted by reason, not written.
 Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inputs,
                                    const BoundariesTable& boundaries,
-                                   const FingerprintStageOptions& options, std::ostream& csv,
-                                   FingerprintStageReport* report);
+                                   const FingerprintStageOptions& options,
+                                   FingerprintTableWriter& table, FingerprintStageReport* report);
+
+// The fingerprint length (fp_* columns) the stage writes for these options' model.
+Result<size_t> fingerprint_length(const FingerprintStageOptions& options);
 
 // ---- classify -------------------------------------------------------------------------------
 
@@ -141,11 +153,10 @@ struct ClassifyStageReport {
   double seconds = 0.0;
 };
 
-// Classifies a fingerprint table (2.2: read_id and fp_0..fp_{N-1} located by name, N the model's
-// fingerprint length; other columns such as barcode or dwell_* ignored; gzip read
-// transparently) and writes read_id,predicted_barcode,confidence,is_confident[,pNN...] in input
-// order. Errors: a missing fp column, a malformed number (naming file and line).
-Status classify_fingerprints(const std::filesystem::path& fingerprints_csv,
+// Classifies a fingerprint table (FingerprintTableReader: CSV, gzip CSV or Parquet by name; N the
+// model's fingerprint length) and writes read_id,predicted_barcode,confidence,is_confident[,pNN...]
+// in input order. Errors: a missing fp column, a malformed number (naming file and line or row).
+Status classify_fingerprints(const std::filesystem::path& fingerprints,
                              const ClassifyStageOptions& options, std::ostream& csv,
                              ClassifyStageReport* report);
 

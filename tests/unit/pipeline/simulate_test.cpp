@@ -422,7 +422,14 @@ TEST(SimulateInputs, BarcodeCsv) {
   ASSERT_TRUE(synth4.is_ok());
   EXPECT_EQ((*synth4)[3].sequence, (*synth)[3].sequence);  // deterministic, nested
   EXPECT_FALSE(pipeline::load_barcodes("synthetic:0").is_ok());
-  EXPECT_FALSE(pipeline::load_barcodes("synthetic:97").is_ok());
+  EXPECT_FALSE(pipeline::load_barcodes("synthetic:385").is_ok());
+  // A whole 384-well plate: names go on as bc100.. after bc99; the smaller sets are prefixes.
+  auto plate = pipeline::load_barcodes("synthetic:384");
+  ASSERT_TRUE(plate.is_ok());
+  ASSERT_EQ(plate->size(), 384u);
+  EXPECT_EQ((*plate)[11].sequence, (*synth)[11].sequence);
+  EXPECT_EQ((*plate)[98].name, "bc99");
+  EXPECT_EQ((*plate)[383].name, "bc384");
   EXPECT_EQ(pipeline::load_barcodes("/nonexistent/bc.csv").status().code(), StatusCode::kNotFound);
 }
 
