@@ -18,8 +18,8 @@ WORK=${2:-/tmp/escpod-scale}
 ESCPOD=${ESCPOD:-$ROOT/$BUILD/src/cli/escpod}  # or a copy, to keep building while it runs
 [[ -x $ESCPOD ]] || { echo "no escpod at $ESCPOD (build it first)" >&2; exit 1; }
 THREADS=${THREADS:-$(nproc)}
-READS=${READS:-"10000 100000 1000000"}
-BARCODES=${BARCODES:-"4 12 48 96 384"}
+READS=${READS-"10000 100000 1000000"}  # empty: skip the axis
+BARCODES=${BARCODES-"4 12 48 96 384"}
 BC_READS=${BC_READS:-20000}
 TRAIN_PER_BARCODE=${TRAIN_PER_BARCODE:-20}
 ADAPTER=$(sed -n 's/^ADAPTER=//p' "$ROOT/scripts/demo.sh")
@@ -39,7 +39,19 @@ demux_row() {
   rm -rf out
   /usr/bin/time -f "%e %U %S %M" -o time.txt \
     "$ESCPOD" demux "$input" --model "$model" -d out --classifications calls.csv -t "$THREADS" -f -q \
-    >/dev/null
+    >/dev/null &
+  local timer=$! pid="" anon_kb=0 a
+  # Peak anonymous memory, sampled: GNU time's peak RSS also counts the pages of the
+  # memory-mapped input that are resident at the moment (page cache the kernel can drop).
+  while kill -0 "$timer" 2>/dev/null; do
+    [[ -n $pid ]] || pid=$(pgrep -P "$timer" || true)
+    if [[ -n $pid ]]; then
+      a=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+      [[ -n $a && $a -gt $anon_kb ]] && anon_kb=$a
+    fi
+    sleep 0.2
+  done
+  wait "$timer"
   read -r wall user sys rss_kb <time.txt
   local eval_line
   eval_line=$("$ESCPOD" demux evaluate --calls calls.csv --truth "${input%.pod5}.truth.csv" | tail -1)
@@ -47,15 +59,15 @@ demux_row() {
   precision=$(sed -n 's/.*precision \([0-9.]*\).*/\1/p' <<<"$eval_line")
   recall=$(sed -n 's/.*recall \([0-9.]*\).*/\1/p' <<<"$eval_line")
   awk -v l="$label" -v n="$n" -v w="$wall" -v u="$user" -v s="$sys" -v m="$rss_kb" \
-      -v p="$precision" -v r="$recall" 'BEGIN {
+      -v an="$anon_kb" -v p="$precision" -v r="$recall" 'BEGIN {
     cpu = u + s
-    printf "| %s | %d | %.1f | %.1f | %.0f | %.0f | %.0f | %s | %s |\n", l, n, w, cpu, n / w, n / cpu, m / 1024, p, r
+    printf "| %s | %d | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f | %s | %s |\n", l, n, w, cpu, n / w, n / cpu, m / 1024, an / 1024, p, r
   }'
   rm -rf out calls.csv
 }
 
-HEADER="| %s | reads | wall s | CPU s | reads/s (wall) | reads/CPU-s | peak RSS MiB | precision | recall |
-|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+HEADER="| %s | reads | wall s | CPU s | reads/s (wall) | reads/CPU-s | peak RSS MiB | peak anon MiB | precision | recall |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 
 echo "# escpod $("$ESCPOD" --version) on $(nproc) CPUs, -t $THREADS, $(date -u +%FT%TZ)"
 if [[ -n $READS ]]; then

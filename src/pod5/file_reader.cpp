@@ -36,9 +36,11 @@ struct SignalBatchView {
   int64_t data_size = 0;                      // bytes (VBZ) or values (raw) addressable
   const uint32_t* samples = nullptr;
   int64_t n_rows = 0;
-  // The batch's signal bytes inside the mapping, for dropping its pages once read.
+  // The batch's signal bytes inside the mapping, and the lowest address of any of its buffers
+  // (ids, offsets, sample counts, data), for dropping its pages once read.
   const uint8_t* bytes_begin = nullptr;
   const uint8_t* bytes_end = nullptr;
+  const uint8_t* region_begin = nullptr;
 };
 
 // How a V0-V2 dictionary-of-struct entry or a V3+ dictionary entry maps to our fields.
@@ -184,7 +186,38 @@ struct FileReader::Impl {
   bool legacy_struct_columns = false;  // V0-V2
   // Column indices in the reads schema (-1 when absent).
   std::unordered_map<std::string, int> col;
-  mutable std::atomic<size_t> n_dropped_batches{0};  // drop_signal_pages progress
+  // The whole file's mapping, and how far drop_signal_pages has released it.
+  const uint8_t* map_begin = nullptr;
+  size_t map_size = 0;
+  mutable std::atomic<uintptr_t> signal_dropped_until{0};
+
+  // Releases the whole pages inside [lo, hi) from this process's resident set. Always safe for
+  // this read-only file mapping: a later access maps the page in again from the page cache.
+  void drop_pages(const void* lo, const void* hi) const {
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(lo) + page - 1) & ~(page - 1);
+    const uintptr_t b = reinterpret_cast<uintptr_t>(hi) & ~(page - 1);
+    if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
+  // Drops the pages spanned by a record batch's buffers (children included, dictionaries not:
+  // they are shared between batches), once its values have been copied out.
+  void drop_batch_pages(const arrow::RecordBatch& rb) const {
+    const uint8_t* lo = nullptr;
+    const uint8_t* hi = nullptr;
+    const uint8_t* map_end = map_begin + map_size;
+    auto visit = [&](auto&& self, const arrow::ArrayData& d) -> void {
+      for (const auto& buf : d.buffers) {
+        if (!buf || buf->size() == 0) continue;
+        const uint8_t* p = buf->data();
+        if (p < map_begin || p + buf->size() > map_end) continue;  // not in the mapping
+        if (!lo || p < lo) lo = p;
+        if (!hi || p + buf->size() > hi) hi = p + buf->size();
+      }
+      for (const auto& child : d.child_data) self(self, *child);
+    };
+    for (const auto& column : rb.column_data()) visit(visit, *column);
+    if (lo) drop_pages(lo, hi);
+  }
   mutable std::once_flag id_index_once;
   mutable std::unordered_map<ReadId, std::pair<uint32_t, uint32_t>, ReadIdHash> id_index;
 
@@ -305,6 +338,9 @@ Status FileReader::Impl::load_signal_batches() const {
       v.bytes_end = v.bytes_begin + v.data_size * 2;
     }
     v.samples = std::static_pointer_cast<arrow::UInt32Array>(v.batch->column(n_col))->raw_values();
+    v.region_begin = std::min({v.read_ids, reinterpret_cast<const uint8_t*>(v.offsets),
+                               reinterpret_cast<const uint8_t*>(v.samples),
+                               v.bytes_begin ? v.bytes_begin : v.read_ids});
     if (b > 0 && b + 1 < reader->num_record_batches() &&
         v.n_rows != signal_batches.front().n_rows) {
       signal_info.uniform = false;
@@ -318,6 +354,11 @@ Status FileReader::Impl::load_signal_batches() const {
   }
   signal_info.n_batches = signal_batches.size();
   signal_info.n_rows = signal_batch_first.back();
+  // The scan above touched (and the kernel's fault-around mapped) pages of every batch; release
+  // them, or a huge file would keep ~50 KB per batch resident until the end of the run.
+  if (!signal_batches.empty()) {
+    drop_pages(signal_batches.front().region_begin, signal_batches.back().bytes_end);
+  }
   return Status::ok();
 }
 
@@ -636,6 +677,8 @@ Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
       out->num_samples[i] = total;
     }
   }
+  // Every value is copied into `out`: the batch's pages are not needed again.
+  drop_batch_pages(rb);
   return Status::ok();
 }
 
@@ -667,6 +710,13 @@ Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path
   auto mapped = arrow::io::MemoryMappedFile::Open(path.string(), arrow::io::FileMode::READ);
   if (!mapped.ok()) return from_arrow(mapped.status(), path.string() + ": cannot map");
   impl->file = *mapped;
+  {
+    // The mapping's base (ReadAt on a memory-mapped file is a zero-copy slice of the map).
+    auto whole = impl->file->ReadAt(0, static_cast<int64_t>(impl->info.file_size));
+    if (!whole.ok()) return from_arrow(whole.status(), path.string() + ": cannot map");
+    impl->map_begin = (*whole)->data();
+    impl->map_size = static_cast<size_t>((*whole)->size());
+  }
 
   ESCPOD_RETURN_IF_ERROR(impl->open_signal(footer.signal));
   ESCPOD_RETURN_IF_ERROR(impl->load_reads(footer.reads));
@@ -682,6 +732,9 @@ Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path
                                     "' missing from the run info table");
     }
   }
+  // Opening touched every reads batch's metadata (and the kernel mapped pages around each);
+  // release them: batches are mapped in again one at a time as they are decoded.
+  impl->drop_pages(impl->map_begin, impl->map_begin + impl->map_size);
   return std::unique_ptr<FileReader>(new FileReader(std::move(impl)));
 }
 
@@ -808,22 +861,22 @@ Result<SignalChunk> FileReader::signal_chunk(uint64_t row) const {
 
 void FileReader::drop_signal_pages(uint64_t end_row) const {
   if (!m_impl->ensure_signal().is_ok()) return;
-  const long page = sysconf(_SC_PAGESIZE);
-  // Batches below the mark were dropped by an earlier call: start after them.
-  size_t b = m_impl->n_dropped_batches.load(std::memory_order_relaxed);
-  for (; b < m_impl->signal_batches.size(); ++b) {
-    const auto& v = m_impl->signal_batches[b];
-    if (m_impl->signal_batch_first[b + 1] > end_row) break;
-    if (!v.bytes_begin || v.bytes_end <= v.bytes_begin) continue;
-    // Only whole pages inside the batch's bytes: neighbours may still be needed.
-    auto lo = (reinterpret_cast<uintptr_t>(v.bytes_begin) + static_cast<uintptr_t>(page) - 1) &
-              ~static_cast<uintptr_t>(page - 1);
-    auto hi = reinterpret_cast<uintptr_t>(v.bytes_end) & ~static_cast<uintptr_t>(page - 1);
-    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-  }
-  size_t seen = m_impl->n_dropped_batches.load(std::memory_order_relaxed);
-  while (seen < b && !m_impl->n_dropped_batches.compare_exchange_weak(seen, b)) {
-  }
+  const Impl& im = *m_impl;
+  const auto& batches = im.signal_batches;
+  if (batches.empty()) return;
+  // Batches are laid out in the file in order: everything below the first batch that still
+  // holds rows >= end_row (its lowest buffer) can go, including the IPC metadata and the pages
+  // shared with the previous batch that a per-batch drop would have to keep.
+  const auto& first = im.signal_batch_first;
+  const size_t keep = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), end_row) -
+                                          first.begin()) - 1;
+  const uint8_t* hi = keep < batches.size() ? batches[keep].region_begin : batches.back().bytes_end;
+  uintptr_t seen = im.signal_dropped_until.load(std::memory_order_relaxed);
+  const uintptr_t start = seen ? seen : reinterpret_cast<uintptr_t>(batches.front().region_begin);
+  if (reinterpret_cast<uintptr_t>(hi) <= start) return;
+  // Another caller advancing the mark concurrently drops its own range; only one drops this one.
+  if (!im.signal_dropped_until.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(hi))) return;
+  im.drop_pages(reinterpret_cast<const void*>(start), hi);
 }
 
 Result<uint64_t> FileReader::count_samples(std::span<const uint64_t> rows) const {
