@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <unordered_set>
 
+#include "pod5/read_id_set.hpp"
 #include "test_data.hpp"
 
 namespace escpod::pod5 {
@@ -248,3 +251,37 @@ TEST(FileWriter, MissingFolderIsAClearError) {
 
 }  // namespace
 }  // namespace escpod::pod5
+
+// The writer's duplicate guard against std::unordered_set: random, sequential and all-zero ids,
+// through several growths.
+TEST(ReadIdSet, AgreesWithStdSet) {
+  std::mt19937_64 rng(17);
+  escpod::pod5::detail::ReadIdSet set;
+  std::unordered_set<escpod::pod5::ReadId, escpod::pod5::ReadIdHash> plain;
+  std::vector<escpod::pod5::ReadId> inserted;
+  for (int i = 0; i < 60000; ++i) {
+    escpod::pod5::ReadId id{};
+    const int kind = i % 4;
+    if (kind == 0 || kind == 1) {  // random
+      const uint64_t a = rng(), b = rng();
+      std::memcpy(id.bytes.data(), &a, 8);
+      std::memcpy(id.bytes.data() + 8, &b, 8);
+    } else if (kind == 2) {  // sequential in the last byte pair
+      id.bytes[14] = static_cast<uint8_t>(i >> 8);
+      id.bytes[15] = static_cast<uint8_t>(i);
+    } else if (!inserted.empty()) {  // a repeat
+      id = inserted[rng() % inserted.size()];
+    }  // else all zero
+    const bool fresh = plain.insert(id).second;
+    ASSERT_EQ(set.insert(id), fresh) << "insert " << i << " id " << id.to_string();
+    if (fresh) inserted.push_back(id);
+    ASSERT_EQ(set.size(), plain.size());
+  }
+  for (const auto& id : inserted) ASSERT_TRUE(set.contains(id));
+  escpod::pod5::ReadId absent{};
+  absent.bytes[0] = 0xAB;
+  absent.bytes[1] = 0xCD;
+  EXPECT_EQ(set.contains(absent), plain.count(absent) > 0);
+  // Memory per id well under unordered_set's (~64 bytes).
+  EXPECT_LE(set.memory_bytes(), 48 * set.size());
+}
