@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <charconv>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -62,6 +63,14 @@ class LineReader {
 
 // Splits one CSV line into views of its cells (double-quoted cells unquoted in `storage` only
 // when they contain doubled quotes; fields are trimmed of surrounding spaces).
+// A whole cell as a double (from_chars: locale-free, exact round trip; a leading '+' allowed).
+inline bool parse_double(std::string_view text, double& out) {
+  if (text.empty()) return false;
+  if (text.front() == '+') text.remove_prefix(1);
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), out);
+  return r.ec == std::errc() && r.ptr == text.data() + text.size();
+}
+
 inline void split_csv(std::string_view line, std::vector<std::string_view>& cells, std::string& storage) {
   cells.clear();
   storage.clear();

@@ -33,6 +33,7 @@ namespace escpod::pipeline {
 using detail::append_csv_cell;
 using detail::for_each_read_ordered;
 using detail::LineReader;
+using detail::parse_double;
 using detail::split_csv;
 using detail::open_readers;
 using detail::ReadBlock;
@@ -69,13 +70,6 @@ Status parse_fingerprint_settings(const nlohmann::json& b, const std::string& wh
     return Status::corrupt(where + ": signal_processing: " + e.what());
   }
   return Status::ok();
-}
-
-bool parse_double(std::string_view text, double& out) {
-  if (text.empty()) return false;
-  if (text.front() == '+') text.remove_prefix(1);
-  const auto r = std::from_chars(text.data(), text.data() + text.size(), out);
-  return r.ec == std::errc() && r.ptr == text.data() + text.size();
 }
 
 // Positions: integers, or floats truncated toward zero.

@@ -20,19 +20,13 @@
 namespace escpod::pipeline {
 
 using detail::LineReader;
+using detail::parse_double;
 using detail::split_csv;
 using pod5::detail::from_arrow;
 
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-bool parse_double(std::string_view text, double& out) {
-  if (text.empty()) return false;
-  if (text.front() == '+') text.remove_prefix(1);
-  const auto r = std::from_chars(text.data(), text.data() + text.size(), out);
-  return r.ec == std::errc() && r.ptr == text.data() + text.size();
-}
 
 // Index k of a column named `<prefix>k`, or -1.
 long indexed_column(std::string_view name, std::string_view prefix) {
