@@ -350,6 +350,9 @@ Status FileReader::Impl::load_signal_batches() const {
     }
     for (int64_t r = 0; r < v.n_rows; ++r) signal_info.n_samples += v.samples[r];
     signal_batch_first.push_back(signal_batch_first.back() + static_cast<uint64_t>(v.n_rows));
+    // Release what the scan touched below this batch as it goes (the peak resident set, not
+    // only the final one, must not grow with the file).
+    if (!signal_batches.empty()) drop_pages(signal_batches.back().region_begin, v.region_begin);
     signal_batches.push_back(std::move(v));
   }
   signal_info.n_batches = signal_batches.size();
@@ -466,6 +469,9 @@ Status FileReader::Impl::load_reads(const detail::EmbeddedTable& t) {
     const std::string ctx = where() + ": reads batch " + std::to_string(b);
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
     ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+    // Validation read the whole batch: release it now, not at the end of the scan, so the peak
+    // resident set of opening a huge file stays small too.
+    drop_batch_pages(**batch);
     read_batch_first.push_back(read_batch_first.back() + static_cast<uint64_t>((*batch)->num_rows()));
     read_batches.push_back(std::move(*batch));
   }
