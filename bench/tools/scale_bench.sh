@@ -10,7 +10,8 @@
 # Barcodes axis: B barcodes (synthetic:B), a model trained on TRAIN_PER_BARCODE reads per
 # barcode, demux of BC_READS fresh reads. Each row: wall seconds, CPU seconds (user + system),
 # reads per wall second, reads per CPU second, peak RSS (GNU time), and the evaluation against
-# the simulator's truth. Inputs are deleted after each run unless KEEP=1 (1M reads are ~15 GB).
+# the simulator's truth. Inputs are deleted after each run unless KEEP=1 (1M reads are ~15 GB);
+# kept inputs are reused. DEMUX_ARGS adds options to every demux run (e.g. "--memory-mib 8").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}
@@ -39,7 +40,7 @@ demux_row() {
   rm -rf out
   /usr/bin/time -f "%e %U %S %M" -o time.txt \
     "$ESCPOD" demux "$input" --model "$model" -d out --classifications calls.csv -t "$THREADS" -f -q \
-    >/dev/null &
+    ${DEMUX_ARGS:-} >/dev/null &
   local timer=$! pid="" anon_kb=0 a
   # Peak anonymous memory, sampled: GNU time's peak RSS also counts the pages of the
   # memory-mapped input that are resident at the moment (page cache the kernel can drop).

@@ -40,6 +40,7 @@ class WarpDemuxModel {
     std::vector<double> dtw;       // DtwBank scratch
     std::vector<double> distances; // per training row
     std::vector<double> kernel;    // per training row, as fed to the SVM
+    std::vector<double> sv_kernel; // per support vector: kernel of its training row
     std::vector<double> decision;  // per pair (0,1), (0,2), ..., (k-2, k-1)
     std::vector<double> pairwise;  // Platt probabilities r_ab per pair (after clipping)
     std::vector<double> r;         // k x k pairwise matrix
@@ -109,9 +110,16 @@ class WarpDemuxModel {
 
   std::vector<int32_t> m_training_class;  // class index of each training row
   std::vector<size_t> m_class_rows;       // training rows per class (kernel-weighted mode)
+  void decision_values(Scratch& s) const;
+
   std::vector<uint32_t> m_support_rows;   // training row of each support vector
   std::vector<size_t> m_sv_start;         // first support vector of class c (size k + 1)
   std::vector<double> m_dual_coef;        // (k - 1) x n_sv, row-major
+  // The same coefficients in the order decision_values() consumes them (build_decision_layout):
+  // groups of kDecisionLanes pairs, [sv][lane] within a group, zero-padded lanes.
+  static constexpr size_t kDecisionLanes = 8;
+  std::vector<double> m_coef_by_group;
+  void build_decision_layout();
   std::vector<double> m_intercept;        // per pair
   std::vector<double> m_prob_a, m_prob_b; // per pair, empty without Platt scaling
 

@@ -354,5 +354,38 @@ TEST_F(ModelValidation, EscapepodSchemaWithoutOptionalFields) {
   EXPECT_NE(c.status, CallStatus::kInvalidInput);
 }
 
+// The decision values are computed several pairs at a time; each must equal libsvm's
+// pair-at-a-time sum bit for bit (same terms, same order), recomputed here from the JSON.
+TEST(WarpDemuxModel, DecisionValuesEqualPairAtATimeSums) {
+  const std::string stem = "WDX10_rna004_v1_0";  // 11 classes: full and partial lane groups
+  const WarpDemuxModel m = load_or_die(stem);
+  const json j = read_json(test::shared_data("warpdemux/" + stem + ".json"));
+  const json g = read_json(test::shared_data("warpdemux/golden_" + stem + ".json"));
+  const auto sup = j["support_indices"].get<std::vector<size_t>>();
+  const auto n_support = j["n_support"].get<std::vector<size_t>>();
+  const auto dual = j["dual_coef"].get<std::vector<std::vector<double>>>();
+  const auto intercept = j["intercept"].get<std::vector<double>>();
+  const size_t k = n_support.size();
+  std::vector<size_t> start(k + 1, 0);
+  for (size_t c = 0; c < k; ++c) start[c + 1] = start[c] + n_support[c];
+  auto s = m.make_scratch();
+  Classification c;
+  size_t n_checked = 0;
+  for (const json& q : g["queries"]) {
+    m.classify(q["fingerprint"].get<std::vector<double>>(), s, c);
+    size_t pair = 0;
+    for (size_t a = 0; a < k; ++a) {
+      for (size_t b = a + 1; b < k; ++b, ++pair) {
+        double sum = 0.0;
+        for (size_t sv = start[a]; sv < start[a + 1]; ++sv) sum += dual[b - 1][sv] * s.kernel[sup[sv]];
+        for (size_t sv = start[b]; sv < start[b + 1]; ++sv) sum += dual[a][sv] * s.kernel[sup[sv]];
+        ASSERT_EQ(s.decision[pair], sum - (-intercept[pair])) << "pair " << pair;
+        ++n_checked;
+      }
+    }
+  }
+  EXPECT_EQ(n_checked, g["queries"].size() * k * (k - 1) / 2);
+}
+
 }  // namespace
 }  // namespace escpod::demux
