@@ -293,7 +293,7 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
                  DemuxReport* report) {
   const auto t0 = std::chrono::steady_clock::now();
   ESCPOD_ASSIGN_OR_RETURN(Engine engine, make_engine(options));
-  ESCPOD_ASSIGN_OR_RETURN(auto readers, detail::open_readers(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(auto readers, detail::open_readers(inputs, options.n_threads));
   uint64_t n_total = 0;
   for (const auto& r : readers) n_total += r->info().n_reads;
   if (!options.out_dir.empty()) {

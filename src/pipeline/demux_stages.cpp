@@ -227,7 +227,7 @@ Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
     ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector d, BoundaryDetector::create(settings.config, DetectMethod::kLlr, {}));
     llr.emplace(std::move(d));
   }
-  ESCPOD_ASSIGN_OR_RETURN(auto readers, open_readers(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(auto readers, open_readers(inputs, options.n_threads));
   DetectStageReport local;
   DetectStageReport& rep = report ? *report : local;
 
@@ -390,7 +390,7 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
                                    FingerprintTableWriter& table, FingerprintStageReport* report) {
   const auto t0 = Clock::now();
   ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
-  ESCPOD_ASSIGN_OR_RETURN(auto readers, open_readers(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(auto readers, open_readers(inputs, options.n_threads));
   FingerprintStageReport local;
   FingerprintStageReport& rep = report ? *report : local;
   rep.n_boundaries = boundaries.rows.size();

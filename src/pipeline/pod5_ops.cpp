@@ -8,22 +8,12 @@
 #include "escpod/pipeline/read_fields.hpp"
 #include "escpod/pod5/records.hpp"
 #include "pipeline/csv_text.hpp"
+#include "pipeline/read_stream.hpp"
 
 namespace escpod::pipeline {
 namespace {
 
 using Readers = std::vector<std::unique_ptr<pod5::FileReader>>;
-
-// Opens every input before any output is created, so a bad input fails fast with nothing written.
-Result<Readers> open_all(const std::vector<std::filesystem::path>& inputs) {
-  Readers readers;
-  for (const auto& p : inputs) {
-    ESCPOD_ASSIGN_OR_RETURN(auto r, pod5::FileReader::open(p));
-    for (const auto& w : r->info().warnings) log::warn("{}: {}", p.string(), w);
-    readers.push_back(std::move(r));
-  }
-  return readers;
-}
 
 Status check_end_reasons(const std::vector<std::string>& names, const char* flag) {
   for (const auto& n : names) {
@@ -61,7 +51,7 @@ std::string with_pod5_extension(std::string name) {
 Status merge_files(const std::vector<std::filesystem::path>& inputs,
                    const std::filesystem::path& output, const MergeOptions& options,
                    CopyStats* stats, uint64_t* n_duplicates_skipped) {
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, open_all(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs));
   ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
   std::unordered_map<pod5::ReadId, uint32_t, pod5::ReadIdHash> first_file;
   uint64_t n_dup = 0;
@@ -94,7 +84,7 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.exclude_end_reasons, "--exclude-end-reason"));
   std::unordered_set<pod5::ReadId, pod5::ReadIdHash> wanted, found;
   if (c.ids) wanted.insert(c.ids->begin(), c.ids->end());
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, open_all(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs));
   ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
   FilterReport local;
   FilterReport& rep = report ? *report : local;
@@ -216,7 +206,7 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
       }
     }
   }
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, open_all(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Status::io_error("cannot create output folder " + out_dir.string() + ": " + ec.message());

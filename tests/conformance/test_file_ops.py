@@ -268,3 +268,26 @@ def test_read_only_destination_is_a_clear_error(escpod, rna_file, tmp_path):
         assert "Read-only file system" in r.stderr and str(ro) in r.stderr, r.stderr
     finally:
         subprocess.run(["umount", str(ro)])
+
+
+@pytest.mark.parametrize("command", ["merge", "filter", "view"])
+def test_bad_inputs_fail_before_any_output_and_name_the_first(escpod, rna_file, tmp_path, command):
+    """Inputs are opened in parallel, but the error is always the first bad input's, in order,
+    and nothing is written."""
+    bad1, bad2 = tmp_path / "bad1.pod5", tmp_path / "bad2.pod5"
+    data = open(rna_file, "rb").read()
+    bad1.write_bytes(data[: len(data) // 2])  # truncated: no footer
+    bad2.write_bytes(b"not a pod5 file at all")
+    out = tmp_path / "out.pod5"
+    inputs = [rna_file, rna_file, bad1, rna_file, bad2]
+    args = {
+        "merge": ["merge", *inputs, "-o", out, "--duplicate-ok"],
+        "filter": ["filter", *inputs, "--min-samples", "1", "-o", out],
+        "view": ["view", *inputs],
+    }[command]
+    for _ in range(3):
+        r = run([escpod, *args, "-t", "2"], check=False)
+        assert r.returncode != 0
+        assert "bad1.pod5" in r.stderr and "bad2.pod5" not in r.stderr, r.stderr
+        assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad1.pod5", "bad2.pod5"]
