@@ -77,18 +77,29 @@ Status fsync_path(const std::filesystem::path& p, bool directory) {
   return Status::ok();
 }
 
-// Creates an empty, exclusive file named `<dir>/.escpod-tmp-<random><suffix>`.
-Result<std::filesystem::path> create_hidden(const std::filesystem::path& dir,
-                                            const std::string& suffix) {
+// Creates an empty, exclusive file named `<dir>/.escpod-tmp-<random><suffix>`, registered for
+// removal on a signal. The name is registered before the file exists: a signal arriving between
+// creating and registering would otherwise leave the file behind (the handler unlinking a name
+// that does not exist yet is harmless, and it exits at once, so nothing is created after it).
+struct HiddenFile {
+  std::filesystem::path path;
+  int slot = -1;
+};
+Result<HiddenFile> create_hidden(const std::filesystem::path& dir, const std::string& suffix) {
   for (int attempt = 0; attempt < 16; ++attempt) {
     if (g_interrupted.load()) return Status::cancelled("interrupted");
-    auto p = dir / (".escpod-tmp-" + random_suffix() + suffix);
-    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    HiddenFile h;
+    h.path = dir / (".escpod-tmp-" + random_suffix() + suffix);
+    h.slot = register_path(h.path);
+    int fd = ::open(h.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int open_errno = errno;
     if (fd >= 0) {
       ::close(fd);
-      return p;
+      return h;
     }
-    if (errno != EEXIST) return errno_status("cannot create a file in", dir.empty() ? "." : dir);
+    unregister_path(h.slot);  // not ours: another file has this name, or creation failed
+    errno = open_errno;
+    if (open_errno != EEXIST) return errno_status("cannot create a file in", dir.empty() ? "." : dir);
   }
   return Status::io_error("cannot create a unique staging file in " + dir.string());
 }
@@ -118,8 +129,9 @@ Result<StagedFile> StagedFile::create(const std::filesystem::path& final_path, b
   StagedFile f;
   f.m_final = final_path;
   f.m_overwrite = overwrite;
-  ESCPOD_ASSIGN_OR_RETURN(f.m_staging, create_hidden(dir, ".partial"));
-  f.m_slot = register_path(f.m_staging);
+  ESCPOD_ASSIGN_OR_RETURN(HiddenFile h, create_hidden(dir, ".partial"));
+  f.m_staging = std::move(h.path);
+  f.m_slot = h.slot;
   return f;
 }
 
@@ -188,8 +200,9 @@ Result<ScratchPath> ScratchPath::create(const std::filesystem::path& near, const
   auto dir = near.parent_path();
   if (dir.empty()) dir = ".";
   ScratchPath p;
-  ESCPOD_ASSIGN_OR_RETURN(p.m_path, create_hidden(dir, suffix));
-  p.m_slot = register_path(p.m_path);
+  ESCPOD_ASSIGN_OR_RETURN(HiddenFile h, create_hidden(dir, suffix));
+  p.m_path = std::move(h.path);
+  p.m_slot = h.slot;
   return p;
 }
 
