@@ -265,12 +265,13 @@ Result<WarpDemuxModel> WarpDemuxModel::load(const std::filesystem::path& path) {
   ESCPOD_ASSIGN_OR_RETURN(const Json* dc_j, f.member(j, "dual_coef"));
   if (!dc_j->is_array() || dc_j->size() != k - 1)
     return f.error("dual_coef must have n_classes - 1 = " + std::to_string(k - 1) + " rows");
-  m.m_dual_coef.reserve((k - 1) * n_sv);
+  std::vector<double> dual_coef;  // (k - 1) x n_sv, row-major; kept only in decision order
+  dual_coef.reserve((k - 1) * n_sv);
   for (size_t r = 0; r + 1 < k; ++r) {
     ESCPOD_RETURN_IF_ERROR(
         f.doubles((*dc_j)[r], "dual_coef[" + std::to_string(r) + "] (one value per support vector)",
                   n_sv, row));
-    m.m_dual_coef.insert(m.m_dual_coef.end(), row.begin(), row.end());
+    dual_coef.insert(dual_coef.end(), row.begin(), row.end());
   }
   ESCPOD_ASSIGN_OR_RETURN(const Json* ic_j, f.member(j, "intercept"));
   ESCPOD_RETURN_IF_ERROR(f.doubles(*ic_j, "intercept (one per class pair)", n_pairs, m.m_intercept));
@@ -376,7 +377,7 @@ Result<WarpDemuxModel> WarpDemuxModel::load(const std::filesystem::path& path) {
   for (int32_t lab : m.m_labels) m.m_output_columns.push_back(label_column(lab));
 
   m.m_bank = DtwBank(rows, n_train, width);
-  m.build_decision_layout();
+  m.build_decision_layout(dual_coef);
   return m;
 }
 
@@ -411,7 +412,7 @@ void WarpDemuxModel::distances(std::span<const double> fingerprint, Scratch& s,
 // the operations and their order are libsvm's (mul, then add; no FMA), so the values are
 // bit-identical to the pair-at-a-time loop (a unit test recomputes them), and the lanes are one
 // SIMD vector each step reading one sequential stream.
-void WarpDemuxModel::build_decision_layout() {
+void WarpDemuxModel::build_decision_layout(const std::vector<double>& dual_coef) {
   constexpr size_t L = kDecisionLanes;
   const size_t k = n_classes();
   const size_t n_sv = n_support();
@@ -420,14 +421,14 @@ void WarpDemuxModel::build_decision_layout() {
     for (size_t b0 = a + 1; b0 < k; b0 += L) {
       for (size_t sv = m_sv_start[a]; sv < m_sv_start[a + 1]; ++sv)
         for (size_t t = 0; t < L; ++t)
-          m_coef_by_group.push_back(b0 + t < k ? m_dual_coef[(b0 + t - 1) * n_sv + sv] : 0.0);
+          m_coef_by_group.push_back(b0 + t < k ? dual_coef[(b0 + t - 1) * n_sv + sv] : 0.0);
     }
   }
   for (size_t b = 1; b < k; ++b) {  // pass 2
     for (size_t a0 = 0; a0 < b; a0 += L) {
       for (size_t sv = m_sv_start[b]; sv < m_sv_start[b + 1]; ++sv)
         for (size_t t = 0; t < L; ++t)
-          m_coef_by_group.push_back(a0 + t < b ? m_dual_coef[(a0 + t) * n_sv + sv] : 0.0);
+          m_coef_by_group.push_back(a0 + t < b ? dual_coef[(a0 + t) * n_sv + sv] : 0.0);
     }
   }
 }

@@ -114,12 +114,11 @@ class WarpDemuxModel {
 
   std::vector<uint32_t> m_support_rows;   // training row of each support vector
   std::vector<size_t> m_sv_start;         // first support vector of class c (size k + 1)
-  std::vector<double> m_dual_coef;        // (k - 1) x n_sv, row-major
-  // The same coefficients in the order decision_values() consumes them (build_decision_layout):
-  // groups of kDecisionLanes pairs, [sv][lane] within a group, zero-padded lanes.
+  // The dual coefficients ((k - 1) x n_sv in the file) in the order decision_values() consumes
+  // them: groups of kDecisionLanes pairs, [sv][lane] within a group, zero-padded lanes.
   static constexpr size_t kDecisionLanes = 8;
   std::vector<double> m_coef_by_group;
-  void build_decision_layout();
+  void build_decision_layout(const std::vector<double>& dual_coef);
   std::vector<double> m_intercept;        // per pair
   std::vector<double> m_prob_a, m_prob_b; // per pair, empty without Platt scaling
 
