@@ -29,6 +29,7 @@ namespace {
 struct DemuxCliOptions {
   std::vector<std::string> inputs;
   std::string model, cnn_model, method, out_dir, classifications, prefix = "barcode";
+  std::string dtw_precision = "float32";
   bool info = false;
   int64_t memory_mib = 256;
   WriterFlags writer;
@@ -52,6 +53,7 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   if (o.method == "cnn") d.detector = pipeline::DetectorChoice::kCnn;
   else if (o.method == "llr") d.detector = pipeline::DetectorChoice::kLlr;
   else if (!o.method.empty()) return Status::invalid_argument("--method must be cnn or llr");
+  ESCPOD_ASSIGN_OR_RETURN(d.dtw, parse_dtw_precision(o.dtw_precision));
   d.out_dir = o.out_dir;
   d.prefix = o.prefix;
   d.classifications_csv = o.classifications;
@@ -286,6 +288,7 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
   sub->add_option("--memory-mib", opts->memory_mib,
                   "Pending output signal held in memory, all outputs together (default 256)")
       ->check(CLI::PositiveNumber);
+  add_dtw_precision_flag(sub, opts->dtw_precision);
   sub->add_flag("--info", opts->info, "Describe the model and its detector, then exit");
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);

@@ -5,10 +5,17 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.hpp"
+#include "escpod/core/status.hpp"
+#include "escpod/demux/dtw.hpp"
 
 namespace escpod::cli {
 
 // Adds `detect`, `fingerprint` and `classify` under the `demux` subcommand object.
 void register_demux_stages(CLI::App* demux_subcommand, GlobalOptions& global);
+
+// --dtw-precision float32|float64 (the DTW-SVM head's arithmetic), shared by the fused demux
+// and `demux classify`.
+void add_dtw_precision_flag(CLI::App* sub, std::string& value);
+Result<demux::DtwPrecision> parse_dtw_precision(const std::string& value);
 
 }  // namespace escpod::cli

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -89,18 +90,60 @@ Band make_band(size_t n, size_t m, size_t window) {
     STOREU(dst + (V) * (VW), LEFT);                                       \
   }
 
+// The FMA-capable ISAs run a rearranged but still bit-identical cell, 8 vectors per step:
+//   min(up + P^2, left + P^2) == min(up, left) + P^2 exactly (rounding is monotone), one add
+//   fewer; q - r and x + P^2 are issued as fma(-r, 1, q) and fma(x, 1, P^2), whose single
+//   rounding gives the same values as the plain sub/add, but they run on the FMA pipes, which the
+//   mins and adds leave idle. The product d * d and its add stay separate (no contraction). The
+//   longer left-neighbour chain this makes is hidden by the eight independent vectors.
+#define ESCPOD_DTW_FMA_BLOCK_KERNEL(NAME, TARGET, VEC, VW, SET1, LOADU, STOREU, ADD, MUL, MIN,     \
+                                    FMADD, FNMADD)                                              \
+  TARGET const double* NAME(const double* query, const double* ref, size_t len, const Band& band, \
+                            double p2, double* scratch) {                                      \
+    constexpr size_t NV = 8, L = NV * (VW);                                                    \
+    double* prev = scratch;                                                                    \
+    double* cur = scratch + (len + 1) * L;                                                     \
+    const VEC inf = SET1(kInf), pen = SET1(p2), one = SET1(1.0);                               \
+    for (size_t k = 0; k < 2 * (len + 1) * L; k += (VW)) STOREU(scratch + k, inf);             \
+    for (size_t k = 0; k < L; k += (VW)) STOREU(prev + k, SET1(0.0));                          \
+    for (size_t i = 0; i < len; ++i) {                                                         \
+      const size_t lo = band.lo(i), hi = band.hi(i);                                           \
+      for (size_t k = 0; k < L; k += (VW)) STOREU(cur + lo * L + k, inf);                      \
+      if (i > 0)                                                                               \
+        for (size_t k = 0; k < L; k += (VW)) STOREU(prev + k, inf);                            \
+      const VEC q = SET1(query[i]);                                                            \
+      VEC left[NV];                                                                            \
+      for (size_t v = 0; v < NV; ++v) left[v] = inf;                                           \
+      for (size_t j = lo; j < hi; ++j) {                                                       \
+        const double* rj = ref + j * L;                                                        \
+        const double* diag = prev + j * L;                                                     \
+        const double* up = prev + (j + 1) * L;                                                 \
+        double* dst = cur + (j + 1) * L;                                                       \
+        _Pragma("GCC unroll 8") for (size_t v = 0; v < NV; ++v) {                              \
+          const VEC d = FNMADD(LOADU(rj + v * (VW)), one, q);                                  \
+          const VEC step = FMADD(MIN(LOADU(up + v * (VW)), left[v]), one, pen);                \
+          const VEC best = MIN(step, LOADU(diag + v * (VW)));                                  \
+          left[v] = ADD(MUL(d, d), best);                                                      \
+          STOREU(dst + v * (VW), left[v]);                                                     \
+        }                                                                                      \
+      }                                                                                        \
+      std::swap(prev, cur);                                                                    \
+    }                                                                                          \
+    return prev;                                                                               \
+  }
+
 #if defined(__x86_64__) || defined(__i386__)
 ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , __m128d, 2, _mm_set1_pd, _mm_loadu_pd, _mm_storeu_pd,
                         _mm_add_pd, _mm_sub_pd, _mm_mul_pd, _mm_min_pd)
-ESCPOD_DTW_BLOCK_KERNEL(block_avx2, __attribute__((target("avx2"))), __m256d, 4, _mm256_set1_pd,
-                        _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd, _mm256_sub_pd,
-                        _mm256_mul_pd, _mm256_min_pd)
+ESCPOD_DTW_FMA_BLOCK_KERNEL(block_avx2, __attribute__((target("avx2,fma"))), __m256d, 4,
+                            _mm256_set1_pd, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd,
+                            _mm256_mul_pd, _mm256_min_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd)
 // GCC 12's _mm512_set1_pd trips a false -Wmaybe-uninitialized (GCC bug 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-ESCPOD_DTW_BLOCK_KERNEL(block_avx512, __attribute__((target("avx512f"))), __m512d, 8,
-                        _mm512_set1_pd, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_add_pd,
-                        _mm512_sub_pd, _mm512_mul_pd, _mm512_min_pd)
+ESCPOD_DTW_FMA_BLOCK_KERNEL(block_avx512, __attribute__((target("avx512f"))), __m512d, 8,
+                            _mm512_set1_pd, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_add_pd,
+                            _mm512_mul_pd, _mm512_min_pd, _mm512_fmadd_pd, _mm512_fnmadd_pd)
 #pragma GCC diagnostic pop
 #else
 // Portable lanes: the same per-lane expressions on plain doubles (VW = 2, 8 lanes).
@@ -120,14 +163,107 @@ ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , Pair, 2, p_set1, p_load, p_store, p_add, p
 #endif
 #undef ESCPOD_DTW_BLOCK_KERNEL
 #undef ESCPOD_DTW_CELL
+#undef ESCPOD_DTW_FMA_BLOCK_KERNEL
+
+// The float32 block: 64 references (8 vectors of 8 lanes) per step, the rearranged cell of the
+// FMA kernels above, and one change that does alter rounding: (q - r)^2 + best is one fused
+// multiply-add. Per lane: D = fma(d, d, min(min(up, left) + P^2, diag)), d = q - r, in float32.
+constexpr size_t kF32Lanes = 64;
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2,fma"))) const float* block_f32_avx2(const float* query,
+                                                                 const float* ref, size_t len,
+                                                                 const Band& band, float p2,
+                                                                 float* scratch) {
+  constexpr size_t VW = 8, L = kF32Lanes, NV = L / VW;
+  float* prev = scratch;
+  float* cur = scratch + (len + 1) * L;
+  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  const __m256 pen = _mm256_set1_ps(p2), one = _mm256_set1_ps(1.0f);
+  for (size_t k = 0; k < 2 * (len + 1) * L; k += VW) _mm256_storeu_ps(scratch + k, inf);
+  for (size_t k = 0; k < L; k += VW) _mm256_storeu_ps(prev + k, _mm256_setzero_ps());
+  for (size_t i = 0; i < len; ++i) {
+    const size_t lo = band.lo(i), hi = band.hi(i);
+    for (size_t k = 0; k < L; k += VW) _mm256_storeu_ps(cur + lo * L + k, inf);
+    if (i > 0)
+      for (size_t k = 0; k < L; k += VW) _mm256_storeu_ps(prev + k, inf);
+    const __m256 q = _mm256_set1_ps(query[i]);
+    __m256 left[NV];
+    for (size_t v = 0; v < NV; ++v) left[v] = inf;
+    for (size_t j = lo; j < hi; ++j) {
+      const float* rj = ref + j * L;
+      const float* diag = prev + j * L;
+      const float* up = prev + (j + 1) * L;
+      float* dst = cur + (j + 1) * L;
+#pragma GCC unroll 8
+      for (size_t v = 0; v < NV; ++v) {
+        const __m256 d = _mm256_fnmadd_ps(_mm256_loadu_ps(rj + v * VW), one, q);
+        const __m256 step =
+            _mm256_fmadd_ps(_mm256_min_ps(_mm256_loadu_ps(up + v * VW), left[v]), one, pen);
+        const __m256 best = _mm256_min_ps(step, _mm256_loadu_ps(diag + v * VW));
+        left[v] = _mm256_fmadd_ps(d, d, best);
+        _mm256_storeu_ps(dst + v * VW, left[v]);
+      }
+    }
+    std::swap(prev, cur);
+  }
+  return prev;
+}
+#endif
+
+// The same recurrence without SIMD (CPUs without AVX2+FMA, other architectures). The fused step
+// is computed in double: d * d is exact there, so the only difference from a true fma is a rare
+// double rounding (one float ulp in a cell); tests bound the distances against the SIMD kernel.
+const float* block_f32_portable(const float* query, const float* ref, size_t len,
+                                const Band& band, float p2, float* scratch) {
+  constexpr size_t L = kF32Lanes;
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  float* prev = scratch;
+  float* cur = scratch + (len + 1) * L;
+  std::fill(scratch, scratch + 2 * (len + 1) * L, inf);
+  std::fill(prev, prev + L, 0.0f);
+  float left[L];
+  for (size_t i = 0; i < len; ++i) {
+    const size_t lo = band.lo(i), hi = band.hi(i);
+    std::fill(cur + lo * L, cur + (lo + 1) * L, inf);
+    if (i > 0) std::fill(prev, prev + L, inf);
+    const float q = query[i];
+    std::fill(left, left + L, inf);
+    for (size_t j = lo; j < hi; ++j) {
+      const float* rj = ref + j * L;
+      const float* diag = prev + j * L;
+      const float* up = prev + (j + 1) * L;
+      float* dst = cur + (j + 1) * L;
+      for (size_t l = 0; l < L; ++l) {
+        const float d = q - rj[l];
+        const float m = up[l] < left[l] ? up[l] : left[l];
+        const float step = m + p2;
+        const float best = step < diag[l] ? step : diag[l];
+        const double dd = static_cast<double>(d);
+        left[l] = static_cast<float>(dd * dd + static_cast<double>(best));
+        dst[l] = left[l];
+      }
+    }
+    std::swap(prev, cur);
+  }
+  return prev;
+}
+
+bool f32_simd_supported() {
+#if defined(__x86_64__) || defined(__i386__)
+  return dtw_isa_supported(DtwIsa::kAvx2);
+#else
+  return false;
+#endif
+}
 
 using BlockKernel = const double* (*)(const double*, const double*, size_t, const Band&, double,
                                       double*);
 
 size_t lanes_of(DtwIsa isa) {
   switch (isa) {
-    case DtwIsa::kAvx512: return 32;
-    case DtwIsa::kAvx2: return 16;
+    case DtwIsa::kAvx512: return 64;
+    case DtwIsa::kAvx2: return 32;
     case DtwIsa::kSse2: break;
   }
   return 8;
@@ -187,11 +323,15 @@ bool dtw_isa_supported(DtwIsa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   switch (isa) {
     case DtwIsa::kAvx512: return __builtin_cpu_supports("avx512f");
-    case DtwIsa::kAvx2: return __builtin_cpu_supports("avx2");
+    case DtwIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case DtwIsa::kSse2: return true;
   }
 #endif
   return isa == DtwIsa::kSse2;
+}
+
+const char* dtw_precision_name(DtwPrecision p) {
+  return p == DtwPrecision::kFloat32 ? "float32" : "float64";
 }
 
 const char* dtw_isa_name(DtwIsa isa) {
@@ -204,15 +344,19 @@ const char* dtw_isa_name(DtwIsa isa) {
 }
 
 DtwIsa dtw_best_isa() {
+  // AVX2 by default even where AVX-512 exists: on the Zen 4 machines we measure, 512-bit vectors
+  // are issued as two halves and the wider block (64 references) pads more, so the AVX-512
+  // kernel is ~20% slower (bench/results/demux.md). ESCPOD_DTW_ISA=avx512 selects it; sse2 or
+  // avx2 cap the choice (to compare them, or to rule one out).
   static const DtwIsa best = [] {
-    DtwIsa cap = DtwIsa::kAvx512;
+    DtwIsa want = DtwIsa::kAvx2;
     if (const char* env = std::getenv("ESCPOD_DTW_ISA")) {
       const std::string_view v(env);
-      if (v == "sse2") cap = DtwIsa::kSse2;
-      if (v == "avx2") cap = DtwIsa::kAvx2;
+      if (v == "sse2") want = DtwIsa::kSse2;
+      if (v == "avx512") want = DtwIsa::kAvx512;
     }
     for (DtwIsa isa : {DtwIsa::kAvx512, DtwIsa::kAvx2}) {
-      if (static_cast<int>(isa) <= static_cast<int>(cap) && dtw_isa_supported(isa)) return isa;
+      if (static_cast<int>(isa) <= static_cast<int>(want) && dtw_isa_supported(isa)) return isa;
     }
     return DtwIsa::kSse2;
   }();
@@ -231,6 +375,53 @@ DtwBank::DtwBank(std::span<const double> rows, size_t n_rows, size_t length, Dtw
     for (size_t j = 0; j < length; ++j) {
       m_interleaved[(blk * length + j) * L + lane] = rows[r * length + j];
     }
+  }
+  const size_t n_blocks_f32 = (n_rows + kF32Lanes - 1) / kF32Lanes;
+  m_interleaved_f32.assign(n_blocks_f32 * length * kF32Lanes, 0.0f);
+  for (size_t r = 0; r < n_rows; ++r) {
+    const size_t blk = r / kF32Lanes, lane = r % kF32Lanes;
+    for (size_t j = 0; j < length; ++j) {
+      m_interleaved_f32[(blk * length + j) * kF32Lanes + lane] =
+          static_cast<float>(rows[r * length + j]);
+    }
+  }
+}
+
+size_t DtwBank::scratch_size_f32() const { return 2 * (m_length + 1) * kF32Lanes + m_length; }
+
+bool DtwBank::f32_uses_simd() const {
+  return f32_simd_supported() && static_cast<int>(m_isa) >= static_cast<int>(DtwIsa::kAvx2);
+}
+
+void DtwBank::distances_to_f32(std::span<const double> query, const DtwParams& params,
+                               std::span<float> scratch, std::span<double> out) const {
+  const size_t len = m_length;
+  assert(query.size() == len);
+  assert(out.size() == m_n_rows);
+  assert(scratch.size() >= scratch_size_f32());
+  if (len == 0) {
+    std::fill(out.begin(), out.end(), kInf);
+    return;
+  }
+  constexpr size_t L = kF32Lanes;
+  // The float32 query lives after the two band rows.
+  float* q = scratch.data() + 2 * (len + 1) * L;
+  for (size_t i = 0; i < len; ++i) q[i] = static_cast<float>(query[i]);
+  const auto p2 = static_cast<float>(params.penalty * params.penalty);
+  const Band band = make_band(len, len, params.window);
+#if defined(__x86_64__) || defined(__i386__)
+  const auto kernel = f32_uses_simd() ? block_f32_avx2 : block_f32_portable;
+#else
+  const auto kernel = block_f32_portable;
+#endif
+  const size_t n_blocks = (m_n_rows + L - 1) / L;
+  for (size_t blk = 0; blk < n_blocks; ++blk) {
+    const float* last =
+        kernel(q, m_interleaved_f32.data() + blk * len * L, len, band, p2, scratch.data());
+    const size_t base = blk * L;
+    const size_t n_here = std::min(L, m_n_rows - base);
+    for (size_t l = 0; l < n_here; ++l)
+      out[base + l] = std::sqrt(static_cast<double>(last[len * L + l]));
   }
 }
 

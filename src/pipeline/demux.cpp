@@ -52,6 +52,7 @@ struct Engine {
   BoundaryDetector detector;
   signal::FingerprintParams fingerprint;
   std::vector<std::string> output_columns;
+  demux::DtwPrecision dtw = demux::DtwPrecision::kFloat32;
 
   demux::WarpDemuxModel::Scratch make_classifier_scratch() const {
     return model ? model->make_scratch() : demux::WarpDemuxModel::Scratch{};
@@ -82,7 +83,7 @@ Result<Engine> make_engine(const DemuxOptions& o) {
   ESCPOD_ASSIGN_OR_RETURN(StageSettings sp, stage_settings(o.model_path, o.detector));
   ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(o.model_path));
   ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.cnn_model));
-  Engine e{std::move(model), std::nullopt, std::move(f.detector), f.fingerprint, {}};
+  Engine e{std::move(model), std::nullopt, std::move(f.detector), f.fingerprint, {}, o.dtw};
   for (const auto& c : e.model->output_columns()) e.output_columns.push_back(c);
   return e;
 }
@@ -118,7 +119,8 @@ void classify_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
   t.out.call.status = demux::CallStatus::kNoFingerprint;
   if (!featurize_read(e.detector, e.fingerprint, t, w)) return;
   if (e.model) {
-    e.model->classify(w.features, w.classifier, t.out.call);
+    e.model->classify(w.features, w.classifier, t.out.call, demux::KernelPrecision::kModelDefault,
+                      e.dtw);
   } else if (w.features.size() != e.gbm->n_features()) {
     t.out.reason = fmt::format("GBM model expects {} features, the fingerprint has {}", e.gbm->n_features(),
                            w.features.size());

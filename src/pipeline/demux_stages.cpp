@@ -514,7 +514,8 @@ Status classify_fingerprints(const std::filesystem::path& fingerprints,
     arena.execute([&] {
       tbb::parallel_for(size_t{0}, n, [&](size_t i) {
         Worker& w = workers.local();
-        model.classify(std::span<const double>(x).subspan(i * d, d), w.scratch, w.call);
+        model.classify(std::span<const double>(x).subspan(i * d, d), w.scratch, w.call,
+                       demux::KernelPrecision::kModelDefault, options.dtw);
         labels[i] = w.call.label;
         confidence[i] = w.call.confidence;
         status[i] = w.call.status;

@@ -115,6 +115,28 @@ void BM_DtwBank(benchmark::State& state) {
 }
 BENCHMARK(BM_DtwBank)->ArgsProduct({{851, 2601}, {0, 1, 2}});
 
+// The float32 bank (DtwPrecision::kFloat32); second argument as above (0 = portable loop).
+void BM_DtwBankF32(benchmark::State& state) {
+  const auto n_rows = static_cast<size_t>(state.range(0));
+  const auto isa = static_cast<demux::DtwIsa>(state.range(1));
+  if (!demux::dtw_isa_supported(isa)) {
+    state.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  const auto rows = random_series(n_rows * 25, 3);
+  const auto q = random_series(25, 4);
+  const demux::DtwBank bank(rows, n_rows, 25, isa);
+  state.SetLabel(bank.f32_uses_simd() ? "avx2+fma" : "portable");
+  std::vector<float> scratch(bank.scratch_size_f32());
+  std::vector<double> out(n_rows);
+  for (auto _ : state) {
+    bank.distances_to_f32(q, {15, 0.1}, scratch, out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n_rows));
+}
+BENCHMARK(BM_DtwBankF32)->ArgsProduct({{851, 2601}, {0, 1}});
+
 // The same bank distances one pair at a time with the scalar kernel (the pre-batching baseline).
 void BM_DtwBankScalar(benchmark::State& state) {
   const auto n_rows = static_cast<size_t>(state.range(0));
@@ -133,14 +155,17 @@ BENCHMARK(BM_DtwBankScalar)->Arg(851)->Arg(2601);
 
 // Whole-read classification from a fingerprint (reads/s = items/s), cycling over the 200 golden
 // queries of the model.
+// Argument: 0 = float64 DTW (exact), 1 = float32 DTW (the default).
 void classify_bench(benchmark::State& state, const std::string& stem) {
+  const auto dtw = state.range(0) ? demux::DtwPrecision::kFloat32 : demux::DtwPrecision::kFloat64;
+  state.SetLabel(std::string("dtw ") + demux::dtw_precision_name(dtw));
   const auto& m = model(stem);
   const auto queries = golden_queries(stem);
   auto scratch = m.make_scratch();
   demux::Classification c;
   size_t i = 0;
   for (auto _ : state) {
-    m.classify(queries[i], scratch, c);
+    m.classify(queries[i], scratch, c, demux::KernelPrecision::kModelDefault, dtw);
     benchmark::DoNotOptimize(c.label);
     if (++i == queries.size()) i = 0;
   }
@@ -148,8 +173,8 @@ void classify_bench(benchmark::State& state, const std::string& stem) {
 }
 void BM_ClassifyWDX4(benchmark::State& state) { classify_bench(state, "WDX4_rna004_v1_0"); }
 void BM_ClassifyWDX10(benchmark::State& state) { classify_bench(state, "WDX10_rna004_v1_0"); }
-BENCHMARK(BM_ClassifyWDX4);
-BENCHMARK(BM_ClassifyWDX10);
+BENCHMARK(BM_ClassifyWDX4)->Arg(0)->Arg(1);
+BENCHMARK(BM_ClassifyWDX10)->Arg(0)->Arg(1);
 
 // Synthetic adapter window: 111+ events of 20-45 samples around 100 pA, 1.5 pA noise, then
 // truncated/extended to the requested length.

@@ -38,8 +38,10 @@ class WarpDemuxModel {
   // read. After a classify() call they also expose the intermediate values (tests, debugging).
   struct Scratch {
     std::vector<double> dtw;       // DtwBank scratch
+    std::vector<float> dtw_f32;    // DtwBank scratch of the float32 path
     std::vector<double> distances; // per training row
     std::vector<double> kernel;    // per training row, as fed to the SVM
+    std::vector<float> kernel_arg; // per training row, -gamma * d^p in float32 (float32 kernel)
     std::vector<double> sv_kernel; // per support vector: kernel of its training row
     std::vector<double> decision;  // per pair (0,1), (0,2), ..., (k-2, k-1)
     std::vector<double> pairwise;  // Platt probabilities r_ab per pair (after clipping)
@@ -68,12 +70,17 @@ class WarpDemuxModel {
   // (class-index order), argmax (first maximum wins, as numpy), confidence and the thresholded
   // call (label -1 for noise or below threshold). Allocation-free once `scratch` and
   // out.probabilities have been used once. Thread safety: const; one scratch per thread.
+  // `dtw` picks the DTW arithmetic (see DtwPrecision).
   void classify(std::span<const double> fingerprint, Scratch& scratch, Classification& out,
-                KernelPrecision precision = KernelPrecision::kModelDefault) const;
+                KernelPrecision precision = KernelPrecision::kModelDefault,
+                DtwPrecision dtw = DtwPrecision::kFloat64) const;
 
   // DTW distances from `fingerprint` (length n_features()) to every training fingerprint, in
   // training order, into `out` (size n_training()). Preconditions asserted.
-  void distances(std::span<const double> fingerprint, Scratch& scratch, std::span<double> out) const;
+  void distances(std::span<const double> fingerprint, Scratch& scratch, std::span<double> out,
+                 DtwPrecision dtw = DtwPrecision::kFloat64) const;
+  // Whether the float32 DTW runs on SIMD here (for `--info` and benchmark labels).
+  bool dtw_f32_uses_simd() const { return m_bank.f32_uses_simd(); }
 
   const std::string& name() const { return m_name; }
   const std::filesystem::path& path() const { return m_path; }

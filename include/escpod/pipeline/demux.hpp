@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "escpod/core/status.hpp"
+#include "escpod/demux/dtw.hpp"
 #include "escpod/pod5/file_writer.hpp"
 
 namespace escpod::pipeline {
@@ -30,6 +31,8 @@ struct DemuxOptions {
   std::filesystem::path model_path;     // WarpDemuX-format JSON model
   std::filesystem::path cnn_model;      // boundary CNN (ONNX); empty: found beside the model
   DetectorChoice detector = DetectorChoice::kModelDefault;
+  // DTW arithmetic of the DTW-SVM head (see ClassifyStageOptions::dtw).
+  demux::DtwPrecision dtw = demux::DtwPrecision::kFloat32;
   std::filesystem::path out_dir;        // per-label POD5 files; empty: write none
   std::string prefix = "barcode";       // file names <prefix>_<label>.pod5
   std::filesystem::path classifications_csv;  // empty: none

@@ -201,3 +201,75 @@ TEST(Dtw, BankPaddingAndOddRowCounts) {
 
 }  // namespace
 }  // namespace escpod::demux
+
+namespace escpod::demux {
+namespace {
+
+// The float32 bank: within a few float32 ulps of the double DTW, on the SIMD kernel and on the
+// portable one (a bank built for SSE2 runs the portable float32 loop), for every window.
+TEST(Dtw, Float32BankIsCloseToDoubleOnEveryPath) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> g(0.0, 1.0);
+  size_t n_paths = 0;
+  double worst = 0.0;
+  for (DtwIsa isa : {DtwIsa::kSse2, DtwIsa::kAvx2}) {
+    if (!dtw_isa_supported(isa)) {
+      std::printf("[dtw] float32 on %s: not on this CPU, not tested\n", dtw_isa_name(isa));
+      continue;
+    }
+    ++n_paths;
+    for (size_t n_rows : {1u, 63u, 64u, 65u, 129u}) {
+      std::vector<double> rows(n_rows * 25), q(25);
+      for (double& v : rows) v = g(rng);
+      for (double& v : q) v = g(rng);
+      const DtwBank bank(rows, n_rows, 25, isa);
+      EXPECT_EQ(bank.f32_uses_simd(), isa != DtwIsa::kSse2);
+      std::vector<float> scratch(bank.scratch_size_f32(), std::nanf(""));
+      std::vector<double> out(n_rows);
+      for (size_t w : {0u, 1u, 3u, 15u, 40u}) {
+        bank.distances_to_f32(q, {w, 0.1}, scratch, out);
+        for (size_t r = 0; r < n_rows; ++r) {
+          const std::vector<double> row(rows.begin() + static_cast<long>(r * 25),
+                                        rows.begin() + static_cast<long>((r + 1) * 25));
+          const double exact = reference_dtw(q, row, w, 0.1);
+          const double rel = std::fabs(out[r] - exact) / exact;
+          worst = std::max(worst, rel);
+          ASSERT_LE(rel, 2e-6) << (bank.f32_uses_simd() ? "simd" : "portable") << ", " << n_rows
+                               << " rows, window " << w << ", row " << r << ": " << out[r]
+                               << " vs " << exact;
+        }
+      }
+    }
+  }
+  EXPECT_GE(n_paths, 1u);
+  std::printf("[dtw] float32 bank: max relative deviation from the double DTW %.3g\n", worst);
+}
+
+// On the real models' references and golden queries the float32 distances stay as close.
+TEST(Dtw, Float32BankOnGoldenRows) {
+  for (const char* stem : {"WDX4_rna004_v1_0", "WDX10_rna004_v1_0"}) {
+    const json m = read_json(std::string("warpdemux/") + stem + ".json");
+    const json g = read_json(std::string("warpdemux/golden_") + stem + ".json");
+    const auto fps = m["training_fingerprints"].get<std::vector<std::vector<double>>>();
+    const size_t len = fps.front().size();
+    std::vector<double> rows;
+    for (const auto& f : fps) rows.insert(rows.end(), f.begin(), f.end());
+    const DtwBank bank(rows, fps.size(), len);
+    std::vector<float> scratch(bank.scratch_size_f32());
+    std::vector<double> out(fps.size());
+    double worst = 0.0;
+    for (const json& q : g["queries"]) {
+      const auto fp = q["fingerprint"].get<std::vector<double>>();
+      bank.distances_to_f32(fp, {15, 0.1}, scratch, out);
+      for (size_t r = 0; r < fps.size(); r += 7) {
+        const double exact = reference_dtw(fp, fps[r], 15, 0.1);
+        worst = std::max(worst, std::fabs(out[r] - exact) / exact);
+      }
+    }
+    EXPECT_LE(worst, 2e-6) << stem;
+    std::printf("[dtw] %s float32: max relative deviation %.3g over 200 queries\n", stem, worst);
+  }
+}
+
+}  // namespace
+}  // namespace escpod::demux

@@ -38,7 +38,8 @@ struct Deviations {
   size_t labels_wrong = 0, index_wrong = 0, n_noise_calls = 0;
 };
 
-Deviations run_golden(const std::string& stem, size_t expected_minus_one) {
+Deviations run_golden(const std::string& stem, size_t expected_minus_one,
+                      DtwPrecision dtw = DtwPrecision::kFloat64) {
   const WarpDemuxModel model = load_or_die(stem);
   const json g = read_json(test::shared_data("warpdemux/golden_" + stem + ".json"));
   const auto& tol = g["suggested_tolerances"];
@@ -51,7 +52,7 @@ Deviations run_golden(const std::string& stem, size_t expected_minus_one) {
   size_t n = 0;
   for (const json& q : g["queries"]) {
     const auto fp = q["fingerprint"].get<std::vector<double>>();
-    model.classify(fp, scratch, c);
+    model.classify(fp, scratch, c, KernelPrecision::kModelDefault, dtw);
     const auto dec = q["decision"].get<std::vector<double>>();
     const auto pw = q["pairwise_prob"].get<std::vector<double>>();
     for (size_t i = 0; i < dec.size(); ++i) {
@@ -72,7 +73,7 @@ Deviations run_golden(const std::string& stem, size_t expected_minus_one) {
       EXPECT_FALSE(c.reason().empty());
     }
     // The same read through the double-precision kernel matches `proba_f64`.
-    model.classify(fp, scratch, c64, KernelPrecision::kFloat64);
+    model.classify(fp, scratch, c64, KernelPrecision::kFloat64, dtw);
     const auto p64 = q["proba_f64"].get<std::vector<double>>();
     for (size_t i = 0; i < p64.size(); ++i)
       dev.proba_f64 = std::max(dev.proba_f64, std::fabs(c64.probabilities[i] - p64[i]));
@@ -89,15 +90,22 @@ Deviations run_golden(const std::string& stem, size_t expected_minus_one) {
   EXPECT_EQ(dev.labels_wrong, 0u) << stem;
   EXPECT_EQ(dev.n_noise_calls, expected_minus_one) << stem;
   std::printf(
-      "[golden] %s: 200 queries, max |decision| dev %.3g, |pairwise| %.3g, |proba| %.3g, "
+      "[golden] %s, DTW %s: 200 queries, max |decision| dev %.3g, |pairwise| %.3g, |proba| %.3g, "
       "|proba_f64| %.3g, |confidence| %.3g; pred_index wrong %zu, labels wrong %zu, -1 calls %zu\n",
-      stem.c_str(), dev.decision, dev.pairwise, dev.proba, dev.proba_f64, dev.confidence,
+      stem.c_str(), dtw_precision_name(dtw), dev.decision, dev.pairwise, dev.proba, dev.proba_f64, dev.confidence,
       dev.index_wrong, dev.labels_wrong, dev.n_noise_calls);
   return dev;
 }
 
 TEST(WarpDemuxModel, GoldenWDX4) { run_golden("WDX4_rna004_v1_0", 74); }
 TEST(WarpDemuxModel, GoldenWDX10) { run_golden("WDX10_rna004_v1_0", 99); }
+// The float32 DTW (the fast path) stays within the golden tolerances with exact labels.
+TEST(WarpDemuxModel, GoldenWDX4Float32Dtw) {
+  run_golden("WDX4_rna004_v1_0", 74, DtwPrecision::kFloat32);
+}
+TEST(WarpDemuxModel, GoldenWDX10Float32Dtw) {
+  run_golden("WDX10_rna004_v1_0", 99, DtwPrecision::kFloat32);
+}
 
 TEST(WarpDemuxModel, LoadsAllFiveModels) {
   struct Expect {
