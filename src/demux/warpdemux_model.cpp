@@ -7,6 +7,10 @@
 #include <limits>
 #include <sstream>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "demux/kernel_exp.hpp"
 #include "json_fields.hpp"
 
@@ -443,8 +447,8 @@ void WarpDemuxModel::build_decision_layout(const std::vector<double>& dual_coef)
 
 namespace {
 
-// The loops of decision_values (see there), compiled twice: for the baseline ISA and for AVX2,
-// where each group of 8 pair sums is two vectors instead of four. Same operations per lane.
+// The loops of decision_values (see there): a portable version and an AVX2 one. Same
+// operations per lane.
 struct DecisionInputs {
   size_t k;
   const size_t* sv_start;
@@ -493,8 +497,49 @@ __attribute__((always_inline)) inline void decision_body(const DecisionInputs& i
 void decision_generic(const DecisionInputs& in) { decision_body(in); }
 
 #if defined(__x86_64__)
+// acc[0..8) += coef[sv][0..8) * kv[sv] for sv in [lo, hi), in order; returns the next group's
+// coefficients.
+__attribute__((target("avx2"))) const double* decision_group_avx2(const double* c,
+                                                                   const double* kv, size_t lo,
+                                                                   size_t hi, double* acc) {
+  __m256d a0 = _mm256_load_pd(acc), a1 = _mm256_load_pd(acc + 4);
+  for (size_t sv = lo; sv < hi; ++sv, c += 8) {
+    const __m256d x = _mm256_set1_pd(kv[sv]);
+    a0 = _mm256_add_pd(a0, _mm256_mul_pd(_mm256_loadu_pd(c), x));
+    a1 = _mm256_add_pd(a1, _mm256_mul_pd(_mm256_loadu_pd(c + 4), x));
+  }
+  _mm256_store_pd(acc, a0);
+  _mm256_store_pd(acc + 4, a1);
+  return c;
+}
+
+// decision_body with each group's 8 sums held in two registers (left to itself, GCC keeps them
+// in memory and shuffles). Per lane still mul then add, in SV order: the same values.
 __attribute__((target("avx2"))) void decision_avx2(const DecisionInputs& in) {
-  decision_body(in);
+  const size_t k = in.k;
+  const double* c = in.coef;
+  const double* kv = in.kv;
+  auto pair_index = [k](size_t a, size_t b) { return a * k - a * (a + 1) / 2 + (b - a - 1); };
+  alignas(32) double acc[8];
+  for (size_t a = 0; a < k; ++a) {  // pass 1
+    for (size_t b0 = a + 1; b0 < k; b0 += 8) {
+      for (double& v : acc) v = 0.0;
+      c = decision_group_avx2(c, kv, in.sv_start[a], in.sv_start[a + 1], acc);
+      const size_t n = std::min<size_t>(8, k - b0);
+      for (size_t t = 0; t < n; ++t) in.decision[pair_index(a, b0 + t)] = acc[t];
+    }
+  }
+  for (size_t b = 1; b < k; ++b) {  // pass 2
+    for (size_t a0 = 0; a0 < b; a0 += 8) {
+      const size_t n = std::min<size_t>(8, b - a0);
+      for (size_t t = 0; t < 8; ++t) acc[t] = t < n ? in.decision[pair_index(a0 + t, b)] : 0.0;
+      c = decision_group_avx2(c, kv, in.sv_start[b], in.sv_start[b + 1], acc);
+      for (size_t t = 0; t < n; ++t) {
+        const size_t pair = pair_index(a0 + t, b);
+        in.decision[pair] = acc[t] - (-in.intercept[pair]);
+      }
+    }
+  }
 }
 #endif
 

@@ -341,3 +341,31 @@ def test_damaged_parquet_is_an_error_or_a_table_never_a_crash(escpod, wdx4, samp
             assert "damaged.parquet" in r.stderr, (k, r.stderr)
             assert not out.exists()
     assert n_errors >= 6  # every truncation at least
+
+
+def test_dtw_precision_float64_matches_float32_calls(escpod, wdx4, sample_files, chained, tmp_path):
+    """--dtw-precision float64 (dtaidistance's distances exactly) and the float32 default give
+    the same calls, with probabilities within the golden tolerance (2e-6, plus the CSV's 1e-6
+    rounding), in the fused pipeline and in `demux classify`; a bad value is refused."""
+    (_, fp, calls32), _, fused32 = chained
+    fused64 = tmp_path / "fused64.csv"
+    run([escpod, "demux", *sample_files, "--model", wdx4, "--classifications", fused64, "-t", "2",
+         "--dtw-precision", "float64"])
+    calls64 = tmp_path / "calls64.csv"
+    run([escpod, "demux", "classify", fp, "--model", wdx4, "-o", calls64, "--probabilities",
+         "--dtw-precision", "float64"])
+    for a_path, b_path, label in ((fused32, fused64, "barcode"), (calls32, calls64, "predicted_barcode")):
+        a, b = read_csv(a_path), read_csv(b_path)
+        assert [r["read_id"] for r in a] == [r["read_id"] for r in b]
+        assert [r[label] for r in a] == [r[label] for r in b], a_path.name
+        n_prob = 0
+        for x, y in zip(a, b):
+            for col in (c for c in x if re.fullmatch(r"p(\d\d|-1)", c)):
+                if x[col] and y[col]:
+                    assert abs(float(x[col]) - float(y[col])) <= 3.01e-6, (col, x, y)
+                    n_prob += 1
+        assert n_prob > 0, f"no probabilities compared in {a_path.name}"
+    r = run([escpod, "demux", "classify", fp, "--model", wdx4, "-o", tmp_path / "x.csv",
+             "--dtw-precision", "float16"], check=False)
+    assert r.returncode != 0 and "dtw-precision" in r.stderr
+    assert not (tmp_path / "x.csv").exists()
