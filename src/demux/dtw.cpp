@@ -387,7 +387,7 @@ DtwBank::DtwBank(std::span<const double> rows, size_t n_rows, size_t length, Dtw
   }
 }
 
-size_t DtwBank::scratch_size_f32() const { return 2 * (m_length + 1) * kF32Lanes + m_length; }
+size_t DtwBank::scratch_size_f32() const { return 2 * (m_length + 1) * kF32Lanes + m_length + 16; }
 
 bool DtwBank::f32_uses_simd() const {
   return f32_simd_supported() && static_cast<int>(m_isa) >= static_cast<int>(DtwIsa::kAvx2);
@@ -405,7 +405,10 @@ void DtwBank::distances_to_f32(std::span<const double> query, const DtwParams& p
   }
   constexpr size_t L = kF32Lanes;
   // The float32 query lives after the two band rows.
-  float* q = scratch.data() + 2 * (len + 1) * L;
+  // Rows start on a cache line: a 32-byte access at 48 mod 64 would straddle two.
+  float* rows = scratch.data();
+  while (reinterpret_cast<uintptr_t>(rows) % 64 != 0) ++rows;
+  float* q = rows + 2 * (len + 1) * L;
   for (size_t i = 0; i < len; ++i) q[i] = static_cast<float>(query[i]);
   const auto p2 = static_cast<float>(params.penalty * params.penalty);
   const Band band = make_band(len, len, params.window);
@@ -417,7 +420,7 @@ void DtwBank::distances_to_f32(std::span<const double> query, const DtwParams& p
   const size_t n_blocks = (m_n_rows + L - 1) / L;
   for (size_t blk = 0; blk < n_blocks; ++blk) {
     const float* last =
-        kernel(q, m_interleaved_f32.data() + blk * len * L, len, band, p2, scratch.data());
+        kernel(q, m_interleaved_f32.data() + blk * len * L, len, band, p2, rows);
     const size_t base = blk * L;
     const size_t n_here = std::min(L, m_n_rows - base);
     for (size_t l = 0; l < n_here; ++l)
@@ -439,10 +442,12 @@ void DtwBank::distances_to(std::span<const double> query, const DtwParams& param
   const double p2 = params.penalty * params.penalty;
   const Band band = make_band(len, len, params.window);
   const BlockKernel kernel = kernel_of(m_isa);
+  double* rows = scratch.data();  // on a cache line, as in distances_to_f32
+  while (reinterpret_cast<uintptr_t>(rows) % 64 != 0) ++rows;
   const size_t n_blocks = (m_n_rows + L - 1) / L;
   for (size_t blk = 0; blk < n_blocks; ++blk) {
     const double* last =
-        kernel(query.data(), m_interleaved.data() + blk * len * L, len, band, p2, scratch.data());
+        kernel(query.data(), m_interleaved.data() + blk * len * L, len, band, p2, rows);
     const size_t base = blk * L;
     const size_t n_here = std::min(L, m_n_rows - base);
     for (size_t l = 0; l < n_here; ++l) out[base + l] = std::sqrt(last[len * L + l]);

@@ -15,10 +15,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <vector>
 
 namespace escpod::demux {
+
+namespace detail {
+// Storage that starts on a cache line, so that no 32-byte SIMD access straddles two lines.
+template <class T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <class U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}  // NOLINT: rebinding
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  template <class U>
+  bool operator==(const CacheLineAllocator<U>&) const { return true; }
+};
+}  // namespace detail
 
 // Arithmetic of the DTW distances a classifier uses. kFloat64 is dtaidistance's bit for bit;
 // kFloat32 is DtwBank::distances_to_f32 (about 2x faster, within a few float32 ulps).
@@ -74,7 +90,7 @@ class DtwBank {
   size_t lanes() const { return m_lanes; }
 
   // Doubles of scratch distances_to() needs.
-  size_t scratch_size() const { return 2 * (m_length + 1) * m_lanes; }
+  size_t scratch_size() const { return 2 * (m_length + 1) * m_lanes + 8; }
 
   // out[r] = dtw_distance(query, row r, params) for every row. Preconditions (asserted):
   // query.size() == length(), out.size() == n_rows(), scratch.size() >= scratch_size().
@@ -100,9 +116,9 @@ class DtwBank {
   size_t m_lanes = 8;
   // Blocks of m_lanes rows; in block b, value j of lane l is at
   // [b * length * lanes + j * lanes + l]. The last block is padded with zero rows.
-  std::vector<double> m_interleaved;
+  std::vector<double, detail::CacheLineAllocator<double>> m_interleaved;
   // The same rows as float32 in blocks of 64 (distances_to_f32).
-  std::vector<float> m_interleaved_f32;
+  std::vector<float, detail::CacheLineAllocator<float>> m_interleaved_f32;
 };
 
 }  // namespace escpod::demux
