@@ -190,12 +190,8 @@ class Router {
   }
 
   Status route(const ReadTask& t, DemuxReport& report) {
-    const pod5::ReadBatch& b = *t.batch;
-    // The last read of a batch: its signal pages will not be needed again (resident memory
-    // stays bounded on huge inputs instead of growing with the mapped file).
-    if (t.row + 1 == b.size() && !b.signal_rows.empty()) {
-      t.file->drop_signal_pages(*std::min_element(b.signal_rows.begin(), b.signal_rows.end()));
-    }
+    const pod5::ReadBatch& b = *t.batch;  // its mapped signal pages are released by
+                                          // for_each_read_ordered once the batch is done
     const std::string label = t.out.reason.empty() ? label_name(t.out.call.label) : "unclassified";
     ++report.n_reads;
     report.n_samples_decoded += t.out.n_decoded;

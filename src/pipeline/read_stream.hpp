@@ -9,6 +9,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -58,6 +59,16 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
     failed = true;
   };
   tbb::enumerable_thread_specific<Scratch> scratch(make_scratch);
+  // Once every read of a batch has been emitted (in input order, so when the next batch's first
+  // read is), the signal below it will not be read again: its mapped pages are released, so
+  // resident memory stays bounded on huge inputs instead of growing with the mapped file.
+  std::shared_ptr<const pod5::ReadBatch> emitted_batch;
+  const pod5::FileReader* emitted_file = nullptr;
+  auto drop_pages_before = [](const std::shared_ptr<const pod5::ReadBatch>& done,
+                              const pod5::FileReader* file) {
+    if (done && file && !done->signal_rows.empty())
+      file->drop_signal_pages(*std::min_element(done->signal_rows.begin(), done->signal_rows.end()));
+  };
   size_t file_idx = 0, batch_idx = 0, row = 0;
   std::shared_ptr<const pod5::ReadBatch> batch;
   const int threads = std::max(1, n_threads);
@@ -122,6 +133,11 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
                 if (failed) return;
                 Status s = emit(t);
                 if (!s.is_ok()) fail(std::move(s));
+                if (t.batch != emitted_batch) {
+                  drop_pages_before(emitted_batch, emitted_file);
+                  emitted_batch = t.batch;
+                  emitted_file = t.file;
+                }
               }
             }));
   });
