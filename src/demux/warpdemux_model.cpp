@@ -683,6 +683,8 @@ std::string WarpDemuxModel::describe() const {
   o << "training rows:  " << n_training() << " (" << n_support() << " support vectors)\n";
   o << "DTW:            window " << m_dtw.window << " (band |i-j| <= " << m_dtw.window
     << " - 1), penalty " << m_dtw.penalty << " (squared per non-diagonal step)\n";
+  o << "DTW arithmetic: float32 by default (" << (m_bank.f32_uses_simd() ? "AVX2+FMA" : "portable")
+    << "), or float64 = dtaidistance bit for bit (" << dtw_isa_name(m_bank.isa()) << ")\n";
   o << "kernel:         exp(-" << m_gamma << " * d^" << m_power << "), "
     << (m_kernel_f32 ? "float32" : "float64") << (m_kernel_weighted ? ", kernel-weighted" : "")
     << "\n";

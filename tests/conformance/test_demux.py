@@ -30,6 +30,7 @@ def test_info_needs_nothing_but_the_model(escpod, wdx4):
     out = run([escpod, "demux", "--model", wdx4, "--info"]).stdout
     assert "CNN file:" in out and "adapted_cnn_rna004_130bps@v0.2.4.onnx" in out
     assert "BC03" in out and "BC07" in out
+    assert "DTW arithmetic: float32 by default" in out
 
 
 def test_every_read_ends_in_exactly_one_output(escpod, wdx4, rna_file, tmp_path):

@@ -4,6 +4,10 @@
 #include <benchmark/benchmark.h>
 
 #include <random>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <string>
 #include <vector>
 
@@ -66,5 +70,53 @@ BENCHMARK(BM_CrfH96Chunk2000Reference)->Arg(1)->Unit(benchmark::kMillisecond)->U
 BENCHMARK(BM_BoundaryCnn1500Reference)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
+
+// The physical limit: float32 FMA throughput of one core. Twelve independent accumulators (more
+// than FMA latency x pipes) in hand-written assembly, so neither the compiler nor a dependency
+// chain decides the number; FLOPs = 2 per lane per FMA.
+#if defined(__x86_64__)
+#define ESCPOD_FMA12(R)                                                                      \
+  "vfmadd231ps %%" R "12,%%" R "13,%%" R "0\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "1\n\t" \
+  "vfmadd231ps %%" R "12,%%" R "13,%%" R "2\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "3\n\t"  \
+  "vfmadd231ps %%" R "12,%%" R "13,%%" R "4\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "5\n\t"  \
+  "vfmadd231ps %%" R "12,%%" R "13,%%" R "6\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "7\n\t"  \
+  "vfmadd231ps %%" R "12,%%" R "13,%%" R "8\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "9\n\t"  \
+  "vfmadd231ps %%" R "12,%%" R "13,%%" R "10\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "11\n\t"
+#define ESCPOD_FMA_CLOBBERS                                                                  \
+  "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
+      "xmm10", "xmm11", "xmm12", "xmm13"
+
+__attribute__((target("avx2,fma"))) void fma_loop_ymm(int64_t n) {
+  asm volatile("vxorps %%xmm12,%%xmm12,%%xmm12\n\t vxorps %%xmm13,%%xmm13,%%xmm13\n\t"
+               "1:\n\t" ESCPOD_FMA12("ymm") "dec %0\n\t jnz 1b\n\t vzeroupper"
+               : "+r"(n)
+               :
+               : ESCPOD_FMA_CLOBBERS);
+}
+__attribute__((target("avx512f"))) void fma_loop_zmm(int64_t n) {
+  asm volatile("vxorps %%xmm12,%%xmm12,%%xmm12\n\t vxorps %%xmm13,%%xmm13,%%xmm13\n\t"
+               "1:\n\t" ESCPOD_FMA12("zmm") "dec %0\n\t jnz 1b\n\t vzeroupper"
+               : "+r"(n)
+               :
+               : ESCPOD_FMA_CLOBBERS);
+}
+
+// Argument: vector width in floats (8 = AVX2, 16 = AVX-512).
+void BM_PeakFma(benchmark::State& s) {
+  const bool wide = s.range(0) == 16;
+  if (wide ? !__builtin_cpu_supports("avx512f") : !__builtin_cpu_supports("fma")) {
+    s.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  constexpr int64_t kIters = 1 << 22;
+  for (auto _ : s) wide ? fma_loop_zmm(kIters) : fma_loop_ymm(kIters);
+  const double flops = 2.0 * static_cast<double>(s.range(0)) * 12 * static_cast<double>(kIters);
+  s.counters["GFLOP/s"] = benchmark::Counter(flops * static_cast<double>(s.iterations()) / 1e9,
+                                             benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PeakFma)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);
+#undef ESCPOD_FMA12
+#undef ESCPOD_FMA_CLOBBERS
+#endif
 
 BENCHMARK_MAIN();
