@@ -43,67 +43,22 @@ Band make_band(size_t n, size_t m, size_t window) {
 }
 
 
-// One block of references against one query: the band rows of dtw_distance for lanes = 4 x VW
-// references at once, laid out [column + 1][lane] in `prev` and `cur`. The four vectors of a
-// cell are independent chains, which hides the latency of the left-neighbour dependency. Every
-// min is MINPD (a < b ? a : b per lane, the scalar expression), with no FMA, so the result is
-// bit-identical to dtw_distance (tests compare every bank distance to it, on every ISA the CPU
-// has). Returns the row holding D[len-1][*] (the squared distance of lane l at [len * lanes + l]).
-#define ESCPOD_DTW_BLOCK_KERNEL(NAME, TARGET, VEC, VW, SET1, LOADU, STOREU, ADD, SUB, MUL, MIN)   \
+// One block of references against one query: the band rows of dtw_distance for lanes = NV x VW
+// references at once, laid out [column + 1][lane] in `prev` and `cur`. The NV vectors of a cell
+// are independent chains, which hides the latency of the left-neighbour dependency. CELL computes
+// one vector of one cell (below). Every min is a < b ? a : b per lane (MINPD, the scalar
+// expression) and no product is contracted into its sum, so the result is bit-identical to
+// dtw_distance (tests compare every bank distance to it, on every ISA the CPU has). Returns the
+// row holding D[len-1][*] (the squared distance of lane l at [len * lanes + l]).
+#define ESCPOD_DTW_BLOCK_KERNEL(NAME, TARGET, VEC, VW, NV, SET1, LOADU, STOREU, ADD, SUB, MUL,      \
+                                MIN, FMADD, FNMADD, CELL)                                        \
   TARGET const double* NAME(const double* query, const double* ref, size_t len, const Band& band, \
                             double p2, double* scratch) {                                      \
-    constexpr size_t L = 4 * (VW);                                                             \
+    constexpr size_t L = (NV) * (VW);                                                          \
     double* prev = scratch;                                                                    \
     double* cur = scratch + (len + 1) * L;                                                     \
     const VEC inf = SET1(kInf), pen = SET1(p2);                                                \
-    for (size_t k = 0; k < 2 * (len + 1) * L; k += (VW)) STOREU(scratch + k, inf);             \
-    for (size_t k = 0; k < L; k += (VW)) STOREU(prev + k, SET1(0.0));                          \
-    for (size_t i = 0; i < len; ++i) {                                                         \
-      const size_t lo = band.lo(i), hi = band.hi(i);                                           \
-      for (size_t k = 0; k < L; k += (VW)) STOREU(cur + lo * L + k, inf);                      \
-      if (i > 0)                                                                               \
-        for (size_t k = 0; k < L; k += (VW)) STOREU(prev + k, inf);                            \
-      const VEC q = SET1(query[i]);                                                            \
-      VEC left0 = inf, left1 = inf, left2 = inf, left3 = inf;                                  \
-      for (size_t j = lo; j < hi; ++j) {                                                       \
-        const double* rj = ref + j * L;                                                        \
-        const double* diag = prev + j * L;                                                     \
-        const double* up = prev + (j + 1) * L;                                                 \
-        double* dst = cur + (j + 1) * L;                                                       \
-        ESCPOD_DTW_CELL(left0, 0, VW, LOADU, STOREU, ADD, SUB, MUL, MIN)                       \
-        ESCPOD_DTW_CELL(left1, 1, VW, LOADU, STOREU, ADD, SUB, MUL, MIN)                       \
-        ESCPOD_DTW_CELL(left2, 2, VW, LOADU, STOREU, ADD, SUB, MUL, MIN)                       \
-        ESCPOD_DTW_CELL(left3, 3, VW, LOADU, STOREU, ADD, SUB, MUL, MIN)                       \
-      }                                                                                        \
-      std::swap(prev, cur);                                                                    \
-    }                                                                                          \
-    return prev;                                                                               \
-  }
-// One vector of one cell: best = min(diag, up + P^2, left + P^2); left = (q - ref)^2 + best.
-#define ESCPOD_DTW_CELL(LEFT, V, VW, LOADU, STOREU, ADD, SUB, MUL, MIN)   \
-  {                                                                       \
-    const auto d = SUB(q, LOADU(rj + (V) * (VW)));                        \
-    auto best = LOADU(diag + (V) * (VW));                                 \
-    best = MIN(ADD(LOADU(up + (V) * (VW)), pen), best);                   \
-    best = MIN(ADD(LEFT, pen), best);                                     \
-    LEFT = ADD(MUL(d, d), best);                                          \
-    STOREU(dst + (V) * (VW), LEFT);                                       \
-  }
-
-// The FMA-capable ISAs run a rearranged but still bit-identical cell, 8 vectors per step:
-//   min(up + P^2, left + P^2) == min(up, left) + P^2 exactly (rounding is monotone), one add
-//   fewer; q - r and x + P^2 are issued as fma(-r, 1, q) and fma(x, 1, P^2), whose single
-//   rounding gives the same values as the plain sub/add, but they run on the FMA pipes, which the
-//   mins and adds leave idle. The product d * d and its add stay separate (no contraction). The
-//   longer left-neighbour chain this makes is hidden by the eight independent vectors.
-#define ESCPOD_DTW_FMA_BLOCK_KERNEL(NAME, TARGET, VEC, VW, SET1, LOADU, STOREU, ADD, MUL, MIN,     \
-                                    FMADD, FNMADD)                                              \
-  TARGET const double* NAME(const double* query, const double* ref, size_t len, const Band& band, \
-                            double p2, double* scratch) {                                      \
-    constexpr size_t NV = 8, L = NV * (VW);                                                    \
-    double* prev = scratch;                                                                    \
-    double* cur = scratch + (len + 1) * L;                                                     \
-    const VEC inf = SET1(kInf), pen = SET1(p2), one = SET1(1.0);                               \
+    [[maybe_unused]] const VEC one = SET1(1.0);                                                \
     for (size_t k = 0; k < 2 * (len + 1) * L; k += (VW)) STOREU(scratch + k, inf);             \
     for (size_t k = 0; k < L; k += (VW)) STOREU(prev + k, SET1(0.0));                          \
     for (size_t i = 0; i < len; ++i) {                                                         \
@@ -113,17 +68,14 @@ Band make_band(size_t n, size_t m, size_t window) {
         for (size_t k = 0; k < L; k += (VW)) STOREU(prev + k, inf);                            \
       const VEC q = SET1(query[i]);                                                            \
       VEC left[NV];                                                                            \
-      for (size_t v = 0; v < NV; ++v) left[v] = inf;                                           \
+      for (size_t v = 0; v < (NV); ++v) left[v] = inf;                                         \
       for (size_t j = lo; j < hi; ++j) {                                                       \
         const double* rj = ref + j * L;                                                        \
         const double* diag = prev + j * L;                                                     \
         const double* up = prev + (j + 1) * L;                                                 \
         double* dst = cur + (j + 1) * L;                                                       \
-        _Pragma("GCC unroll 8") for (size_t v = 0; v < NV; ++v) {                              \
-          const VEC d = FNMADD(LOADU(rj + v * (VW)), one, q);                                  \
-          const VEC step = FMADD(MIN(LOADU(up + v * (VW)), left[v]), one, pen);                \
-          const VEC best = MIN(step, LOADU(diag + v * (VW)));                                  \
-          left[v] = ADD(MUL(d, d), best);                                                      \
+        _Pragma("GCC unroll 8") for (size_t v = 0; v < (NV); ++v) {                            \
+          CELL(VEC, VW, LOADU, ADD, SUB, MUL, MIN, FMADD, FNMADD)                              \
           STOREU(dst + v * (VW), left[v]);                                                     \
         }                                                                                      \
       }                                                                                        \
@@ -131,19 +83,38 @@ Band make_band(size_t n, size_t m, size_t window) {
     }                                                                                          \
     return prev;                                                                               \
   }
+// dtw_distance's cell as written: best = min(diag, up + P^2, left + P^2); left = (q - r)^2 + best.
+#define ESCPOD_DTW_CELL_PLAIN(VEC, VW, LOADU, ADD, SUB, MUL, MIN, FMADD, FNMADD) \
+  const VEC d = SUB(q, LOADU(rj + v * (VW)));                                    \
+  VEC best = LOADU(diag + v * (VW));                                             \
+  best = MIN(ADD(LOADU(up + v * (VW)), pen), best);                              \
+  best = MIN(ADD(left[v], pen), best);                                           \
+  left[v] = ADD(MUL(d, d), best);
+// The same values for the FMA-capable ISAs, rearranged (8 vectors per step there):
+//   min(up + P^2, left + P^2) == min(up, left) + P^2 exactly (rounding is monotone), one add
+//   fewer; q - r and x + P^2 are issued as fma(-r, 1, q) and fma(x, 1, P^2), whose single
+//   rounding gives the same values as the plain sub/add, but they run on the FMA pipes, which the
+//   mins and adds leave idle. The product d * d and its add stay separate (no contraction). The
+//   longer left-neighbour chain this makes is hidden by the eight independent vectors.
+#define ESCPOD_DTW_CELL_FMA(VEC, VW, LOADU, ADD, SUB, MUL, MIN, FMADD, FNMADD) \
+  const VEC d = FNMADD(LOADU(rj + v * (VW)), one, q);                          \
+  const VEC step = FMADD(MIN(LOADU(up + v * (VW)), left[v]), one, pen);        \
+  left[v] = ADD(MUL(d, d), MIN(step, LOADU(diag + v * (VW))));
 
 #if defined(__x86_64__) || defined(__i386__)
-ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , __m128d, 2, _mm_set1_pd, _mm_loadu_pd, _mm_storeu_pd,
-                        _mm_add_pd, _mm_sub_pd, _mm_mul_pd, _mm_min_pd)
-ESCPOD_DTW_FMA_BLOCK_KERNEL(block_avx2, __attribute__((target("avx2,fma"))), __m256d, 4,
-                            _mm256_set1_pd, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd,
-                            _mm256_mul_pd, _mm256_min_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd)
+ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , __m128d, 2, 4, _mm_set1_pd, _mm_loadu_pd, _mm_storeu_pd,
+                        _mm_add_pd, _mm_sub_pd, _mm_mul_pd, _mm_min_pd, -, -, ESCPOD_DTW_CELL_PLAIN)
+ESCPOD_DTW_BLOCK_KERNEL(block_avx2, __attribute__((target("avx2,fma"))), __m256d, 4, 8,
+                        _mm256_set1_pd, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd,
+                        _mm256_sub_pd, _mm256_mul_pd, _mm256_min_pd, _mm256_fmadd_pd,
+                        _mm256_fnmadd_pd, ESCPOD_DTW_CELL_FMA)
 // GCC 12's _mm512_set1_pd trips a false -Wmaybe-uninitialized (GCC bug 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-ESCPOD_DTW_FMA_BLOCK_KERNEL(block_avx512, __attribute__((target("avx512f"))), __m512d, 8,
-                            _mm512_set1_pd, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_add_pd,
-                            _mm512_mul_pd, _mm512_min_pd, _mm512_fmadd_pd, _mm512_fnmadd_pd)
+ESCPOD_DTW_BLOCK_KERNEL(block_avx512, __attribute__((target("avx512f"))), __m512d, 8, 8,
+                        _mm512_set1_pd, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_add_pd,
+                        _mm512_sub_pd, _mm512_mul_pd, _mm512_min_pd, _mm512_fmadd_pd,
+                        _mm512_fnmadd_pd, ESCPOD_DTW_CELL_FMA)
 #pragma GCC diagnostic pop
 #else
 // Portable lanes: the same per-lane expressions on plain doubles (VW = 2, 8 lanes).
@@ -159,11 +130,12 @@ inline Pair p_mul(Pair a, Pair b) { return {{a.v[0] * b.v[0], a.v[1] * b.v[1]}};
 inline Pair p_min(Pair a, Pair b) {
   return {{a.v[0] < b.v[0] ? a.v[0] : b.v[0], a.v[1] < b.v[1] ? a.v[1] : b.v[1]}};
 }
-ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , Pair, 2, p_set1, p_load, p_store, p_add, p_sub, p_mul, p_min)
+ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , Pair, 2, 4, p_set1, p_load, p_store, p_add, p_sub, p_mul,
+                        p_min, -, -, ESCPOD_DTW_CELL_PLAIN)
 #endif
 #undef ESCPOD_DTW_BLOCK_KERNEL
-#undef ESCPOD_DTW_CELL
-#undef ESCPOD_DTW_FMA_BLOCK_KERNEL
+#undef ESCPOD_DTW_CELL_PLAIN
+#undef ESCPOD_DTW_CELL_FMA
 
 // The float32 block: 64 references (8 vectors of 8 lanes) per step, the rearranged cell of the
 // FMA kernels above, and one change that does alter rounding: (q - r)^2 + best is one fused
@@ -393,65 +365,68 @@ bool DtwBank::f32_uses_simd() const {
   return f32_simd_supported() && static_cast<int>(m_isa) >= static_cast<int>(DtwIsa::kAvx2);
 }
 
+namespace {
+
+// The first element of `p` that starts a cache line (scratch sizes leave room for it): a 32-byte
+// access at 48 mod 64 would straddle two lines.
+template <class T>
+T* cache_line_start(T* p) {
+  while (reinterpret_cast<uintptr_t>(p) % 64 != 0) ++p;
+  return p;
+}
+
+// Runs `kernel` over every block of `lanes` interleaved references and writes the square roots
+// of the final cells: the part distances_to and distances_to_f32 share.
+template <class T, class Kernel>
+void run_blocks(Kernel kernel, const T* query, const T* interleaved, size_t n_rows, size_t len,
+                size_t lanes, const Band& band, T p2, T* rows, std::span<double> out) {
+  const size_t n_blocks = (n_rows + lanes - 1) / lanes;
+  for (size_t blk = 0; blk < n_blocks; ++blk) {
+    const T* last = kernel(query, interleaved + blk * len * lanes, len, band, p2, rows);
+    const size_t base = blk * lanes;
+    const size_t n_here = std::min(lanes, n_rows - base);
+    for (size_t l = 0; l < n_here; ++l)
+      out[base + l] = std::sqrt(static_cast<double>(last[len * lanes + l]));
+  }
+}
+
+}  // namespace
+
+bool DtwBank::nothing_to_compute(std::span<const double> query, std::span<double> out) const {
+  assert(query.size() == m_length);
+  assert(out.size() == m_n_rows);
+  (void)query;
+  if (m_length != 0) return false;
+  std::fill(out.begin(), out.end(), kInf);  // as dtw_distance of empty series
+  return true;
+}
+
 void DtwBank::distances_to_f32(std::span<const double> query, const DtwParams& params,
                                std::span<float> scratch, std::span<double> out) const {
-  const size_t len = m_length;
-  assert(query.size() == len);
-  assert(out.size() == m_n_rows);
   assert(scratch.size() >= scratch_size_f32());
-  if (len == 0) {
-    std::fill(out.begin(), out.end(), kInf);
-    return;
-  }
-  constexpr size_t L = kF32Lanes;
-  // The float32 query lives after the two band rows.
-  // Rows start on a cache line: a 32-byte access at 48 mod 64 would straddle two.
-  float* rows = scratch.data();
-  while (reinterpret_cast<uintptr_t>(rows) % 64 != 0) ++rows;
-  float* q = rows + 2 * (len + 1) * L;
+  if (nothing_to_compute(query, out)) return;
+  const size_t len = m_length;
+  float* rows = cache_line_start(scratch.data());
+  float* q = rows + 2 * (len + 1) * kF32Lanes;  // the float32 query, after the two band rows
   for (size_t i = 0; i < len; ++i) q[i] = static_cast<float>(query[i]);
-  const auto p2 = static_cast<float>(params.penalty * params.penalty);
-  const Band band = make_band(len, len, params.window);
 #if defined(__x86_64__) || defined(__i386__)
   const auto kernel = f32_uses_simd() ? block_f32_avx2 : block_f32_portable;
 #else
   const auto kernel = block_f32_portable;
 #endif
-  const size_t n_blocks = (m_n_rows + L - 1) / L;
-  for (size_t blk = 0; blk < n_blocks; ++blk) {
-    const float* last =
-        kernel(q, m_interleaved_f32.data() + blk * len * L, len, band, p2, rows);
-    const size_t base = blk * L;
-    const size_t n_here = std::min(L, m_n_rows - base);
-    for (size_t l = 0; l < n_here; ++l)
-      out[base + l] = std::sqrt(static_cast<double>(last[len * L + l]));
-  }
+  run_blocks(kernel, q, m_interleaved_f32.data(), m_n_rows, len, kF32Lanes,
+             make_band(len, len, params.window),
+             static_cast<float>(params.penalty * params.penalty), rows, out);
 }
 
 void DtwBank::distances_to(std::span<const double> query, const DtwParams& params,
                            std::span<double> scratch, std::span<double> out) const {
-  const size_t len = m_length;
-  assert(query.size() == len);
-  assert(out.size() == m_n_rows);
   assert(scratch.size() >= scratch_size());
-  if (len == 0) {
-    std::fill(out.begin(), out.end(), kInf);
-    return;
-  }
-  const size_t L = m_lanes;
-  const double p2 = params.penalty * params.penalty;
-  const Band band = make_band(len, len, params.window);
-  const BlockKernel kernel = kernel_of(m_isa);
-  double* rows = scratch.data();  // on a cache line, as in distances_to_f32
-  while (reinterpret_cast<uintptr_t>(rows) % 64 != 0) ++rows;
-  const size_t n_blocks = (m_n_rows + L - 1) / L;
-  for (size_t blk = 0; blk < n_blocks; ++blk) {
-    const double* last =
-        kernel(query.data(), m_interleaved.data() + blk * len * L, len, band, p2, rows);
-    const size_t base = blk * L;
-    const size_t n_here = std::min(L, m_n_rows - base);
-    for (size_t l = 0; l < n_here; ++l) out[base + l] = std::sqrt(last[len * L + l]);
-  }
+  if (nothing_to_compute(query, out)) return;
+  const size_t len = m_length;
+  run_blocks(kernel_of(m_isa), query.data(), m_interleaved.data(), m_n_rows, len, m_lanes,
+             make_band(len, len, params.window), params.penalty * params.penalty,
+             cache_line_start(scratch.data()), out);
 }
 
 }  // namespace escpod::demux

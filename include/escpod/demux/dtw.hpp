@@ -110,6 +110,10 @@ class DtwBank {
   bool f32_uses_simd() const;
 
  private:
+  // Checks the preconditions shared by distances_to and distances_to_f32; for a bank of empty
+  // series fills `out` with +inf and returns true.
+  bool nothing_to_compute(std::span<const double> query, std::span<double> out) const;
+
   size_t m_n_rows = 0;
   size_t m_length = 0;
   DtwIsa m_isa = DtwIsa::kSse2;
