@@ -18,7 +18,7 @@ struct FilterCliOptions {
   WriterFlags writer;
 };
 
-Status run_filter(const FilterCliOptions& opts) {
+Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
   pipeline::FilterCriteria c;
   if (!opts.ids.empty()) {
     ESCPOD_ASSIGN_OR_RETURN(auto ids, pod5::read_id_list(opts.ids));
@@ -36,6 +36,7 @@ Status run_filter(const FilterCliOptions& opts) {
   pipeline::FilterOptions fo;
   ESCPOD_ASSIGN_OR_RETURN(fo.writer, writer_options(opts.writer));
   fo.missing_ok = opts.missing_ok;
+  fo.n_threads = resolve_threads(global);
   pipeline::FilterReport report;
   ESCPOD_RETURN_IF_ERROR(pipeline::filter_files(files, opts.output, c, fo, &report));
   if (!report.missing_ids.empty()) {
@@ -69,7 +70,7 @@ void register_filter(CLI::App& app, GlobalOptions& global) {
   sub->add_flag("--missing-ok", opts->missing_ok, "Listed ids missing from the inputs are a warning");
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);
-  set_body(sub, [opts] { return run_filter(*opts); });
+  set_body(sub, [opts, &global] { return run_filter(*opts, global); });
 }
 
 }  // namespace escpod::cli

@@ -16,11 +16,12 @@ struct MergeCliOptions {
   WriterFlags writer;
 };
 
-Status run_merge(const MergeCliOptions& opts) {
+Status run_merge(const MergeCliOptions& opts, const GlobalOptions& global) {
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));
   pipeline::MergeOptions mo;
   ESCPOD_ASSIGN_OR_RETURN(mo.writer, writer_options(opts.writer));
   mo.duplicate_ok = opts.duplicate_ok;
+  mo.n_threads = resolve_threads(global);
   const auto t0 = std::chrono::steady_clock::now();
   pipeline::CopyStats stats;
   uint64_t n_dup = 0;
@@ -46,7 +47,7 @@ void register_merge(CLI::App& app, GlobalOptions& global) {
   sub->add_flag("--duplicate-ok", opts->duplicate_ok, "Keep the first of reads sharing an id");
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);
-  set_body(sub, [opts] { return run_merge(*opts); });
+  set_body(sub, [opts, &global] { return run_merge(*opts, global); });
 }
 
 }  // namespace escpod::cli

@@ -14,7 +14,7 @@ struct SubsetCliOptions {
   WriterFlags writer;
 };
 
-Status run_subset(const SubsetCliOptions& opts) {
+Status run_subset(const SubsetCliOptions& opts, const GlobalOptions& global) {
   if (opts.csv.empty() == opts.columns.empty()) {
     return Status::invalid_argument("subset needs exactly one of --csv MAP or --columns FIELD,...");
   }
@@ -26,6 +26,7 @@ Status run_subset(const SubsetCliOptions& opts) {
   }
   so.columns = opts.columns;
   so.name_template = opts.name_template;
+  so.n_threads = resolve_threads(global);
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));
   pipeline::SubsetReport report;
   ESCPOD_RETURN_IF_ERROR(pipeline::subset_files(files, opts.out_dir, so, &report));
@@ -60,7 +61,7 @@ void register_subset(CLI::App& app, GlobalOptions& global) {
                   "Output file name for --columns, with {field} placeholders");
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);
-  set_body(sub, [opts] { return run_subset(*opts); });
+  set_body(sub, [opts, &global] { return run_subset(*opts, global); });
 }
 
 }  // namespace escpod::cli

@@ -1,6 +1,7 @@
 #include "escpod/pipeline/pod5_copy.hpp"
 
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -11,57 +12,151 @@
 
 namespace escpod::pipeline {
 
-Status copy_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, size_t i,
-                 pod5::FileWriter& writer, CopyScratch& scratch, CopyStats* stats) {
-  pod5::ReadRecord record = reader.record(batch, i);
-  scratch.chunks.clear();
+Status prepare_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, size_t i,
+                    PreparedRead& out) {
+  out.row = i;
+  out.record = reader.record(batch, i);
+  out.chunks.clear();
   uint64_t stored = 0;
   for (uint64_t row : batch.rows_of(i)) {
     ESCPOD_ASSIGN_OR_RETURN(pod5::SignalChunk c, reader.signal_chunk(row));
     stored += c.n_samples;
-    scratch.chunks.push_back(c);
+    out.chunks.push_back(c);
   }
-  if (stored != record.num_samples) {
-    return Status::corrupt(reader.path().string() + ": read " + record.read_id.to_string() +
-                           " has num_samples " + std::to_string(record.num_samples) +
+  if (stored != out.record.num_samples) {
+    return Status::corrupt(reader.path().string() + ": read " + out.record.read_id.to_string() +
+                           " has num_samples " + std::to_string(out.record.num_samples) +
                            " but its signal rows hold " + std::to_string(stored));
-  }
-  if (reader.info().is_vbz == writer.is_vbz()) {
-    ESCPOD_RETURN_IF_ERROR(writer.add_read_chunks(record, scratch.chunks));
-    if (stats) stats->n_chunks_copied += scratch.chunks.size();
-  } else {
-    scratch.samples.resize(stored);
-    ESCPOD_RETURN_IF_ERROR(reader.read_signal(batch.rows_of(i), scratch.samples, scratch.codec));
-    ESCPOD_RETURN_IF_ERROR(writer.add_read(record, scratch.samples));
-    if (stats) ++stats->n_reads_reencoded;
-  }
-  if (stats) {
-    ++stats->n_reads;
-    stats->n_samples += stored;
   }
   return Status::ok();
 }
 
-Status copy_reads(const pod5::FileReader& reader, pod5::FileWriter& writer,
-                  const ReadPredicate& keep, CopyStats* stats) {
-  for (const auto& ri : reader.run_infos()) ESCPOD_RETURN_IF_ERROR(writer.add_run_info(ri));
-  CopyScratch scratch;
-  for (size_t b = 0; b < reader.n_read_batches(); ++b) {
-    ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, reader.read_batch(b));
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (keep) {
-        ESCPOD_ASSIGN_OR_RETURN(bool wanted, keep(reader, batch, i));
-        if (!wanted) continue;
-      }
-      if (interrupted()) return Status::cancelled("interrupted");
-      ESCPOD_RETURN_IF_ERROR(copy_read(reader, batch, i, writer, scratch, stats));
-    }
-    // Signal rows ascend with reads in files from MinKNOW and from writers like ours: release
-    // what lies behind so resident memory stays bounded on huge inputs.
-    if (!batch.signal_rows.empty()) {
-      reader.drop_signal_pages(*std::min_element(batch.signal_rows.begin(), batch.signal_rows.end()));
-    }
+Status copy_prepared(const pod5::FileReader& reader, const pod5::ReadBatch& batch,
+                     const PreparedRead& read, pod5::FileWriter& writer, CopyScratch& scratch,
+                     CopyStats* stats) {
+  const uint64_t n = read.record.num_samples;
+  if (reader.info().is_vbz == writer.is_vbz()) {
+    ESCPOD_RETURN_IF_ERROR(writer.add_read_chunks(read.record, read.chunks));
+    if (stats) stats->n_chunks_copied += read.chunks.size();
+  } else {
+    scratch.samples.resize(n);
+    ESCPOD_RETURN_IF_ERROR(reader.read_signal(batch.rows_of(read.row), scratch.samples, scratch.codec));
+    ESCPOD_RETURN_IF_ERROR(writer.add_read(read.record, scratch.samples));
+    if (stats) ++stats->n_reads_reencoded;
   }
+  if (stats) {
+    ++stats->n_reads;
+    stats->n_samples += n;
+  }
+  return Status::ok();
+}
+
+Status copy_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, size_t i,
+                 pod5::FileWriter& writer, CopyScratch& scratch, CopyStats* stats) {
+  ESCPOD_RETURN_IF_ERROR(prepare_read(reader, batch, i, scratch.prepared));
+  return copy_prepared(reader, batch, scratch.prepared, writer, scratch, stats);
+}
+
+namespace {
+
+// One reads batch on its way through stream_reads.
+struct PreparedBatch {
+  size_t file = 0;
+  size_t batch_idx = 0;  // decoded in the parallel stage
+  pod5::ReadBatch batch;
+  std::vector<PreparedRead> reads;
+  Status status;
+};
+
+// Faults in the pages a read's stored chunks span (one touch a page), so that the serial copy
+// that follows finds them mapped: page faults are paid on the preparing threads.
+void touch_pages(const PreparedRead& r) {
+  constexpr size_t kPage = 4096;
+  for (const auto& c : r.chunks) {
+    const volatile uint8_t* p = c.bytes.data();
+    for (size_t k = 0; k < c.bytes.size(); k += kPage) (void)p[k];
+    if (!c.bytes.empty()) (void)p[c.bytes.size() - 1];
+  }
+}
+
+}  // namespace
+
+Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& readers, int n_threads,
+                    const ReadSelector& select, const PreparedConsumer& consume,
+                    uint64_t* n_reads_seen) {
+  const int threads = std::max(1, n_threads);
+  Status first_error;
+  bool failed = false;  // written by the serial stages only
+  size_t file = 0, batch_idx = 0;
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    tbb::parallel_pipeline(
+        static_cast<size_t>(2 * threads),
+        tbb::make_filter<void, PreparedBatch*>(
+            tbb::filter_mode::serial_in_order,
+            [&](tbb::flow_control& fc) -> PreparedBatch* {
+              while (file < readers.size() && batch_idx == readers[file]->n_read_batches()) {
+                ++file;
+                batch_idx = 0;
+              }
+              if (failed || file == readers.size()) {
+                fc.stop();
+                return nullptr;
+              }
+              auto* b = new PreparedBatch;
+              b->file = file;
+              b->batch_idx = batch_idx++;
+              b->status = Status::ok();
+              return b;
+            }) &
+            tbb::make_filter<PreparedBatch*, PreparedBatch*>(
+                tbb::filter_mode::parallel,
+                [&](PreparedBatch* b) -> PreparedBatch* {
+                  if (interrupted()) {
+                    b->status = Status::cancelled("interrupted");
+                    return b;
+                  }
+                  const pod5::FileReader& reader = *readers[b->file];
+                  auto decoded = reader.read_batch(b->batch_idx);
+                  if (!decoded.is_ok()) {
+                    b->status = decoded.status();
+                    return b;
+                  }
+                  b->batch = std::move(decoded).value();
+                  for (size_t i = 0; i < b->batch.size(); ++i) {
+                    if (select && !select(reader, b->batch, i)) continue;
+                    PreparedRead& r = b->reads.emplace_back();
+                    b->status = prepare_read(reader, b->batch, i, r);
+                    if (!b->status.is_ok()) return b;
+                    touch_pages(r);
+                  }
+                  return b;
+                }) &
+            tbb::make_filter<PreparedBatch*, void>(
+                tbb::filter_mode::serial_in_order, [&](PreparedBatch* raw) {
+                  std::unique_ptr<PreparedBatch> b(raw);
+                  if (failed) return;
+                  auto fail = [&](Status s) {
+                    first_error = std::move(s);
+                    failed = true;
+                  };
+                  if (!b->status.is_ok()) return fail(std::move(b->status));
+                  const pod5::FileReader& reader = *readers[b->file];
+                  if (n_reads_seen) *n_reads_seen += b->batch.size();
+                  for (const PreparedRead& r : b->reads) {
+                    if (interrupted()) return fail(Status::cancelled("interrupted"));
+                    Status s = consume(b->file, reader, b->batch, r);
+                    if (!s.is_ok()) return fail(std::move(s));
+                  }
+                  // Signal rows ascend with reads in files from MinKNOW and from writers like
+                  // ours: release what lies behind so resident memory stays bounded.
+                  if (!b->batch.signal_rows.empty()) {
+                    reader.drop_signal_pages(
+                        *std::min_element(b->batch.signal_rows.begin(), b->batch.signal_rows.end()));
+                  }
+                }));
+  });
+  if (failed) return first_error;
   return Status::ok();
 }
 
@@ -83,14 +178,22 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
   std::mutex mutex;
   Status first_error;
   auto repack_one = [&](const std::filesystem::path& in) -> Status {
-    ESCPOD_ASSIGN_OR_RETURN(auto reader, pod5::FileReader::open(in));
+    std::vector<std::unique_ptr<pod5::FileReader>> reader(1);
+    ESCPOD_ASSIGN_OR_RETURN(reader[0], pod5::FileReader::open(in));
     const auto out_path = out_dir / in.filename();
     pod5::WriterOptions wo = options.writer;
     // Replacing the input itself is the point of repacking in place.
     if (std::filesystem::equivalent(in, out_path, ec)) wo.overwrite = true;
     ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(out_path, wo));
     CopyStats stats;
-    ESCPOD_RETURN_IF_ERROR(copy_reads(*reader, *writer, nullptr, &stats));
+    for (const auto& ri : reader[0]->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
+    CopyScratch scratch;
+    // Files are repacked in parallel; each one streams on its own thread.
+    ESCPOD_RETURN_IF_ERROR(stream_reads(
+        reader, 1, nullptr,
+        [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b, const PreparedRead& read) {
+          return copy_prepared(r, b, read, *writer, scratch, &stats);
+        }));
     ESCPOD_RETURN_IF_ERROR(writer->close());
     log::debug("repacked {} -> {}: {} reads", in.string(), out_path.string(), stats.n_reads);
     std::lock_guard lock(mutex);

@@ -51,24 +51,28 @@ std::string with_pod5_extension(std::string name) {
 Status merge_files(const std::vector<std::filesystem::path>& inputs,
                    const std::filesystem::path& output, const MergeOptions& options,
                    CopyStats* stats, uint64_t* n_duplicates_skipped) {
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads));
   ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
+  for (const auto& r : readers)
+    for (const auto& ri : r->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
   std::unordered_map<pod5::ReadId, uint32_t, pod5::ReadIdHash> first_file;
   uint64_t n_dup = 0;
-  for (uint32_t k = 0; k < readers.size(); ++k) {
-    auto keep = [&](const pod5::FileReader& r, const pod5::ReadBatch& b, size_t i) -> Result<bool> {
-      auto [it, inserted] = first_file.emplace(b.read_id[i], k);
-      if (inserted) return true;
+  CopyScratch scratch;
+  auto consume = [&](size_t k, const pod5::FileReader& r, const pod5::ReadBatch& b,
+                     const PreparedRead& read) -> Status {
+    auto [it, inserted] = first_file.emplace(read.record.read_id, static_cast<uint32_t>(k));
+    if (!inserted) {
       if (options.duplicate_ok) {
         ++n_dup;
-        return false;
+        return Status::ok();
       }
-      return Status::invalid_argument("duplicate read id " + b.read_id[i].to_string() + " in " +
-                                      inputs[it->second].string() + " and " + r.path().string() +
-                                      " (use --duplicate-ok to keep the first)");
-    };
-    ESCPOD_RETURN_IF_ERROR(copy_reads(*readers[k], *writer, keep, stats));
-  }
+      return Status::invalid_argument("duplicate read id " + read.record.read_id.to_string() +
+                                      " in " + inputs[it->second].string() + " and " +
+                                      r.path().string() + " (use --duplicate-ok to keep the first)");
+    }
+    return copy_prepared(r, b, read, *writer, scratch, stats);
+  };
+  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, nullptr, consume));
   if (n_duplicates_skipped) *n_duplicates_skipped = n_dup;
   return writer->close();
 }
@@ -84,30 +88,33 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.exclude_end_reasons, "--exclude-end-reason"));
   std::unordered_set<pod5::ReadId, pod5::ReadIdHash> wanted, found;
   if (c.ids) wanted.insert(c.ids->begin(), c.ids->end());
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads));
   ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
+  for (const auto& r : readers)
+    for (const auto& ri : r->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
   FilterReport local;
   FilterReport& rep = report ? *report : local;
-  for (const auto& reader : readers) {
-    auto keep = [&](const pod5::FileReader& r, const pod5::ReadBatch& b, size_t i) -> Result<bool> {
-      ++rep.n_reads_seen;
-      if (c.ids) {
-        if (!wanted.count(b.read_id[i])) return false;
-        // The same id in two inputs is written once; the writer would refuse the second anyway.
-        if (!found.insert(b.read_id[i]).second) return false;
-      }
-      const uint64_t n = b.num_samples[i];
-      if (c.min_samples && n < *c.min_samples) return false;
-      if (c.max_samples && n > *c.max_samples) return false;
-      if (!c.end_reasons.empty() || !c.exclude_end_reasons.empty()) {
-        const std::string& reason = r.end_reasons()[static_cast<size_t>(b.end_reason_idx[i])];
-        if (!c.end_reasons.empty() && !contains(c.end_reasons, reason)) return false;
-        if (contains(c.exclude_end_reasons, reason)) return false;
-      }
-      return true;
-    };
-    ESCPOD_RETURN_IF_ERROR(copy_reads(*reader, *writer, keep, &rep.copied));
-  }
+  // Every criterion reads only the batch and the (now constant) id set: safe on any thread.
+  auto select = [&](const pod5::FileReader& r, const pod5::ReadBatch& b, size_t i) {
+    if (c.ids && !wanted.count(b.read_id[i])) return false;
+    const uint64_t n = b.num_samples[i];
+    if (c.min_samples && n < *c.min_samples) return false;
+    if (c.max_samples && n > *c.max_samples) return false;
+    if (!c.end_reasons.empty() || !c.exclude_end_reasons.empty()) {
+      const std::string& reason = r.end_reasons()[static_cast<size_t>(b.end_reason_idx[i])];
+      if (!c.end_reasons.empty() && !contains(c.end_reasons, reason)) return false;
+      if (contains(c.exclude_end_reasons, reason)) return false;
+    }
+    return true;
+  };
+  CopyScratch scratch;
+  auto consume = [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b,
+                     const PreparedRead& read) -> Status {
+    // The same id in two inputs is written once; the writer would refuse the second anyway.
+    if (c.ids && !found.insert(read.record.read_id).second) return Status::ok();
+    return copy_prepared(r, b, read, *writer, scratch, &rep.copied);
+  };
+  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &rep.n_reads_seen));
   if (c.ids) {
     for (const auto& id : *c.ids)
       if (!found.count(id)) rep.missing_ids.push_back(id);
@@ -206,7 +213,7 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
       }
     }
   }
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs));
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Status::io_error("cannot create output folder " + out_dir.string() + ": " + ec.message());
@@ -217,53 +224,56 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
   std::unordered_set<pod5::ReadId, pod5::ReadIdHash> written;
   CopyScratch scratch;
   std::string key;
-  for (const auto& reader : readers) {
-    for (size_t b = 0; b < reader->n_read_batches(); ++b) {
-      ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, reader->read_batch(b));
-      for (size_t i = 0; i < batch.size(); ++i) {
-        if (interrupted()) return Status::cancelled("interrupted");
-        uint32_t idx;
-        if (by_columns) {
-          key = name_template;
-          for (size_t k = 0; k < fields.size(); ++k) {
-            std::string value;
-            ESCPOD_RETURN_IF_ERROR(fields[k]->append(*reader, batch, i, value));
-            const std::string placeholder = "{" + options.columns[k] + "}";
-            for (size_t pos = key.find(placeholder); pos != std::string::npos; pos = key.find(placeholder, pos)) {
-              key.replace(pos, placeholder.size(), value);
-              pos += value.size();
-            }
-          }
-          ESCPOD_RETURN_IF_ERROR(valid_output_name(key));
-          idx = output_index(key);
-        } else {
-          auto it = target.find(batch.read_id[i]);
-          if (it == target.end()) {
-            ++rep.n_unmapped;
-            if (options.unmapped_output.empty()) continue;
-            idx = output_index(options.unmapped_output);
-          } else {
-            idx = it->second;
-          }
+  // Reads no mapping row names are dropped before their signal is touched, unless they go to
+  // the unmapped output.
+  const bool drop_unmapped = !by_columns && options.unmapped_output.empty();
+  auto select = [&](const pod5::FileReader&, const pod5::ReadBatch& b, size_t i) {
+    return !drop_unmapped || target.count(b.read_id[i]) > 0;
+  };
+  uint64_t n_seen = 0, n_selected = 0;
+  auto consume = [&](size_t, const pod5::FileReader& reader, const pod5::ReadBatch& batch,
+                     const PreparedRead& read) -> Status {
+    ++n_selected;
+    const size_t i = read.row;
+    uint32_t idx;
+    if (by_columns) {
+      key = name_template;
+      for (size_t k = 0; k < fields.size(); ++k) {
+        std::string value;
+        ESCPOD_RETURN_IF_ERROR(fields[k]->append(reader, batch, i, value));
+        const std::string placeholder = "{" + options.columns[k] + "}";
+        for (size_t pos = key.find(placeholder); pos != std::string::npos; pos = key.find(placeholder, pos)) {
+          key.replace(pos, placeholder.size(), value);
+          pos += value.size();
         }
-        if (!written.insert(batch.read_id[i]).second) {
-          return Status::invalid_argument("read " + batch.read_id[i].to_string() + " appears twice in the inputs (" +
-                                          reader->path().string() + ")");
-        }
-        while (writers.size() <= idx) writers.push_back(nullptr);
-        if (!writers[idx]) {
-          ESCPOD_ASSIGN_OR_RETURN(writers[idx], pod5::FileWriter::create(out_dir / names[idx], options.writer));
-        }
-        const auto& acq = reader->run_info_ids()[static_cast<size_t>(batch.run_info_idx[i])];
-        if (const auto* ri = reader->find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writers[idx]->add_run_info(*ri));
-        ESCPOD_RETURN_IF_ERROR(copy_read(*reader, batch, i, *writers[idx], scratch, nullptr));
-        ++rep.reads_per_output[names[idx]];
       }
-      if (!batch.signal_rows.empty()) {
-        reader->drop_signal_pages(*std::min_element(batch.signal_rows.begin(), batch.signal_rows.end()));
+      ESCPOD_RETURN_IF_ERROR(valid_output_name(key));
+      idx = output_index(key);
+    } else {
+      auto it = target.find(batch.read_id[i]);
+      if (it == target.end()) {
+        ++rep.n_unmapped;
+        idx = output_index(options.unmapped_output);
+      } else {
+        idx = it->second;
       }
     }
-  }
+    if (!written.insert(batch.read_id[i]).second) {
+      return Status::invalid_argument("read " + batch.read_id[i].to_string() + " appears twice in the inputs (" +
+                                      reader.path().string() + ")");
+    }
+    while (writers.size() <= idx) writers.push_back(nullptr);
+    if (!writers[idx]) {
+      ESCPOD_ASSIGN_OR_RETURN(writers[idx], pod5::FileWriter::create(out_dir / names[idx], options.writer));
+    }
+    const auto& acq = reader.run_info_ids()[static_cast<size_t>(batch.run_info_idx[i])];
+    if (const auto* ri = reader.find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writers[idx]->add_run_info(*ri));
+    ESCPOD_RETURN_IF_ERROR(copy_prepared(reader, batch, read, *writers[idx], scratch, nullptr));
+    ++rep.reads_per_output[names[idx]];
+    return Status::ok();
+  };
+  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &n_seen));
+  if (drop_unmapped) rep.n_unmapped = n_seen - n_selected;
   if (!by_columns) rep.n_mapped_missing = target.size() - std::min(target.size(), written.size());
   // All or nothing: finish every output before any is renamed into place.
   for (auto& w : writers)

@@ -291,3 +291,29 @@ def test_bad_inputs_fail_before_any_output_and_name_the_first(escpod, rna_file, 
         assert "bad1.pod5" in r.stderr and "bad2.pod5" not in r.stderr, r.stderr
         assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad1.pod5", "bad2.pod5"]
+
+
+def test_outputs_identical_for_1_and_2_threads(escpod, big_file, rna_file, tmp_path):
+    """merge, filter and subset prepare batches on several threads and write in input order:
+    the same reads, in the same order, with the same fields and signal, for -t 1 and -t 2."""
+    ids = ids_of(big_file)
+    (tmp_path / "ids.txt").write_text("\n".join(random.Random(5).sample(ids, len(ids) // 4)))
+    (tmp_path / "map.csv").write_text("read_id,output\n" + "".join(
+        f"{i},{'a' if k % 3 else 'b'}\n" for k, i in enumerate(ids) if k % 5))
+
+    def ordered(path):
+        with pod5.Reader(path) as r:
+            return [str(x.read_id) for x in r.reads()]
+
+    for t in ("1", "2"):
+        d = tmp_path / f"t{t}"
+        d.mkdir()
+        run([escpod, "merge", big_file, rna_file, "-o", d / "m.pod5", "-t", t])
+        run([escpod, "filter", big_file, rna_file, "--ids", tmp_path / "ids.txt", "--missing-ok",
+             "-o", d / "f.pod5", "-t", t])
+        run([escpod, "subset", big_file, "--csv", tmp_path / "map.csv", "-o", d / "s", "-t", t])
+    for name in ("m.pod5", "f.pod5", "s/a.pod5", "s/b.pod5"):
+        one, two = tmp_path / "t1" / name, tmp_path / "t2" / name
+        assert ordered(one) == ordered(two), name
+        assert_rows_equal(official_rows(one), official_rows(two), name)
+    assert len(ordered(tmp_path / "t1" / "m.pod5")) == len(ids) + len(ids_of(rna_file))

@@ -20,15 +20,20 @@ struct CopyStats {
   uint64_t n_reads_reencoded = 0;   // reads decoded and compressed again
 };
 
-// Decides per read whether to copy it (nullptr: every read); an error stops the copy.
-using ReadPredicate =
-    std::function<Result<bool>(const pod5::FileReader&, const pod5::ReadBatch&, size_t)>;
+// A read made ready for copying: its record and its stored chunks (pointing into the reader's
+// mapping), with num_samples checked against them.
+struct PreparedRead {
+  size_t row = 0;  // in its reads batch
+  pod5::ReadRecord record;
+  std::vector<pod5::SignalChunk> chunks;
+};
 
-// Per-worker scratch for copy_read (a codec and a sample buffer), reused across reads.
+// Per-worker scratch for copy_read (a codec, a sample buffer, a prepared read), reused across
+// reads.
 struct CopyScratch {
   pod5::VbzCodec codec;
-  std::vector<pod5::SignalChunk> chunks;
   std::vector<int16_t> samples;
+  PreparedRead prepared;
 };
 
 // Appends read `i` of `batch` to `writer` (its run info must have been added): stored chunks
@@ -37,10 +42,35 @@ struct CopyScratch {
 Status copy_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, size_t i,
                  pod5::FileWriter& writer, CopyScratch& scratch, CopyStats* stats);
 
-// Appends the reads of `reader` accepted by `keep` to `writer`, in file order, with their run
-// infos. Checks each read's num_samples against its stored chunks (kCorrupt naming the read).
-Status copy_reads(const pod5::FileReader& reader, pod5::FileWriter& writer,
-                  const ReadPredicate& keep, CopyStats* stats);
+// Resolves read `i` of `batch` into `out` (kCorrupt naming the file and read when num_samples
+// disagrees with the stored chunks). Thread-safe.
+Status prepare_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, size_t i,
+                    PreparedRead& out);
+
+// Appends a prepared read to `writer`, as copy_read does.
+Status copy_prepared(const pod5::FileReader& reader, const pod5::ReadBatch& batch,
+                     const PreparedRead& read, pod5::FileWriter& writer, CopyScratch& scratch,
+                     CopyStats* stats);
+
+// Picks reads from their batch alone; called from several threads at once, so it may only read
+// shared state.
+using ReadSelector = std::function<bool(const pod5::FileReader&, const pod5::ReadBatch&, size_t)>;
+// Sees every selected read in input order, on one thread at a time (duplicate checks, routing,
+// writing). `file` indexes the readers.
+using PreparedConsumer = std::function<Status(size_t file, const pod5::FileReader&,
+                                              const pod5::ReadBatch&, const PreparedRead&)>;
+
+// The copy engine under merge, filter and subset: the reads batches of all `readers`, in input
+// order, are decoded, filtered by `select`, resolved (prepare_read) and their signal pages
+// faulted in on up to `n_threads` threads, several batches at once; `consume` then takes the
+// selected reads in input order on one thread, and each batch's mapped pages are released once
+// it is consumed. Results never depend on the thread count. Memory: at most 2 x n_threads
+// batches in flight (their records and the touched signal pages), whatever the input size.
+// `n_reads_seen` (optional) counts every read of every batch. Stops at the first error in input
+// order, or on an interrupt.
+Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& readers, int n_threads,
+                    const ReadSelector& select, const PreparedConsumer& consume,
+                    uint64_t* n_reads_seen = nullptr);
 
 struct RepackOptions {
   pod5::WriterOptions writer;

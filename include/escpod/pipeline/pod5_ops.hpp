@@ -21,6 +21,7 @@ namespace escpod::pipeline {
 
 struct MergeOptions {
   pod5::WriterOptions writer;
+  int n_threads = 1;  // reads batches prepared in parallel (stream_reads)
   bool duplicate_ok = false;  // keep the first of reads sharing an id instead of failing
 };
 
@@ -42,6 +43,7 @@ struct FilterCriteria {
 
 struct FilterOptions {
   pod5::WriterOptions writer;
+  int n_threads = 1;  // reads batches prepared in parallel (stream_reads)
   bool missing_ok = false;  // listed ids absent from every input are a warning, not an error
 };
 
@@ -59,6 +61,7 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
 
 struct SubsetOptions {
   pod5::WriterOptions writer;
+  int n_threads = 1;  // reads batches prepared in parallel (stream_reads)
   // Mode 1: read id -> output name (a file name in out_dir; ".pod5" appended if missing).
   std::optional<std::vector<std::pair<pod5::ReadId, std::string>>> mapping;
   // Mode 2: group by read fields, naming outputs with a template such as
