@@ -221,14 +221,6 @@ const float* block_f32_portable(const float* query, const float* ref, size_t len
   return prev;
 }
 
-bool f32_simd_supported() {
-#if defined(__x86_64__) || defined(__i386__)
-  return dtw_isa_supported(DtwIsa::kAvx2);
-#else
-  return false;
-#endif
-}
-
 using BlockKernel = const double* (*)(const double*, const double*, size_t, const Band&, double,
                                       double*);
 
@@ -362,7 +354,8 @@ DtwBank::DtwBank(std::span<const double> rows, size_t n_rows, size_t length, Dtw
 size_t DtwBank::scratch_size_f32() const { return 2 * (m_length + 1) * kF32Lanes + m_length + 16; }
 
 bool DtwBank::f32_uses_simd() const {
-  return f32_simd_supported() && static_cast<int>(m_isa) >= static_cast<int>(DtwIsa::kAvx2);
+  // A bank is only built for an ISA the CPU has, and kAvx2 means AVX2 with FMA.
+  return static_cast<int>(m_isa) >= static_cast<int>(DtwIsa::kAvx2);
 }
 
 namespace {

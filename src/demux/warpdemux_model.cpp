@@ -447,8 +447,10 @@ void WarpDemuxModel::build_decision_layout(const std::vector<double>& dual_coef)
 
 namespace {
 
-// The loops of decision_values (see there): a portable version and an AVX2 one. Same
-// operations per lane.
+// The loops of decision_values (see there). The two passes are written once; `group` adds one
+// group's coefficients times the SV kernels into its 8 sums: acc[t] += coef[sv][t] * kv[sv] for
+// sv in [lo, hi), in SV order, and returns the next group's coefficients. A portable and an AVX2
+// group perform the same operations per lane.
 struct DecisionInputs {
   size_t k;
   const size_t* sv_start;
@@ -458,34 +460,28 @@ struct DecisionInputs {
   double* decision;
 };
 
-__attribute__((always_inline)) inline void decision_body(const DecisionInputs& in) {
+using DecisionGroup = const double* (*)(const double* c, const double* kv, size_t lo, size_t hi,
+                                        double* acc);
+
+void decision_passes(const DecisionInputs& in, DecisionGroup group) {
   constexpr size_t L = 8;
   const size_t k = in.k;
   const double* c = in.coef;
-  const double* kv = in.kv;
   auto pair_index = [k](size_t a, size_t b) { return a * k - a * (a + 1) / 2 + (b - a - 1); };
-  alignas(64) double acc[L];
+  alignas(32) double acc[L];
   for (size_t a = 0; a < k; ++a) {  // pass 1
-    const size_t lo = in.sv_start[a], hi = in.sv_start[a + 1];
     for (size_t b0 = a + 1; b0 < k; b0 += L) {
-      for (size_t t = 0; t < L; ++t) acc[t] = 0.0;
-      for (size_t sv = lo; sv < hi; ++sv, c += L) {
-        const double x = kv[sv];
-        for (size_t t = 0; t < L; ++t) acc[t] += c[t] * x;
-      }
+      for (double& v : acc) v = 0.0;
+      c = group(c, in.kv, in.sv_start[a], in.sv_start[a + 1], acc);
       const size_t n = std::min(L, k - b0);
       for (size_t t = 0; t < n; ++t) in.decision[pair_index(a, b0 + t)] = acc[t];
     }
   }
   for (size_t b = 1; b < k; ++b) {  // pass 2
-    const size_t lo = in.sv_start[b], hi = in.sv_start[b + 1];
     for (size_t a0 = 0; a0 < b; a0 += L) {
       const size_t n = std::min(L, b - a0);
       for (size_t t = 0; t < L; ++t) acc[t] = t < n ? in.decision[pair_index(a0 + t, b)] : 0.0;
-      for (size_t sv = lo; sv < hi; ++sv, c += L) {
-        const double x = kv[sv];
-        for (size_t t = 0; t < L; ++t) acc[t] += c[t] * x;
-      }
+      c = group(c, in.kv, in.sv_start[b], in.sv_start[b + 1], acc);
       for (size_t t = 0; t < n; ++t) {
         const size_t pair = pair_index(a0 + t, b);
         in.decision[pair] = acc[t] - (-in.intercept[pair]);  // libsvm: sum - rho, rho = -intercept
@@ -494,11 +490,17 @@ __attribute__((always_inline)) inline void decision_body(const DecisionInputs& i
   }
 }
 
-void decision_generic(const DecisionInputs& in) { decision_body(in); }
+const double* decision_group_generic(const double* c, const double* kv, size_t lo, size_t hi,
+                                     double* acc) {
+  for (size_t sv = lo; sv < hi; ++sv, c += 8) {
+    const double x = kv[sv];
+    for (size_t t = 0; t < 8; ++t) acc[t] += c[t] * x;
+  }
+  return c;
+}
 
 #if defined(__x86_64__)
-// acc[0..8) += coef[sv][0..8) * kv[sv] for sv in [lo, hi), in order; returns the next group's
-// coefficients.
+// The 8 sums held in two registers (left to itself, GCC keeps them in memory and shuffles).
 __attribute__((target("avx2"))) const double* decision_group_avx2(const double* c,
                                                                    const double* kv, size_t lo,
                                                                    size_t hi, double* acc) {
@@ -512,41 +514,12 @@ __attribute__((target("avx2"))) const double* decision_group_avx2(const double* 
   _mm256_store_pd(acc + 4, a1);
   return c;
 }
-
-// decision_body with each group's 8 sums held in two registers (left to itself, GCC keeps them
-// in memory and shuffles). Per lane still mul then add, in SV order: the same values.
-__attribute__((target("avx2"))) void decision_avx2(const DecisionInputs& in) {
-  const size_t k = in.k;
-  const double* c = in.coef;
-  const double* kv = in.kv;
-  auto pair_index = [k](size_t a, size_t b) { return a * k - a * (a + 1) / 2 + (b - a - 1); };
-  alignas(32) double acc[8];
-  for (size_t a = 0; a < k; ++a) {  // pass 1
-    for (size_t b0 = a + 1; b0 < k; b0 += 8) {
-      for (double& v : acc) v = 0.0;
-      c = decision_group_avx2(c, kv, in.sv_start[a], in.sv_start[a + 1], acc);
-      const size_t n = std::min<size_t>(8, k - b0);
-      for (size_t t = 0; t < n; ++t) in.decision[pair_index(a, b0 + t)] = acc[t];
-    }
-  }
-  for (size_t b = 1; b < k; ++b) {  // pass 2
-    for (size_t a0 = 0; a0 < b; a0 += 8) {
-      const size_t n = std::min<size_t>(8, b - a0);
-      for (size_t t = 0; t < 8; ++t) acc[t] = t < n ? in.decision[pair_index(a0 + t, b)] : 0.0;
-      c = decision_group_avx2(c, kv, in.sv_start[b], in.sv_start[b + 1], acc);
-      for (size_t t = 0; t < n; ++t) {
-        const size_t pair = pair_index(a0 + t, b);
-        in.decision[pair] = acc[t] - (-in.intercept[pair]);
-      }
-    }
-  }
-}
 #endif
 
 }  // namespace
 
 void WarpDemuxModel::decision_values(Scratch& s) const {
-  static_assert(kDecisionLanes == 8, "decision_body groups 8 pairs");
+  static_assert(kDecisionLanes == 8, "decision_passes groups 8 pairs");
   const size_t n_sv = n_support();
   double* kv = s.sv_kernel.data();
   for (size_t sv = 0; sv < n_sv; ++sv) kv[sv] = s.kernel[m_support_rows[sv]];
@@ -554,9 +527,9 @@ void WarpDemuxModel::decision_values(Scratch& s) const {
                           m_intercept.data(), s.decision.data()};
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return decision_avx2(in);
+  if (avx2) return decision_passes(in, decision_group_avx2);
 #endif
-  decision_generic(in);
+  decision_passes(in, decision_group_generic);
 }
 
 void WarpDemuxModel::classify(std::span<const double> fingerprint, Scratch& s, Classification& out,
