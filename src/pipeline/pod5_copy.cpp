@@ -5,6 +5,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <set>
 
@@ -85,8 +86,8 @@ Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& reader
                     const ReadSelector& select, const PreparedConsumer& consume,
                     uint64_t* n_reads_seen) {
   const int threads = std::max(1, n_threads);
-  Status first_error;
-  bool failed = false;  // written by the serial stages only
+  Status first_error;      // written by the serial sink only
+  std::atomic<bool> failed{false};  // read by the source and the workers while the sink runs
   size_t file = 0, batch_idx = 0;
   tbb::task_arena arena(threads);
   arena.execute([&] {
@@ -106,12 +107,12 @@ Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& reader
               auto* b = new PreparedBatch;
               b->file = file;
               b->batch_idx = batch_idx++;
-              b->status = Status::ok();
               return b;
             }) &
             tbb::make_filter<PreparedBatch*, PreparedBatch*>(
                 tbb::filter_mode::parallel,
                 [&](PreparedBatch* b) -> PreparedBatch* {
+                  if (failed) return b;  // the sink drops it
                   if (interrupted()) {
                     b->status = Status::cancelled("interrupted");
                     return b;
@@ -150,10 +151,7 @@ Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& reader
                   }
                   // Signal rows ascend with reads in files from MinKNOW and from writers like
                   // ours: release what lies behind so resident memory stays bounded.
-                  if (!b->batch.signal_rows.empty()) {
-                    reader.drop_signal_pages(
-                        *std::min_element(b->batch.signal_rows.begin(), b->batch.signal_rows.end()));
-                  }
+                  reader.drop_signal_pages_behind(b->batch);
                 }));
   });
   if (failed) return first_error;

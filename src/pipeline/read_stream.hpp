@@ -64,11 +64,6 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
   // resident memory stays bounded on huge inputs instead of growing with the mapped file.
   std::shared_ptr<const pod5::ReadBatch> emitted_batch;
   const pod5::FileReader* emitted_file = nullptr;
-  auto drop_pages_before = [](const std::shared_ptr<const pod5::ReadBatch>& done,
-                              const pod5::FileReader* file) {
-    if (done && file && !done->signal_rows.empty())
-      file->drop_signal_pages(*std::min_element(done->signal_rows.begin(), done->signal_rows.end()));
-  };
   size_t file_idx = 0, batch_idx = 0, row = 0;
   std::shared_ptr<const pod5::ReadBatch> batch;
   const int threads = std::max(1, n_threads);
@@ -134,7 +129,7 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
                 Status s = emit(t);
                 if (!s.is_ok()) fail(std::move(s));
                 if (t.batch != emitted_batch) {
-                  drop_pages_before(emitted_batch, emitted_file);
+                  if (emitted_batch) emitted_file->drop_signal_pages_behind(*emitted_batch);
                   emitted_batch = t.batch;
                   emitted_file = t.file;
                 }

@@ -894,6 +894,11 @@ void FileReader::drop_signal_pages(uint64_t end_row) const {
   im.drop_pages(reinterpret_cast<const void*>(start), hi);
 }
 
+void FileReader::drop_signal_pages_behind(const ReadBatch& done) const {
+  if (done.signal_rows.empty()) return;
+  drop_signal_pages(*std::min_element(done.signal_rows.begin(), done.signal_rows.end()));
+}
+
 Result<uint64_t> FileReader::count_samples(std::span<const uint64_t> rows) const {
   ESCPOD_RETURN_IF_ERROR(m_impl->ensure_signal());
   uint64_t total = 0;

@@ -142,6 +142,9 @@ class FileReader {
   // of every signal batch entirely below it, so streaming a huge file keeps resident memory
   // bounded. Safe at any time (a later read maps the pages in again).
   void drop_signal_pages(uint64_t end_row) const;
+  // drop_signal_pages below the lowest signal row of `done`, a reads batch of this file whose
+  // reads are all finished with (streaming commands call it batch by batch).
+  void drop_signal_pages_behind(const ReadBatch& done) const;
 
   // Total samples of the chunks `rows`, from the signal table (not the reads table).
   Result<uint64_t> count_samples(std::span<const uint64_t> rows) const;
