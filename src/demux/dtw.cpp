@@ -44,23 +44,24 @@ Band make_band(size_t n, size_t m, size_t window) {
 
 
 // One block of references against one query: the band rows of dtw_distance for lanes = NV x VW
-// references at once, laid out [column + 1][lane] in `prev` and `cur`. The NV vectors of a cell
-// are independent chains, which hides the latency of the left-neighbour dependency. CELL computes
-// one vector of one cell (below). Every min is a < b ? a : b per lane (MINPD, the scalar
-// expression) and no product is contracted into its sum, so the result is bit-identical to
-// dtw_distance (tests compare every bank distance to it, on every ISA the CPU has). Returns the
-// row holding D[len-1][*] (the squared distance of lane l at [len * lanes + l]).
-#define ESCPOD_DTW_BLOCK_KERNEL(NAME, TARGET, VEC, VW, NV, SET1, LOADU, STOREU, ADD, SUB, MUL,      \
+// references at once (scalar type T), laid out [column + 1][lane] in `prev` and `cur`. The NV
+// vectors of a cell are independent chains, which hides the latency of the left-neighbour
+// dependency. CELL computes one vector of one cell (below). With the double cells every min is
+// a < b ? a : b per lane (MINPD, the scalar expression) and no product is contracted into its
+// sum, so the result is bit-identical to dtw_distance (tests compare every bank distance to it,
+// on every ISA the CPU has). Returns the row holding D[len-1][*] (the squared distance of lane l
+// at [len * lanes + l]).
+#define ESCPOD_DTW_BLOCK_KERNEL(NAME, TARGET, T, VEC, VW, NV, SET1, LOADU, STOREU, ADD, SUB, MUL,   \
                                 MIN, FMADD, FNMADD, CELL)                                        \
-  TARGET const double* NAME(const double* query, const double* ref, size_t len, const Band& band, \
-                            double p2, double* scratch) {                                      \
+  TARGET const T* NAME(const T* query, const T* ref, size_t len, const Band& band, T p2,         \
+                       T* scratch) {                                                             \
     constexpr size_t L = (NV) * (VW);                                                          \
-    double* prev = scratch;                                                                    \
-    double* cur = scratch + (len + 1) * L;                                                     \
-    const VEC inf = SET1(kInf), pen = SET1(p2);                                                \
-    [[maybe_unused]] const VEC one = SET1(1.0);                                                \
+    T* prev = scratch;                                                                         \
+    T* cur = scratch + (len + 1) * L;                                                          \
+    const VEC inf = SET1(std::numeric_limits<T>::infinity()), pen = SET1(p2);                  \
+    [[maybe_unused]] const VEC one = SET1(T(1));                                               \
     for (size_t k = 0; k < 2 * (len + 1) * L; k += (VW)) STOREU(scratch + k, inf);             \
-    for (size_t k = 0; k < L; k += (VW)) STOREU(prev + k, SET1(0.0));                          \
+    for (size_t k = 0; k < L; k += (VW)) STOREU(prev + k, SET1(T(0)));                         \
     for (size_t i = 0; i < len; ++i) {                                                         \
       const size_t lo = band.lo(i), hi = band.hi(i);                                           \
       for (size_t k = 0; k < L; k += (VW)) STOREU(cur + lo * L + k, inf);                      \
@@ -70,10 +71,10 @@ Band make_band(size_t n, size_t m, size_t window) {
       VEC left[NV];                                                                            \
       for (size_t v = 0; v < (NV); ++v) left[v] = inf;                                         \
       for (size_t j = lo; j < hi; ++j) {                                                       \
-        const double* rj = ref + j * L;                                                        \
-        const double* diag = prev + j * L;                                                     \
-        const double* up = prev + (j + 1) * L;                                                 \
-        double* dst = cur + (j + 1) * L;                                                       \
+        const T* rj = ref + j * L;                                                             \
+        const T* diag = prev + j * L;                                                          \
+        const T* up = prev + (j + 1) * L;                                                      \
+        T* dst = cur + (j + 1) * L;                                                            \
         _Pragma("GCC unroll 8") for (size_t v = 0; v < (NV); ++v) {                            \
           CELL(VEC, VW, LOADU, ADD, SUB, MUL, MIN, FMADD, FNMADD)                              \
           STOREU(dst + v * (VW), left[v]);                                                     \
@@ -100,18 +101,25 @@ Band make_band(size_t n, size_t m, size_t window) {
   const VEC d = FNMADD(LOADU(rj + v * (VW)), one, q);                          \
   const VEC step = FMADD(MIN(LOADU(up + v * (VW)), left[v]), one, pen);        \
   left[v] = ADD(MUL(d, d), MIN(step, LOADU(diag + v * (VW))));
+// The float32 bank's cell: the FMA cell with one change that does alter rounding, (q - r)^2 +
+// best as one fused multiply-add: D = fma(d, d, min(min(up, left) + P^2, diag)), d = q - r.
+#define ESCPOD_DTW_CELL_F32(VEC, VW, LOADU, ADD, SUB, MUL, MIN, FMADD, FNMADD) \
+  const VEC d = FNMADD(LOADU(rj + v * (VW)), one, q);                          \
+  const VEC step = FMADD(MIN(LOADU(up + v * (VW)), left[v]), one, pen);        \
+  left[v] = FMADD(d, d, MIN(step, LOADU(diag + v * (VW))));
 
 #if defined(__x86_64__) || defined(__i386__)
-ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , __m128d, 2, 4, _mm_set1_pd, _mm_loadu_pd, _mm_storeu_pd,
-                        _mm_add_pd, _mm_sub_pd, _mm_mul_pd, _mm_min_pd, -, -, ESCPOD_DTW_CELL_PLAIN)
-ESCPOD_DTW_BLOCK_KERNEL(block_avx2, __attribute__((target("avx2,fma"))), __m256d, 4, 8,
+ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , double, __m128d, 2, 4, _mm_set1_pd, _mm_loadu_pd,
+                        _mm_storeu_pd, _mm_add_pd, _mm_sub_pd, _mm_mul_pd, _mm_min_pd, -, -,
+                        ESCPOD_DTW_CELL_PLAIN)
+ESCPOD_DTW_BLOCK_KERNEL(block_avx2, __attribute__((target("avx2,fma"))), double, __m256d, 4, 8,
                         _mm256_set1_pd, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd,
                         _mm256_sub_pd, _mm256_mul_pd, _mm256_min_pd, _mm256_fmadd_pd,
                         _mm256_fnmadd_pd, ESCPOD_DTW_CELL_FMA)
 // GCC 12's _mm512_set1_pd trips a false -Wmaybe-uninitialized (GCC bug 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-ESCPOD_DTW_BLOCK_KERNEL(block_avx512, __attribute__((target("avx512f"))), __m512d, 8, 8,
+ESCPOD_DTW_BLOCK_KERNEL(block_avx512, __attribute__((target("avx512f"))), double, __m512d, 8, 8,
                         _mm512_set1_pd, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_add_pd,
                         _mm512_sub_pd, _mm512_mul_pd, _mm512_min_pd, _mm512_fmadd_pd,
                         _mm512_fnmadd_pd, ESCPOD_DTW_CELL_FMA)
@@ -130,58 +138,23 @@ inline Pair p_mul(Pair a, Pair b) { return {{a.v[0] * b.v[0], a.v[1] * b.v[1]}};
 inline Pair p_min(Pair a, Pair b) {
   return {{a.v[0] < b.v[0] ? a.v[0] : b.v[0], a.v[1] < b.v[1] ? a.v[1] : b.v[1]}};
 }
-ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , Pair, 2, 4, p_set1, p_load, p_store, p_add, p_sub, p_mul,
-                        p_min, -, -, ESCPOD_DTW_CELL_PLAIN)
+ESCPOD_DTW_BLOCK_KERNEL(block_sse2, , double, Pair, 2, 4, p_set1, p_load, p_store, p_add, p_sub,
+                        p_mul, p_min, -, -, ESCPOD_DTW_CELL_PLAIN)
+#endif
+
+// The float32 block: 64 references (8 vectors of 8 lanes) per step, ESCPOD_DTW_CELL_F32.
+constexpr size_t kF32Lanes = 64;
+
+#if defined(__x86_64__) || defined(__i386__)
+ESCPOD_DTW_BLOCK_KERNEL(block_f32_avx2, __attribute__((target("avx2,fma"))), float, __m256, 8, 8,
+                        _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps,
+                        _mm256_sub_ps, _mm256_mul_ps, _mm256_min_ps, _mm256_fmadd_ps,
+                        _mm256_fnmadd_ps, ESCPOD_DTW_CELL_F32)
 #endif
 #undef ESCPOD_DTW_BLOCK_KERNEL
 #undef ESCPOD_DTW_CELL_PLAIN
 #undef ESCPOD_DTW_CELL_FMA
-
-// The float32 block: 64 references (8 vectors of 8 lanes) per step, the rearranged cell of the
-// FMA kernels above, and one change that does alter rounding: (q - r)^2 + best is one fused
-// multiply-add. Per lane: D = fma(d, d, min(min(up, left) + P^2, diag)), d = q - r, in float32.
-constexpr size_t kF32Lanes = 64;
-
-#if defined(__x86_64__) || defined(__i386__)
-__attribute__((target("avx2,fma"))) const float* block_f32_avx2(const float* query,
-                                                                 const float* ref, size_t len,
-                                                                 const Band& band, float p2,
-                                                                 float* scratch) {
-  constexpr size_t VW = 8, L = kF32Lanes, NV = L / VW;
-  float* prev = scratch;
-  float* cur = scratch + (len + 1) * L;
-  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
-  const __m256 pen = _mm256_set1_ps(p2), one = _mm256_set1_ps(1.0f);
-  for (size_t k = 0; k < 2 * (len + 1) * L; k += VW) _mm256_storeu_ps(scratch + k, inf);
-  for (size_t k = 0; k < L; k += VW) _mm256_storeu_ps(prev + k, _mm256_setzero_ps());
-  for (size_t i = 0; i < len; ++i) {
-    const size_t lo = band.lo(i), hi = band.hi(i);
-    for (size_t k = 0; k < L; k += VW) _mm256_storeu_ps(cur + lo * L + k, inf);
-    if (i > 0)
-      for (size_t k = 0; k < L; k += VW) _mm256_storeu_ps(prev + k, inf);
-    const __m256 q = _mm256_set1_ps(query[i]);
-    __m256 left[NV];
-    for (size_t v = 0; v < NV; ++v) left[v] = inf;
-    for (size_t j = lo; j < hi; ++j) {
-      const float* rj = ref + j * L;
-      const float* diag = prev + j * L;
-      const float* up = prev + (j + 1) * L;
-      float* dst = cur + (j + 1) * L;
-#pragma GCC unroll 8
-      for (size_t v = 0; v < NV; ++v) {
-        const __m256 d = _mm256_fnmadd_ps(_mm256_loadu_ps(rj + v * VW), one, q);
-        const __m256 step =
-            _mm256_fmadd_ps(_mm256_min_ps(_mm256_loadu_ps(up + v * VW), left[v]), one, pen);
-        const __m256 best = _mm256_min_ps(step, _mm256_loadu_ps(diag + v * VW));
-        left[v] = _mm256_fmadd_ps(d, d, best);
-        _mm256_storeu_ps(dst + v * VW, left[v]);
-      }
-    }
-    std::swap(prev, cur);
-  }
-  return prev;
-}
-#endif
+#undef ESCPOD_DTW_CELL_F32
 
 // The same recurrence without SIMD (CPUs without AVX2+FMA, other architectures). The fused step
 // is computed in double: d * d is exact there, so the only difference from a true fma is a rare
