@@ -94,48 +94,36 @@ void BM_DtwPairReference(benchmark::State& state) {
 BENCHMARK(BM_DtwPairReference);
 
 // One query against a model's training bank (distances/s = items/s).
-// Second argument: the ISA (0 sse2, 1 avx2, 2 avx512); skipped where the CPU lacks it.
+// Arguments: rows, ISA (0 sse2, 1 avx2, 2 avx512; skipped where the CPU lacks it), and whether
+// the float32 bank (DtwPrecision::kFloat32; with ISA 0 its portable loop) runs instead.
 void BM_DtwBank(benchmark::State& state) {
   const auto n_rows = static_cast<size_t>(state.range(0));
   const auto isa = static_cast<demux::DtwIsa>(state.range(1));
+  const bool f32 = state.range(2) != 0;
   if (!demux::dtw_isa_supported(isa)) {
     state.SkipWithError("ISA not supported by this CPU");
     return;
   }
-  state.SetLabel(demux::dtw_isa_name(isa));
   const auto rows = random_series(n_rows * 25, 3);
   const auto q = random_series(25, 4);
   const demux::DtwBank bank(rows, n_rows, 25, isa);
+  state.SetLabel(!f32                   ? demux::dtw_isa_name(isa)
+                 : bank.f32_uses_simd() ? "f32 avx2+fma"
+                                        : "f32 portable");
   std::vector<double> scratch(bank.scratch_size()), out(n_rows);
+  std::vector<float> scratch_f32(bank.scratch_size_f32());
   for (auto _ : state) {
-    bank.distances_to(q, {15, 0.1}, scratch, out);
+    if (f32) {
+      bank.distances_to_f32(q, {15, 0.1}, scratch_f32, out);
+    } else {
+      bank.distances_to(q, {15, 0.1}, scratch, out);
+    }
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n_rows));
 }
-BENCHMARK(BM_DtwBank)->ArgsProduct({{851, 2601}, {0, 1, 2}});
-
-// The float32 bank (DtwPrecision::kFloat32); second argument as above (0 = portable loop).
-void BM_DtwBankF32(benchmark::State& state) {
-  const auto n_rows = static_cast<size_t>(state.range(0));
-  const auto isa = static_cast<demux::DtwIsa>(state.range(1));
-  if (!demux::dtw_isa_supported(isa)) {
-    state.SkipWithError("ISA not supported by this CPU");
-    return;
-  }
-  const auto rows = random_series(n_rows * 25, 3);
-  const auto q = random_series(25, 4);
-  const demux::DtwBank bank(rows, n_rows, 25, isa);
-  state.SetLabel(bank.f32_uses_simd() ? "avx2+fma" : "portable");
-  std::vector<float> scratch(bank.scratch_size_f32());
-  std::vector<double> out(n_rows);
-  for (auto _ : state) {
-    bank.distances_to_f32(q, {15, 0.1}, scratch, out);
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n_rows));
-}
-BENCHMARK(BM_DtwBankF32)->ArgsProduct({{851, 2601}, {0, 1}});
+BENCHMARK(BM_DtwBank)->ArgsProduct({{851, 2601}, {0, 1, 2}, {0}});
+BENCHMARK(BM_DtwBank)->ArgsProduct({{851, 2601}, {0, 1}, {1}});
 
 // The same bank distances one pair at a time with the scalar kernel (the pre-batching baseline).
 void BM_DtwBankScalar(benchmark::State& state) {
