@@ -34,10 +34,17 @@ Status prepare_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch
 
 Status copy_prepared(const pod5::FileReader& reader, const pod5::ReadBatch& batch,
                      const PreparedRead& read, pod5::FileWriter& writer, CopyScratch& scratch,
-                     CopyStats* stats) {
+                     CopyStats* stats, pod5::ChunkBytes how) {
   const uint64_t n = read.record.num_samples;
+  // Borrowed chunks are written when the writer's signal batch fills, after the caller may have
+  // released the pages behind this reads batch (stream_reads does once it moves on). A batch of
+  // at least two signal batches' worth of reads guarantees that everything borrowed from before
+  // it was written by then; smaller batches copy, so no released page is mapped in again.
+  if (how == pod5::ChunkBytes::kBorrow && batch.size() < 2 * size_t{writer.signal_batch_rows()}) {
+    how = pod5::ChunkBytes::kCopy;
+  }
   if (reader.info().is_vbz == writer.is_vbz()) {
-    ESCPOD_RETURN_IF_ERROR(writer.add_read_chunks(read.record, read.chunks));
+    ESCPOD_RETURN_IF_ERROR(writer.add_read_chunks(read.record, read.chunks, how));
     if (stats) stats->n_chunks_copied += read.chunks.size();
   } else {
     scratch.samples.resize(n);
@@ -190,7 +197,8 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
     ESCPOD_RETURN_IF_ERROR(stream_reads(
         reader, 1, nullptr,
         [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b, const PreparedRead& read) {
-          return copy_prepared(r, b, read, *writer, scratch, &stats);
+          // The reader outlives the writer: chunks are written from its mapping.
+          return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
         }));
     ESCPOD_RETURN_IF_ERROR(writer->close());
     log::debug("repacked {} -> {}: {} reads", in.string(), out_path.string(), stats.n_reads);

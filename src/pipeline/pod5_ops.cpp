@@ -70,7 +70,8 @@ Status merge_files(const std::vector<std::filesystem::path>& inputs,
                                       " in " + inputs[it->second].string() + " and " +
                                       r.path().string() + " (use --duplicate-ok to keep the first)");
     }
-    return copy_prepared(r, b, read, *writer, scratch, stats);
+    // `readers` outlive `writer` (declared first): chunks are written from their mappings.
+    return copy_prepared(r, b, read, *writer, scratch, stats, pod5::ChunkBytes::kBorrow);
   };
   ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, nullptr, consume));
   if (n_duplicates_skipped) *n_duplicates_skipped = n_dup;
@@ -112,6 +113,7 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
                      const PreparedRead& read) -> Status {
     // The same id in two inputs is written once; the writer would refuse the second anyway.
     if (c.ids && !found.insert(read.record.read_id).second) return Status::ok();
+    // Copied, not borrowed: a sparse selection would keep borrowed pages of many batches back.
     return copy_prepared(r, b, read, *writer, scratch, &rep.copied);
   };
   ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &rep.n_reads_seen));

@@ -5,10 +5,14 @@
 #include <arrow/io/interfaces.h>
 #include <arrow/ipc/writer.h>
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
 #include <tbb/task_group.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <optional>
 
@@ -49,6 +53,30 @@ class FdSink {
     m_buffer.clear();
     return s;
   }
+  // Writes `pieces` in order straight from where they lie (writev, no copy into the buffer).
+  arrow::Status write_gather(std::span<const iovec> pieces) {
+    ARROW_RETURN_NOT_OK(flush());
+    std::vector<iovec> rest(pieces.begin(), pieces.end());
+    size_t first = 0;
+    while (first < rest.size()) {
+      const int count = static_cast<int>(std::min<size_t>(rest.size() - first, IOV_MAX));
+      ssize_t w = ::writev(m_fd, rest.data() + first, count);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        m_error = arrow::Status::IOError("write failed: ", std::strerror(errno));
+        return m_error;
+      }
+      m_position += w;
+      // Skip what was written: whole pieces, then part of the next one.
+      auto left = static_cast<size_t>(w);
+      while (first < rest.size() && left >= rest[first].iov_len) left -= rest[first++].iov_len;
+      if (left > 0) {
+        rest[first].iov_base = static_cast<uint8_t*>(rest[first].iov_base) + left;
+        rest[first].iov_len -= left;
+      }
+    }
+    return arrow::Status::OK();
+  }
   arrow::Status pad_to_8() {
     static const uint8_t zeros[8] = {};
     const int64_t pad = (8 - m_position % 8) % 8;
@@ -83,6 +111,72 @@ class FdSink {
   arrow::Status m_error;
 };
 
+// A signal batch's bytes that are not in one buffer: pieces owned by the writer and pieces
+// borrowed from the caller (a reader's mapping), to be written with writev from where they lie.
+// Arrow is handed an ordinary buffer whose address range is reserved but inaccessible
+// (PROT_NONE); EmbeddedStream recognises writes from that range and writes the pieces instead.
+// Should Arrow ever read the buffer itself, it faults loudly rather than writing wrong bytes.
+class GatheredBytes {
+ public:
+  GatheredBytes() = default;
+  GatheredBytes(const GatheredBytes&) = delete;
+  GatheredBytes& operator=(const GatheredBytes&) = delete;
+  ~GatheredBytes() {
+    if (m_reserved) ::munmap(m_reserved, m_reserved_size);
+  }
+  // Sets the pieces of the next batch and returns the stand-in buffer Arrow serialises.
+  Result<std::shared_ptr<arrow::Buffer>> set(std::vector<iovec> pieces) {
+    m_pieces = std::move(pieces);
+    m_size = 0;
+    for (const iovec& p : m_pieces) m_size += p.iov_len;
+    if (m_size > m_reserved_size) {
+      if (m_reserved) ::munmap(m_reserved, m_reserved_size);
+      m_reserved_size = std::max<size_t>(m_size, 64 << 20);
+      void* p = ::mmap(nullptr, m_reserved_size, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) {
+        m_reserved = nullptr;
+        m_reserved_size = 0;
+        return Status::io_error(std::string("cannot reserve address space: ") + std::strerror(errno));
+      }
+      m_reserved = static_cast<uint8_t*>(p);
+    }
+    return std::make_shared<arrow::Buffer>(m_reserved, static_cast<int64_t>(m_size));
+  }
+  bool covers(const void* data, int64_t n) const {
+    const auto* p = static_cast<const uint8_t*>(data);
+    return m_reserved && p >= m_reserved && p + n <= m_reserved + m_size;
+  }
+  // Writes bytes [data, data + n) of the stand-in range: the pieces that cover them.
+  arrow::Status write_range(FdSink& sink, const void* data, int64_t n) const {
+    size_t skip = static_cast<size_t>(static_cast<const uint8_t*>(data) - m_reserved);
+    auto left = static_cast<size_t>(n);
+    std::vector<iovec> out;
+    for (const iovec& p : m_pieces) {
+      if (left == 0) break;
+      if (skip >= p.iov_len) {
+        skip -= p.iov_len;
+        continue;
+      }
+      const size_t take = std::min(p.iov_len - skip, left);
+      out.push_back({static_cast<uint8_t*>(p.iov_base) + skip, take});
+      skip = 0;
+      left -= take;
+    }
+    return sink.write_gather(out);
+  }
+  void clear() {
+    m_pieces.clear();
+    m_size = 0;
+  }
+
+ private:
+  std::vector<iovec> m_pieces;
+  size_t m_size = 0;
+  uint8_t* m_reserved = nullptr;
+  size_t m_reserved_size = 0;
+};
+
 // An Arrow output stream over part of an FdSink: positions count from where it was opened, since
 // each embedded Arrow file's internal offsets are relative to its own start.
 class EmbeddedStream : public arrow::io::OutputStream {
@@ -94,13 +188,19 @@ class EmbeddedStream : public arrow::io::OutputStream {
   }
   bool closed() const override { return m_closed; }
   arrow::Result<int64_t> Tell() const override { return m_sink->position() - m_base; }
-  arrow::Status Write(const void* data, int64_t nbytes) override { return m_sink->write(data, nbytes); }
+  arrow::Status Write(const void* data, int64_t nbytes) override {
+    if (m_gathered && m_gathered->covers(data, nbytes)) return m_gathered->write_range(*m_sink, data, nbytes);
+    return m_sink->write(data, nbytes);
+  }
   int64_t base() const { return m_base; }
+  // While set, writes from `g`'s stand-in range are served from its pieces.
+  void set_gathered(const GatheredBytes* g) { m_gathered = g; }
 
  private:
   FdSink* m_sink;
   int64_t m_base;
   bool m_closed = false;
+  const GatheredBytes* m_gathered = nullptr;
 };
 
 Result<int> open_for_write(const std::filesystem::path& p) {
@@ -153,6 +253,16 @@ struct FileWriter::Impl {
   int64_t spill_bytes = 0;
   int64_t sig_pending = 0;
   uint64_t sig_rows_written = 0;
+  // The pending batch's bytes in order, as pieces (coalesced): borrowed ones point at the
+  // caller's bytes, owned ones (nullptr) are the next bytes of sig_bytes. Only consulted when
+  // some piece is borrowed; the batch is then written with writev through `gathered`.
+  struct Piece {
+    const uint8_t* borrowed;
+    size_t n;
+  };
+  std::vector<Piece> sig_pieces;
+  bool sig_has_borrowed = false;
+  GatheredBytes gathered;  // the batch being written, when it has borrowed pieces
 
   // Pending reads batch (columns as plain vectors; turned into Arrow arrays per batch).
   std::vector<ReadRecord> pending_reads;  // signal_rows filled with the rows we wrote
@@ -189,7 +299,9 @@ struct FileWriter::Impl {
   Status wait_signal_write();
 
   Status start();
-  Status add_chunk(const ReadId& id, const uint8_t* bytes, size_t n_bytes, uint32_t n_samples);
+  Status add_chunk(const ReadId& id, const uint8_t* bytes, size_t n_bytes, uint32_t n_samples,
+                   ChunkBytes how = ChunkBytes::kCopy);
+  void reset_pending_signal();
   Status flush_signal_batch();
   Status flush_reads_batch();
   Status write_run_info_table();
@@ -218,6 +330,7 @@ Status FileWriter::Impl::start() {
                                         kWrittenPod5Version);
   reads_schema = detail::reads_schema(file_identifier, options.software, kWrittenPod5Version);
   signal_stream = std::make_shared<EmbeddedStream>(sink.get());
+  signal_stream->set_gathered(&gathered);
   auto sw = arrow::ipc::MakeFileWriter(signal_stream, signal_schema, ipc_options(false),
                                        signal_schema->metadata());
   if (!sw.ok()) return arrow_status(sw.status(), "signal table");
@@ -231,15 +344,35 @@ Status FileWriter::Impl::start() {
 }
 
 Status FileWriter::Impl::add_chunk(const ReadId& id, const uint8_t* bytes, size_t n_bytes,
-                                   uint32_t n_samples) {
+                                   uint32_t n_samples, ChunkBytes how) {
   sig_ids.insert(sig_ids.end(), id.bytes.begin(), id.bytes.end());
   sig_samples.push_back(n_samples);
   const auto n = static_cast<int64_t>(n_bytes);
   sig_offsets.push_back(sig_offsets.back() + (options.vbz ? n : n / 2));
+  // A budgeted writer's pending bytes may sit for long (one of many outputs): borrowing would
+  // send it back to pages released long ago, so it copies.
+  const bool borrow = how == ChunkBytes::kBorrow && !options.signal_budget;
   const bool fits = !spill && (!options.signal_budget || options.signal_budget->try_take(n));
-  if (fits) {
+  if (borrow) {
+    if (n_bytes > 0) {
+      if (!sig_pieces.empty() && sig_pieces.back().borrowed &&
+          sig_pieces.back().borrowed + sig_pieces.back().n == bytes) {
+        sig_pieces.back().n += n_bytes;
+      } else {
+        sig_pieces.push_back({bytes, n_bytes});
+      }
+    }
+    sig_has_borrowed = true;
+  } else if (fits) {
     sig_bytes.insert(sig_bytes.end(), bytes, bytes + n_bytes);
     if (options.signal_budget) sig_reserved += n;
+    if (n_bytes > 0) {
+      if (!sig_pieces.empty() && !sig_pieces.back().borrowed) {
+        sig_pieces.back().n += n_bytes;
+      } else {
+        sig_pieces.push_back({nullptr, n_bytes});
+      }
+    }
   } else {
     if (!spill) {
       ESCPOD_ASSIGN_OR_RETURN(ScratchPath sp, ScratchPath::create(path, ".signal"));
@@ -263,7 +396,24 @@ Status FileWriter::Impl::flush_signal_batch() {
   // The batch's bytes, contiguous: in memory, or the in-memory head plus the spilled tail.
   std::shared_ptr<arrow::Buffer> data;
   std::vector<uint8_t> joined;
-  if (spill_bytes > 0) {
+  if (sig_has_borrowed) {
+    // The stand-in range is reused batch after batch: the one before must be written first.
+    ESCPOD_RETURN_IF_ERROR(wait_signal_write());
+    std::vector<iovec> pieces;
+    pieces.reserve(sig_pieces.size());
+    size_t owned = 0;  // sig_bytes keeps its data pointer from here on (it is moved, not copied)
+    for (const Piece& p : sig_pieces) {
+      if (p.borrowed) {
+        pieces.push_back({const_cast<uint8_t*>(p.borrowed), p.n});
+      } else {
+        pieces.push_back({sig_bytes.data() + owned, p.n});
+        owned += p.n;
+      }
+    }
+    auto stand_in = gathered.set(std::move(pieces));
+    if (!stand_in.is_ok()) return fail(stand_in.status());
+    data = std::move(stand_in).value();
+  } else if (spill_bytes > 0) {
     ESCPOD_RETURN_IF_ERROR(check(spill->flush()));
     joined.resize(sig_bytes.size() + static_cast<size_t>(spill_bytes));
     std::memcpy(joined.data(), sig_bytes.data(), sig_bytes.size());
@@ -320,20 +470,12 @@ Status FileWriter::Impl::flush_signal_batch() {
     sig_samples = std::move(spare.samples);
     sig_offsets = std::move(spare.offsets);
     sig_bytes = std::move(spare.bytes);
-    sig_ids.clear();
-    sig_samples.clear();
-    sig_offsets.assign(1, 0);
-    sig_bytes.clear();
-    sig_pending = 0;
+    reset_pending_signal();
     return Status::ok();
   }
   ESCPOD_RETURN_IF_ERROR(check(signal_writer->WriteRecordBatch(*batch)));
   // Reset, keeping capacity; give the memory back to the shared budget; empty the spill file.
-  sig_pending = 0;
-  sig_ids.clear();
-  sig_samples.clear();
-  sig_offsets.assign(1, 0);
-  sig_bytes.clear();
+  reset_pending_signal();
   if (options.signal_budget && sig_reserved > 0) {
     options.signal_budget->give_back(sig_reserved);
     sig_reserved = 0;
@@ -346,6 +488,16 @@ Status FileWriter::Impl::flush_signal_batch() {
     spill_bytes = 0;
   }
   return Status::ok();
+}
+
+void FileWriter::Impl::reset_pending_signal() {
+  sig_pending = 0;
+  sig_ids.clear();
+  sig_samples.clear();
+  sig_offsets.assign(1, 0);
+  sig_bytes.clear();
+  sig_pieces.clear();
+  sig_has_borrowed = false;
 }
 
 Status FileWriter::Impl::wait_signal_write() {
@@ -634,6 +786,7 @@ Result<std::unique_ptr<FileWriter>> FileWriter::create(const std::filesystem::pa
 }
 
 bool FileWriter::is_vbz() const { return m_impl->options.vbz; }
+uint32_t FileWriter::signal_batch_rows() const { return m_impl->options.signal_batch_rows; }
 uint64_t FileWriter::n_reads() const { return m_impl->n_reads; }
 
 Status FileWriter::add_run_info(const RunInfo& run_info) {
@@ -672,7 +825,8 @@ Status FileWriter::add_read(const ReadRecord& read, std::span<const int16_t> sig
   return Status::ok();
 }
 
-Status FileWriter::add_read_chunks(const ReadRecord& read, std::span<const SignalChunk> chunks) {
+Status FileWriter::add_read_chunks(const ReadRecord& read, std::span<const SignalChunk> chunks,
+                                   ChunkBytes how) {
   auto& d = *m_impl;
   ESCPOD_RETURN_IF_ERROR(d.check_read(read));
   ReadRecord r = read;
@@ -685,7 +839,7 @@ Status FileWriter::add_read_chunks(const ReadRecord& read, std::span<const Signa
     }
     r.signal_rows.push_back(d.sig_rows_written);
     r.num_samples += c.n_samples;
-    ESCPOD_RETURN_IF_ERROR(d.add_chunk(r.read_id, c.bytes.data(), c.bytes.size(), c.n_samples));
+    ESCPOD_RETURN_IF_ERROR(d.add_chunk(r.read_id, c.bytes.data(), c.bytes.size(), c.n_samples, how));
   }
   d.pending_reads.push_back(std::move(r));
   ++d.n_reads;

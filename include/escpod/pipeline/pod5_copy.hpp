@@ -47,10 +47,12 @@ Status copy_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, s
 Status prepare_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, size_t i,
                     PreparedRead& out);
 
-// Appends a prepared read to `writer`, as copy_read does.
+// Appends a prepared read to `writer`, as copy_read does. With ChunkBytes::kBorrow, stored
+// chunks are written from the reader's mapping when the writer writes its batch (no copy): the
+// reader must outlive the writer's finish().
 Status copy_prepared(const pod5::FileReader& reader, const pod5::ReadBatch& batch,
                      const PreparedRead& read, pod5::FileWriter& writer, CopyScratch& scratch,
-                     CopyStats* stats);
+                     CopyStats* stats, pod5::ChunkBytes how = pod5::ChunkBytes::kCopy);
 
 // Picks reads from their batch alone; called from several threads at once, so it may only read
 // shared state.

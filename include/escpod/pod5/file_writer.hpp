@@ -60,6 +60,14 @@ struct WriterOptions {
   std::shared_ptr<SignalMemoryBudget> signal_budget;
 };
 
+// What add_read_chunks does with the chunk bytes it is given.
+enum class ChunkBytes {
+  kCopy,    // copied into the writer before the call returns
+  kBorrow,  // written later straight from where they lie (no copy): they must stay readable and
+            // unchanged until finish()/close() returns or the writer is destroyed, e.g. a
+            // FileReader's mapping that outlives the writer. Writers under a signal budget copy.
+};
+
 class FileWriter {
  public:
   ~FileWriter();
@@ -80,10 +88,13 @@ class FileWriter {
   Status add_read(const ReadRecord& read, std::span<const int16_t> signal);
 
   // Adds a read whose signal is already stored in this file's format (VBZ cells for a VBZ
-  // writer, raw little-endian int16 bytes otherwise): chunks are copied as they are.
-  Status add_read_chunks(const ReadRecord& read, std::span<const SignalChunk> chunks);
+  // writer, raw little-endian int16 bytes otherwise): chunks are stored as they are, copied now
+  // or borrowed until the file is finished (see ChunkBytes).
+  Status add_read_chunks(const ReadRecord& read, std::span<const SignalChunk> chunks,
+                         ChunkBytes how = ChunkBytes::kCopy);
 
   bool is_vbz() const;
+  uint32_t signal_batch_rows() const;
   uint64_t n_reads() const;
 
   // Finishes the file and renames it into place. Afterwards the writer accepts nothing.

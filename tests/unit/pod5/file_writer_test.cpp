@@ -243,6 +243,83 @@ TEST(FileWriter, UnclosedWriterLeavesNothingAndExistingFileIsKept) {
   EXPECT_EQ(n, 1u);
 }
 
+// Chunks given with ChunkBytes::kBorrow are written from where they lie when the batch is
+// written, not when added: changing the bytes in between shows in the file. kCopy and writers
+// under a signal budget take the bytes as they were. Borrowed, copied and encoded chunks mix in
+// one batch (several pieces of a writev, contiguous ones merged) and in odd sizes.
+TEST(FileWriter, BorrowedChunksAreWrittenFromWhereTheyLie) {
+  auto dir = test::scratch_dir("borrow");
+  auto reads = make_reads(23, 5, {"acq"});
+  // Raw (uncompressed) chunks: any bytes are valid signal, so a change is visible sample by sample.
+  std::vector<int16_t> arena;  // all reads' samples back to back: adjacent chunks are contiguous
+  std::vector<size_t> start;
+  for (const auto& t : reads) {
+    start.push_back(arena.size());
+    arena.insert(arena.end(), t.signal.begin(), t.signal.end());
+  }
+  // Modes: 0 borrow, 1 copy, 2 borrow under a budget (copies), 3 borrow with batches written
+  // while adding (asynchronously, several in turn) and no change: a plain round trip.
+  for (int mode = 0; mode < 4; ++mode) {
+    SCOPED_TRACE("mode " + std::to_string(mode));
+    std::vector<int16_t> bytes = arena;
+    WriterOptions opts;
+    opts.vbz = false;
+    opts.signal_batch_rows = mode == 3 ? 5 : 1000;  // mode 3: batches flush while adding
+    if (mode == 2) opts.signal_budget = std::make_shared<SignalMemoryBudget>(int64_t{1} << 30);
+    const auto path = dir / ("out" + std::to_string(mode) + ".pod5");
+    auto writer = FileWriter::create(path, opts);
+    ASSERT_TRUE(writer.is_ok()) << writer.status().to_string();
+    ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq")).is_ok());
+    for (size_t k = 0; k < reads.size(); ++k) {
+      const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + start[k]);
+      const size_t n = reads[k].signal.size();
+      // Two chunks of uneven size (the second may be empty).
+      std::vector<SignalChunk> chunks(2);
+      const size_t half = n / 3;
+      chunks[0].bytes = {p, half * 2};
+      chunks[0].n_samples = static_cast<uint32_t>(half);
+      chunks[1].bytes = {p + half * 2, (n - half) * 2};
+      chunks[1].n_samples = static_cast<uint32_t>(n - half);
+      Status s;
+      if (k % 5 == 4) {
+        s = (*writer)->add_read(reads[k].record, reads[k].signal);  // owned, encoded
+      } else {
+        const ChunkBytes how = (mode == 1 || k % 7 == 6) ? ChunkBytes::kCopy : ChunkBytes::kBorrow;
+        s = (*writer)->add_read_chunks(reads[k].record, chunks, how);
+      }
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+    }
+    // Change every byte after adding: borrowed chunks not yet written pick the change up.
+    if (mode != 3) {
+      for (auto& v : bytes) v = static_cast<int16_t>(~v);
+    }
+    ASSERT_TRUE((*writer)->close().is_ok());
+
+    auto file = FileReader::open(path);
+    ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+    EXPECT_TRUE((*file)->signal_table_info()->uniform);
+    VbzCodec codec;
+    size_t k = 0;
+    for (size_t b = 0; b < (*file)->n_read_batches(); ++b) {
+      auto batch = (*file)->read_batch(b);
+      ASSERT_TRUE(batch.is_ok());
+      for (size_t i = 0; i < batch->size(); ++i, ++k) {
+        ReadRecord got = (*file)->record(*batch, i);
+        ASSERT_EQ(got.read_id, reads[k].record.read_id);
+        std::vector<int16_t> samples(got.num_samples);
+        ASSERT_TRUE((*file)->read_signal(got.signal_rows, samples, codec).is_ok());
+        const bool borrowed = k % 5 != 4 && mode != 1 && mode != 2 && mode != 3 && k % 7 != 6;
+        std::vector<int16_t> want = reads[k].signal;
+        if (borrowed) {
+          for (auto& v : want) v = static_cast<int16_t>(~v);
+        }
+        EXPECT_EQ(samples, want) << "read " << k << (borrowed ? " (borrowed)" : " (copied)");
+      }
+    }
+    EXPECT_EQ(k, reads.size());
+  }
+}
+
 TEST(FileWriter, MissingFolderIsAClearError) {
   auto writer = FileWriter::create("/nonexistent-escpod-dir/x.pod5");
   ASSERT_FALSE(writer.is_ok());
