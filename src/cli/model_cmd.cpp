@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -141,54 +142,70 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   }
   const bool intra = o.mode == "intra";
   const int workers = intra ? 1 : n_threads;
-  std::atomic<bool> stop{false};
-  std::atomic<long> calls{0};
-  std::vector<Status> errors(static_cast<size_t>(workers));
+  // Every worker warms up, then times whole calls from a common start to the end of its last
+  // call: slow configurations (a call of ~1 s) are measured exactly, not rounded to the calls
+  // that happened to finish inside a fixed window.
+  std::atomic<int> warmed{0};
+  std::atomic<bool> start{false}, stop{false};
+  struct Tally {
+    long calls = 0;
+    double seconds = 0;
+    Status status;
+  };
+  std::vector<Tally> tally(static_cast<size_t>(workers));
   auto worker = [&](int w) {
+    Tally& t = tally[static_cast<size_t>(w)];
     nn::Workspace ws(intra ? n_threads : 1);
     std::vector<float> out(static_cast<size_t>(n_out));
-    Status s = model.run(ws, input, shape, out);  // warm-up: plan binding, arena
-    if (!s.is_ok()) {
-      errors[static_cast<size_t>(w)] = s;
+    t.status = model.run(ws, input, shape, out);  // warm-up: plan binding, arena
+    warmed.fetch_add(1);
+    if (!t.status.is_ok()) {
       stop = true;
       return;
     }
+    while (!start.load() && !stop.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    const auto t0 = std::chrono::steady_clock::now();
     while (!stop.load(std::memory_order_relaxed)) {
-      s = model.run(ws, input, shape, out);
-      if (!s.is_ok()) {
-        errors[static_cast<size_t>(w)] = s;
+      t.status = model.run(ws, input, shape, out);
+      if (!t.status.is_ok()) {
         stop = true;
         return;
       }
-      calls.fetch_add(1, std::memory_order_relaxed);
+      ++t.calls;
+      t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   };
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) threads.emplace_back(worker, w);
-  // Let every worker warm up, then count calls over the measured interval only.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const long c0 = calls.load();
+  while (warmed.load() < workers) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  start = true;
   const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
-  // Slow configurations: extend the interval until every worker finished a few calls (cap 120 s).
-  while (calls.load() - c0 < 2L * workers && !stop.load() &&
+  // Slow configurations: wait until every worker finished a few calls (cap 120 s).
+  auto fewest_calls = [&] {
+    long m = LONG_MAX;
+    for (const Tally& t : tally) m = std::min(m, t.calls);
+    return m;
+  };
+  while (fewest_calls() < 2 && !stop.load() &&
          std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const long c1 = calls.load();
-  const auto t1 = std::chrono::steady_clock::now();
   stop = true;
   for (auto& t : threads) t.join();
-  for (const Status& s : errors) ESCPOD_RETURN_IF_ERROR(s);
-  const double secs = std::chrono::duration<double>(t1 - t0).count();
-  const double n_calls = static_cast<double>(c1 - c0);
-  const double windows = n_calls * static_cast<double>(o.batch) / secs;
+  double n_calls = 0, rate = 0, secs = 0;  // rate: calls per second, all workers together
+  for (const Tally& t : tally) {
+    ESCPOD_RETURN_IF_ERROR(t.status);
+    n_calls += static_cast<double>(t.calls);
+    if (t.seconds > 0) rate += static_cast<double>(t.calls) / t.seconds;
+    secs = std::max(secs, t.seconds);
+  }
+  const double windows = rate * static_cast<double>(o.batch);
   std::printf("model=%s batch=%lld length=%lld threads=%d mode=%s backend=%s isa=%s calls=%.0f seconds=%.3f "
               "windows_per_s=%.2f ms_per_call=%.3f gflops=%.2f\n",
               o.model.c_str(), static_cast<long long>(o.batch), static_cast<long long>(shape.back()), n_threads,
               o.mode.c_str(), o.reference ? "reference" : "optimised", o.reference ? "scalar" : nn::effective_isa_name().c_str(),
-              n_calls, secs, windows, n_calls > 0 ? secs * 1e3 * workers / n_calls : 0.0,
-              n_calls * flops / secs / 1e9);
+              n_calls, secs, windows, rate > 0 ? 1e3 * workers / rate : 0.0, rate * flops / 1e9);
   return Status::ok();
 }
 

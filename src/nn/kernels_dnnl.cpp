@@ -4,6 +4,7 @@
 // arrays so a run allocates nothing on our side.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -242,10 +243,12 @@ class DnnlLstm final : public DnnlStep {
   }
 };
 
-// LSTM as GEMMs plus a fused cell: all input projections in one sgemm ([T*N, C] x [C, 4H]), then
-// per time step one sgemm of the previous output rows with R^T accumulated into that step's
-// gates, and the vectorised cell (simd.cpp) writing h straight into the output. At batch 1 this
-// is ~10x faster than oneDNN 2.6's LSTM primitive (whose per-step overhead dominates there);
+// LSTM as GEMMs plus a fused cell: the input projections of a block of time steps in one sgemm
+// ([Tb*N, C] x [C, 4H]), then per time step one sgemm of the previous output rows with R^T
+// accumulated into that step's gates, and the vectorised cell (simd.cpp) writing h straight into
+// the output. Blocks of steps keep the gates in L2 (all T steps at once is 79 MB at H = 128,
+// batch 64, chunk 3000 / stride 5: the recurrence then streamed them from memory). At batch 1
+// this is ~10x faster than oneDNN 2.6's LSTM primitive (whose per-step overhead dominates there);
 // ESCPOD_NN_LSTM=onednn selects the primitive instead, for comparison.
 class GemmLstm final : public Step {
  public:
@@ -253,9 +256,10 @@ class GemmLstm final : public Step {
       : m_p(p), m_cell(lstm_cell_fn(simd_level())), m_gemm(gemm_acc_fn(simd_level())) {
     m_rt = shared_transposed(p.r, 4 * p.h, p.h);
     m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
+    m_block_steps = gate_block_steps(p);
   }
   std::size_t scratch_bytes() const override {
-    return static_cast<std::size_t>(m_p.t * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
+    return static_cast<std::size_t>(m_block_steps * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
   }
   void run(const ExecContext& ctx, StepState*) const override {
     const LstmParams& p = m_p;
@@ -263,19 +267,23 @@ class GemmLstm final : public Step {
     const float* x = resolve(ctx, p.src);
     float* y = resolve(ctx, p.dst);
     float* gx = static_cast<float*>(ctx.scratchpad);
-    float* c = gx + p.t * N * G;
+    float* c = gx + m_block_steps * N * G;
     const float* rt = static_cast<const float*>(m_rt.get());
     const float* bias = static_cast<const float*>(m_bias.get());
-    dnnl_sgemm('N', 'T', p.t * N, G, p.c, 1.0f, x, p.c, p.w, p.c, 0.0f, gx, G);
     std::fill(c, c + N * H, 0.0f);
-    for (int64_t step = 0; step < p.t; ++step) {
-      const int64_t t = p.reverse ? p.t - 1 - step : step;
-      float* g = gx + t * N * G;
-      if (step > 0) {
-        const int64_t prev = p.reverse ? t + 1 : t - 1;
-        m_gemm(y + prev * N * H, H, rt, G, g, G, N, G, H);
+    for (int64_t first = 0; first < p.t; first += m_block_steps) {  // in processing order
+      const int64_t nb = std::min(m_block_steps, p.t - first);
+      const int64_t lo = p.reverse ? p.t - first - nb : first;  // the block is steps [lo, lo + nb)
+      dnnl_sgemm('N', 'T', nb * N, G, p.c, 1.0f, x + lo * N * p.c, p.c, p.w, p.c, 0.0f, gx, G);
+      for (int64_t step = first; step < first + nb; ++step) {
+        const int64_t t = p.reverse ? p.t - 1 - step : step;
+        float* g = gx + (t - lo) * N * G;
+        if (step > 0) {
+          const int64_t prev = p.reverse ? t + 1 : t - 1;
+          m_gemm(y + prev * N * H, H, rt, G, g, G, N, G, H);
+        }
+        m_cell(g, bias, c, y + t * N * H, N, H, H);
       }
-      m_cell(g, bias, c, y + t * N * H, N, H, H);
     }
   }
 
@@ -300,10 +308,22 @@ class GemmLstm final : public Step {
     return b;
   }
 
+  // Time steps whose gates fit in ~256 KB (half a core's L2 here), at least one; env
+  // ESCPOD_NN_LSTM_BLOCK_KB overrides the size for measurements.
+  static int64_t gate_block_steps(const LstmParams& p) {
+    static const int64_t block_bytes = [] {
+      const char* env = std::getenv("ESCPOD_NN_LSTM_BLOCK_KB");
+      return env ? std::max<int64_t>(1, std::atoll(env)) << 10 : int64_t{256} << 10;
+    }();
+    const int64_t step_bytes = p.n * 4 * p.h * static_cast<int64_t>(sizeof(float));
+    return std::clamp<int64_t>(block_bytes / std::max<int64_t>(1, step_bytes), 1, std::max<int64_t>(1, p.t));
+  }
+
   LstmParams m_p;
   LstmCellFn m_cell;
   GemmAccFn m_gemm;
   Buffer m_rt, m_bias;
+  int64_t m_block_steps = 1;
 };
 
 template <typename StepT, typename Params>
