@@ -108,6 +108,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--data", default=str(ROOT / "bench/data"))
     ap.add_argument("--out-dir", default=None, help="where outputs go (default /dev/shm)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each tool per command (median kept)")
     args = ap.parse_args()
     build = pathlib.Path(args.build).resolve()
     escpod = build / "src/cli/escpod"
@@ -175,19 +176,33 @@ def main():
                         f"count={nbytes // (4 << 20)}"], check=True, capture_output=True)
         results["write_bandwidth_mib_s"] = (nbytes // (4 << 20)) * 4 / (time.monotonic() - t0)
         (work / "dd.bin").unlink()
+        def clean():
+            for f in list(work.glob("*.pod5")) + list(work.glob("*.tsv")):
+                f.unlink()
+            for d in ["e_subset", "p_subset"]:
+                shutil.rmtree(work / d, ignore_errors=True)
+
+        def median_run(runs):
+            # The run with the median wall time (its CPU and RSS with it).
+            return sorted(runs, key=lambda m: m["wall_s"])[len(runs) // 2]
+
         for name, ours, theirs in jobs:
-            e = measure(ours, env)
-            p = measure(theirs, env)
+            # Alternate the two tools, each from an empty output folder, and keep the median of
+            # args.repeat runs each: a single pair swings by 2x on this shared machine.
+            es, ps = [], []
+            for _ in range(args.repeat):
+                es.append(measure(ours, env))
+                clean()
+                ps.append(measure(theirs, env))
+                clean()
+            e, p = median_run(es), median_run(ps)
             row = {"op": name, "escpod": e, "pod5": p, "input_bytes": input_bytes,
+                   "escpod_walls": [m["wall_s"] for m in es], "pod5_walls": [m["wall_s"] for m in ps],
                    "speedup_wall": p["wall_s"] / e["wall_s"], "cpu_ratio": p["cpu_s"] / max(e["cpu_s"], 1e-9),
                    "rss_ratio": p["rss_mib"] / max(e["rss_mib"], 1e-9),
                    "escpod_mib_s": input_bytes / e["wall_s"] / 2**20}
             results["tools"].append(row)
             print(json.dumps(row), file=sys.stderr)
-            for f in list(work.glob("*.pod5")):
-                f.unlink()
-            for d in ["e_subset", "p_subset"]:
-                shutil.rmtree(work / d, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -205,10 +220,17 @@ def render(r):
     for d in r["decode"]:
         lines.append(f"| {d['mode']} | {d['tool']} | {d['threads']} | {d['reads'] / d['seconds']:.0f} | "
                      f"{d['samples'] / d['seconds'] / 1e6:.1f} | {d.get('cpu_s', float('nan')):.2f} |")
-    lines += ["", "| op | escpod wall s | pod5 wall s | wall ratio | CPU ratio | escpod RSS MiB | pod5 RSS MiB | escpod MiB/s |",
+    lines += ["", "Median of alternating runs (all runs' wall times in brackets).", "",
+              "| op | escpod wall s | pod5 wall s | wall ratio | CPU ratio | escpod RSS MiB | pod5 RSS MiB | escpod MiB/s |",
               "|---|---|---|---|---|---|---|---|"]
+
+    def runs(t, tool):
+        walls = t.get(f"{tool}_walls")
+        return " [" + ", ".join(f"{w:.2f}" for w in walls) + "]" if walls else ""
+
     for t in r["tools"]:
-        lines.append(f"| {t['op']} | {t['escpod']['wall_s']:.2f} | {t['pod5']['wall_s']:.2f} | "
+        lines.append(f"| {t['op']} | {t['escpod']['wall_s']:.2f}{runs(t, 'escpod')} | "
+                     f"{t['pod5']['wall_s']:.2f}{runs(t, 'pod5')} | "
                      f"{t['speedup_wall']:.1f}x | {t['cpu_ratio']:.1f}x | {t['escpod']['rss_mib']:.0f} | "
                      f"{t['pod5']['rss_mib']:.0f} | {t['escpod_mib_s']:.0f} |")
     return "\n".join(lines)

@@ -157,8 +157,13 @@ Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& reader
                     if (!s.is_ok()) return fail(std::move(s));
                   }
                   // Signal rows ascend with reads in files from MinKNOW and from writers like
-                  // ours: release what lies behind so resident memory stays bounded.
-                  reader.drop_signal_pages_behind(b->batch);
+                  // ours: release what lies behind so resident memory stays bounded, and the
+                  // whole file's signal once its last batch is done.
+                  if (b->batch_idx + 1 == reader.n_read_batches()) {
+                    reader.drop_signal_pages(UINT64_MAX);
+                  } else {
+                    reader.drop_signal_pages_behind(b->batch);
+                  }
                 }));
   });
   if (failed) return first_error;

@@ -199,9 +199,16 @@ struct FileReader::Impl {
     const uintptr_t b = reinterpret_cast<uintptr_t>(hi) & ~(page - 1);
     if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
   }
+  // Releases are batched: each is a TLB shootdown on every core running our threads (~23 us).
+  static constexpr ptrdiff_t kDropStride = 64 << 20;
   // Drops the pages spanned by a record batch's buffers (children included, dictionaries not:
   // they are shared between batches), once its values have been copied out.
   void drop_batch_pages(const arrow::RecordBatch& rb) const {
+    const auto [lo, hi] = batch_span(rb);
+    if (lo) drop_pages(lo, hi);
+  }
+  // The part of the mapping a record batch's buffers span ({nullptr, nullptr} if none).
+  std::pair<const uint8_t*, const uint8_t*> batch_span(const arrow::RecordBatch& rb) const {
     const uint8_t* lo = nullptr;
     const uint8_t* hi = nullptr;
     const uint8_t* map_end = map_begin + map_size;
@@ -216,7 +223,7 @@ struct FileReader::Impl {
       for (const auto& child : d.child_data) self(self, *child);
     };
     for (const auto& column : rb.column_data()) visit(visit, *column);
-    if (lo) drop_pages(lo, hi);
+    return {lo, hi};
   }
   mutable std::once_flag id_index_once;
   mutable std::unordered_map<ReadId, std::pair<uint32_t, uint32_t>, ReadIdHash> id_index;
@@ -309,7 +316,6 @@ Status FileReader::Impl::ensure_signal() const {
 Status FileReader::Impl::load_signal_batches() const {
   auto& reader = signal_reader;
   signal_batch_first.push_back(0);
-  constexpr ptrdiff_t kScanDropStride = 64 << 20;
   const uint8_t* scan_dropped_to = nullptr;
   for (int b = 0; b < reader->num_record_batches(); ++b) {
     auto batch = reader->ReadRecordBatch(b);
@@ -353,12 +359,11 @@ Status FileReader::Impl::load_signal_batches() const {
     for (int64_t r = 0; r < v.n_rows; ++r) signal_info.n_samples += v.samples[r];
     signal_batch_first.push_back(signal_batch_first.back() + static_cast<uint64_t>(v.n_rows));
     // Release what the scan touched below this batch as it goes (the peak resident set, not
-    // only the final one, must not grow with the file), 64 MB of file at a time: each release
-    // is a TLB shootdown on every core running our threads (~23 us a call), and the scan maps
-    // only a few pages a batch, so per-batch calls cost more than the memory they save.
+    // only the final one, must not grow with the file), kDropStride of file at a time: the scan
+    // maps only a few pages a batch, so per-batch calls cost more than the memory they save.
     if (signal_batches.empty()) {
       scan_dropped_to = v.region_begin;
-    } else if (v.region_begin - scan_dropped_to >= kScanDropStride) {
+    } else if (v.region_begin - scan_dropped_to >= kDropStride) {
       drop_pages(scan_dropped_to, v.region_begin);
       scan_dropped_to = v.region_begin;
     }
@@ -473,14 +478,23 @@ Status FileReader::Impl::load_reads(const detail::EmbeddedTable& t) {
   }
 
   read_batch_first.push_back(0);
+  const uint8_t* validated_from = nullptr;  // validated pages not yet released start here
   for (int b = 0; b < reads_reader->num_record_batches(); ++b) {
     auto batch = reads_reader->ReadRecordBatch(b);
     const std::string ctx = where() + ": reads batch " + std::to_string(b);
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
     ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
-    // Validation read the whole batch: release it now, not at the end of the scan, so the peak
-    // resident set of opening a huge file stays small too.
-    drop_batch_pages(**batch);
+    // Validation read the whole batch: release what it read as the scan goes, so the peak
+    // resident set of opening a huge file stays small too; kDropStride of file at a time, as a
+    // release costs a TLB shootdown on every core running our threads.
+    const auto [lo, hi] = batch_span(**batch);
+    if (lo) {
+      if (!validated_from) validated_from = lo;
+      if (hi - validated_from >= kDropStride) {
+        drop_pages(validated_from, hi);
+        validated_from = hi;
+      }
+    }
     read_batch_first.push_back(read_batch_first.back() + static_cast<uint64_t>((*batch)->num_rows()));
     read_batches.push_back(std::move(*batch));
   }
@@ -889,6 +903,9 @@ void FileReader::drop_signal_pages(uint64_t end_row) const {
   uintptr_t seen = im.signal_dropped_until.load(std::memory_order_relaxed);
   const uintptr_t start = seen ? seen : reinterpret_cast<uintptr_t>(batches.front().region_begin);
   if (reinterpret_cast<uintptr_t>(hi) <= start) return;
+  // Release kDropStride of file at a time, and whatever is left once the end is reached.
+  const bool to_end = keep >= batches.size();
+  if (!to_end && reinterpret_cast<uintptr_t>(hi) - start < static_cast<uintptr_t>(Impl::kDropStride)) return;
   // Another caller advancing the mark concurrently drops its own range; only one drops this one.
   if (!im.signal_dropped_until.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(hi))) return;
   im.drop_pages(reinterpret_cast<const void*>(start), hi);

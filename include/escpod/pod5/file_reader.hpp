@@ -140,7 +140,8 @@ class FileReader {
                      VbzCodec& codec) const;
   // Hints that signal rows below `end_row` will not be read again soon: drops the mapped pages
   // of every signal batch entirely below it, so streaming a huge file keeps resident memory
-  // bounded. Safe at any time (a later read maps the pages in again).
+  // bounded (64 MB of file at a time, and the rest once `end_row` is past the last row). Safe at
+  // any time (a later read maps the pages in again).
   void drop_signal_pages(uint64_t end_row) const;
   // drop_signal_pages below the lowest signal row of `done`, a reads batch of this file whose
   // reads are all finished with (streaming commands call it batch by batch).
