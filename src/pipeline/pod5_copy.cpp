@@ -36,13 +36,6 @@ Status copy_prepared(const pod5::FileReader& reader, const pod5::ReadBatch& batc
                      const PreparedRead& read, pod5::FileWriter& writer, CopyScratch& scratch,
                      CopyStats* stats, pod5::ChunkBytes how) {
   const uint64_t n = read.record.num_samples;
-  // Borrowed chunks are written when the writer's signal batch fills, after the caller may have
-  // released the pages behind this reads batch (stream_reads does once it moves on). A batch of
-  // at least two signal batches' worth of reads guarantees that everything borrowed from before
-  // it was written by then; smaller batches copy, so no released page is mapped in again.
-  if (how == pod5::ChunkBytes::kBorrow && batch.size() < 2 * size_t{writer.signal_batch_rows()}) {
-    how = pod5::ChunkBytes::kCopy;
-  }
   if (reader.info().is_vbz == writer.is_vbz()) {
     ESCPOD_RETURN_IF_ERROR(writer.add_read_chunks(read.record, read.chunks, how));
     if (stats) stats->n_chunks_copied += read.chunks.size();
@@ -91,7 +84,7 @@ void touch_pages(const PreparedRead& r) {
 
 Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& readers, int n_threads,
                     const ReadSelector& select, const PreparedConsumer& consume,
-                    uint64_t* n_reads_seen) {
+                    uint64_t* n_reads_seen, const BeforeRelease& before_release) {
   const int threads = std::max(1, n_threads);
   Status first_error;      // written by the serial sink only
   std::atomic<bool> failed{false};  // read by the source and the workers while the sink runs
@@ -158,12 +151,19 @@ Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& reader
                   }
                   // Signal rows ascend with reads in files from MinKNOW and from writers like
                   // ours: release what lies behind so resident memory stays bounded, and the
-                  // whole file's signal once its last batch is done.
-                  if (b->batch_idx + 1 == reader.n_read_batches()) {
-                    reader.drop_signal_pages(UINT64_MAX);
-                  } else {
-                    reader.drop_signal_pages_behind(b->batch);
+                  // whole file's signal once its last batch is done. Writers holding borrowed
+                  // bytes of a range copy them first.
+                  Status hook_status;
+                  pod5::FileReader::ReleaseHook hook;
+                  if (before_release) {
+                    hook = [&](const void* lo, const void* hi) { hook_status = before_release(lo, hi); };
                   }
+                  if (b->batch_idx + 1 == reader.n_read_batches()) {
+                    reader.drop_signal_pages(UINT64_MAX, hook);
+                  } else {
+                    reader.drop_signal_pages_behind(b->batch, hook);
+                  }
+                  if (!hook_status.is_ok()) return fail(std::move(hook_status));
                 }));
   });
   if (failed) return first_error;
@@ -202,9 +202,10 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
     ESCPOD_RETURN_IF_ERROR(stream_reads(
         reader, 1, nullptr,
         [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b, const PreparedRead& read) {
-          // The reader outlives the writer: chunks are written from its mapping.
+          // Chunks are written from the reader's mapping (copied before its pages are released).
           return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
-        }));
+        },
+        nullptr, [&](const void* lo, const void* hi) { return writer->copy_borrowed_in(lo, hi); }));
     ESCPOD_RETURN_IF_ERROR(writer->close());
     log::debug("repacked {} -> {}: {} reads", in.string(), out_path.string(), stats.n_reads);
     std::lock_guard lock(mutex);

@@ -73,7 +73,8 @@ Status merge_files(const std::vector<std::filesystem::path>& inputs,
     // `readers` outlive `writer` (declared first): chunks are written from their mappings.
     return copy_prepared(r, b, read, *writer, scratch, stats, pod5::ChunkBytes::kBorrow);
   };
-  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, nullptr, consume));
+  auto before_release = [&](const void* lo, const void* hi) { return writer->copy_borrowed_in(lo, hi); };
+  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, nullptr, consume, nullptr, before_release));
   if (n_duplicates_skipped) *n_duplicates_skipped = n_dup;
   return writer->close();
 }
@@ -113,10 +114,11 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
                      const PreparedRead& read) -> Status {
     // The same id in two inputs is written once; the writer would refuse the second anyway.
     if (c.ids && !found.insert(read.record.read_id).second) return Status::ok();
-    // Copied, not borrowed: a sparse selection would keep borrowed pages of many batches back.
-    return copy_prepared(r, b, read, *writer, scratch, &rep.copied);
+    return copy_prepared(r, b, read, *writer, scratch, &rep.copied, pod5::ChunkBytes::kBorrow);
   };
-  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &rep.n_reads_seen));
+  auto before_release = [&](const void* lo, const void* hi) { return writer->copy_borrowed_in(lo, hi); };
+  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &rep.n_reads_seen,
+                                      before_release));
   if (c.ids) {
     for (const auto& id : *c.ids)
       if (!found.count(id)) rep.missing_ids.push_back(id);
@@ -270,11 +272,17 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
     }
     const auto& acq = reader.run_info_ids()[static_cast<size_t>(batch.run_info_idx[i])];
     if (const auto* ri = reader.find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writers[idx]->add_run_info(*ri));
-    ESCPOD_RETURN_IF_ERROR(copy_prepared(reader, batch, read, *writers[idx], scratch, nullptr));
+    ESCPOD_RETURN_IF_ERROR(
+        copy_prepared(reader, batch, read, *writers[idx], scratch, nullptr, pod5::ChunkBytes::kBorrow));
     ++rep.reads_per_output[names[idx]];
     return Status::ok();
   };
-  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &n_seen));
+  auto before_release = [&](const void* lo, const void* hi) -> Status {
+    for (auto& w : writers)
+      if (w) ESCPOD_RETURN_IF_ERROR(w->copy_borrowed_in(lo, hi));
+    return Status::ok();
+  };
+  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &n_seen, before_release));
   if (drop_unmapped) rep.n_unmapped = n_seen - n_selected;
   if (!by_columns) rep.n_mapped_missing = target.size() - std::min(target.size(), written.size());
   // All or nothing: finish every output before any is renamed into place.

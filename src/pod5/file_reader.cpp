@@ -888,7 +888,7 @@ Result<SignalChunk> FileReader::signal_chunk(uint64_t row) const {
   return c;
 }
 
-void FileReader::drop_signal_pages(uint64_t end_row) const {
+void FileReader::drop_signal_pages(uint64_t end_row, const ReleaseHook& before) const {
   if (!m_impl->ensure_signal().is_ok()) return;
   const Impl& im = *m_impl;
   const auto& batches = im.signal_batches;
@@ -908,12 +908,13 @@ void FileReader::drop_signal_pages(uint64_t end_row) const {
   if (!to_end && reinterpret_cast<uintptr_t>(hi) - start < static_cast<uintptr_t>(Impl::kDropStride)) return;
   // Another caller advancing the mark concurrently drops its own range; only one drops this one.
   if (!im.signal_dropped_until.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(hi))) return;
+  if (before) before(reinterpret_cast<const void*>(start), hi);
   im.drop_pages(reinterpret_cast<const void*>(start), hi);
 }
 
-void FileReader::drop_signal_pages_behind(const ReadBatch& done) const {
+void FileReader::drop_signal_pages_behind(const ReadBatch& done, const ReleaseHook& before) const {
   if (done.signal_rows.empty()) return;
-  drop_signal_pages(*std::min_element(done.signal_rows.begin(), done.signal_rows.end()));
+  drop_signal_pages(*std::min_element(done.signal_rows.begin(), done.signal_rows.end()), before);
 }
 
 Result<uint64_t> FileReader::count_samples(std::span<const uint64_t> rows) const {

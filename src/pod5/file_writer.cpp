@@ -254,10 +254,11 @@ struct FileWriter::Impl {
   int64_t sig_pending = 0;
   uint64_t sig_rows_written = 0;
   // The pending batch's bytes in order, as pieces (coalesced): borrowed ones point at the
-  // caller's bytes, owned ones (nullptr) are the next bytes of sig_bytes. Only consulted when
-  // some piece is borrowed; the batch is then written with writev through `gathered`.
+  // caller's bytes, owned ones (nullptr) at sig_bytes[offset]. Only consulted when some piece is
+  // borrowed; the batch is then written with writev through `gathered`.
   struct Piece {
     const uint8_t* borrowed;
+    size_t offset;
     size_t n;
   };
   std::vector<Piece> sig_pieces;
@@ -359,18 +360,20 @@ Status FileWriter::Impl::add_chunk(const ReadId& id, const uint8_t* bytes, size_
           sig_pieces.back().borrowed + sig_pieces.back().n == bytes) {
         sig_pieces.back().n += n_bytes;
       } else {
-        sig_pieces.push_back({bytes, n_bytes});
+        sig_pieces.push_back({bytes, 0, n_bytes});
       }
     }
     sig_has_borrowed = true;
   } else if (fits) {
+    const size_t offset = sig_bytes.size();
     sig_bytes.insert(sig_bytes.end(), bytes, bytes + n_bytes);
     if (options.signal_budget) sig_reserved += n;
     if (n_bytes > 0) {
-      if (!sig_pieces.empty() && !sig_pieces.back().borrowed) {
-        sig_pieces.back().n += n_bytes;
+      Piece* last = sig_pieces.empty() ? nullptr : &sig_pieces.back();
+      if (last && !last->borrowed && last->offset + last->n == offset) {
+        last->n += n_bytes;
       } else {
-        sig_pieces.push_back({nullptr, n_bytes});
+        sig_pieces.push_back({nullptr, offset, n_bytes});
       }
     }
   } else {
@@ -401,14 +404,9 @@ Status FileWriter::Impl::flush_signal_batch() {
     ESCPOD_RETURN_IF_ERROR(wait_signal_write());
     std::vector<iovec> pieces;
     pieces.reserve(sig_pieces.size());
-    size_t owned = 0;  // sig_bytes keeps its data pointer from here on (it is moved, not copied)
+    // sig_bytes keeps its data pointer from here on (it is moved, not copied).
     for (const Piece& p : sig_pieces) {
-      if (p.borrowed) {
-        pieces.push_back({const_cast<uint8_t*>(p.borrowed), p.n});
-      } else {
-        pieces.push_back({sig_bytes.data() + owned, p.n});
-        owned += p.n;
-      }
+      pieces.push_back({p.borrowed ? const_cast<uint8_t*>(p.borrowed) : sig_bytes.data() + p.offset, p.n});
     }
     auto stand_in = gathered.set(std::move(pieces));
     if (!stand_in.is_ok()) return fail(stand_in.status());
@@ -844,6 +842,29 @@ Status FileWriter::add_read_chunks(const ReadRecord& read, std::span<const Signa
   d.pending_reads.push_back(std::move(r));
   ++d.n_reads;
   if (d.pending_reads.size() == d.options.read_batch_rows) return d.flush_reads_batch();
+  return Status::ok();
+}
+
+Status FileWriter::copy_borrowed_in(const void* lo, const void* hi) {
+  auto& d = *m_impl;
+  if (!d.failed.is_ok()) return d.failed;
+  // The batch being written may be reading from the range: let it finish first.
+  ESCPOD_RETURN_IF_ERROR(d.wait_signal_write());
+  if (!d.sig_has_borrowed) return Status::ok();
+  const auto* a = static_cast<const uint8_t*>(lo);
+  const auto* b = static_cast<const uint8_t*>(hi);
+  bool still_borrowed = false;
+  for (auto& p : d.sig_pieces) {
+    if (!p.borrowed) continue;
+    if (p.borrowed < b && p.borrowed + p.n > a) {
+      const size_t offset = d.sig_bytes.size();
+      d.sig_bytes.insert(d.sig_bytes.end(), p.borrowed, p.borrowed + p.n);
+      p = {nullptr, offset, p.n};
+    } else {
+      still_borrowed = true;
+    }
+  }
+  d.sig_has_borrowed = still_borrowed;
   return Status::ok();
 }
 

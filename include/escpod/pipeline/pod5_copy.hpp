@@ -49,7 +49,8 @@ Status prepare_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch
 
 // Appends a prepared read to `writer`, as copy_read does. With ChunkBytes::kBorrow, stored
 // chunks are written from the reader's mapping when the writer writes its batch (no copy): the
-// reader must outlive the writer's finish().
+// reader must outlive the writer's finish(), and the writer must copy what it borrowed before
+// the reader releases those pages (stream_reads' `before_release`, FileWriter::copy_borrowed_in).
 Status copy_prepared(const pod5::FileReader& reader, const pod5::ReadBatch& batch,
                      const PreparedRead& read, pod5::FileWriter& writer, CopyScratch& scratch,
                      CopyStats* stats, pod5::ChunkBytes how = pod5::ChunkBytes::kCopy);
@@ -70,9 +71,12 @@ using PreparedConsumer = std::function<Status(size_t file, const pod5::FileReade
 // batches in flight (their records and the touched signal pages), whatever the input size.
 // `n_reads_seen` (optional) counts every read of every batch. Stops at the first error in input
 // order, or on an interrupt.
+// Called on the consuming thread before a range of an input's mapping is released; writers that
+// borrowed bytes from it copy them (FileWriter::copy_borrowed_in). An error stops the stream.
+using BeforeRelease = std::function<Status(const void* lo, const void* hi)>;
 Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& readers, int n_threads,
                     const ReadSelector& select, const PreparedConsumer& consume,
-                    uint64_t* n_reads_seen = nullptr);
+                    uint64_t* n_reads_seen = nullptr, const BeforeRelease& before_release = nullptr);
 
 struct RepackOptions {
   pod5::WriterOptions writer;

@@ -138,14 +138,17 @@ class FileReader {
   // calling worker's scratch. Errors name the file, the row and the problem.
   Status read_signal(std::span<const uint64_t> rows, std::span<int16_t> out,
                      VbzCodec& codec) const;
+  // Called with the part of the mapping about to be released, just before it is.
+  using ReleaseHook = std::function<void(const void* lo, const void* hi)>;
   // Hints that signal rows below `end_row` will not be read again soon: drops the mapped pages
   // of every signal batch entirely below it, so streaming a huge file keeps resident memory
   // bounded (64 MB of file at a time, and the rest once `end_row` is past the last row). Safe at
-  // any time (a later read maps the pages in again).
-  void drop_signal_pages(uint64_t end_row) const;
+  // any time (a later read maps the pages in again). `before` sees each range first (a writer
+  // that borrowed bytes from it copies them then).
+  void drop_signal_pages(uint64_t end_row, const ReleaseHook& before = nullptr) const;
   // drop_signal_pages below the lowest signal row of `done`, a reads batch of this file whose
   // reads are all finished with (streaming commands call it batch by batch).
-  void drop_signal_pages_behind(const ReadBatch& done) const;
+  void drop_signal_pages_behind(const ReadBatch& done, const ReleaseHook& before = nullptr) const;
 
   // Total samples of the chunks `rows`, from the signal table (not the reads table).
   Result<uint64_t> count_samples(std::span<const uint64_t> rows) const;

@@ -64,8 +64,9 @@ struct WriterOptions {
 enum class ChunkBytes {
   kCopy,    // copied into the writer before the call returns
   kBorrow,  // written later straight from where they lie (no copy): they must stay readable and
-            // unchanged until finish()/close() returns or the writer is destroyed, e.g. a
-            // FileReader's mapping that outlives the writer. Writers under a signal budget copy.
+            // unchanged until finish()/close() returns, the writer is destroyed, or
+            // copy_borrowed_in() is called for them (e.g. a FileReader's mapping, outliving the
+            // writer, before its pages are released). Writers under a signal budget copy.
 };
 
 class FileWriter {
@@ -92,6 +93,10 @@ class FileWriter {
   // or borrowed until the file is finished (see ChunkBytes).
   Status add_read_chunks(const ReadRecord& read, std::span<const SignalChunk> chunks,
                          ChunkBytes how = ChunkBytes::kCopy);
+
+  // Copies the bytes of pending borrowed chunks that lie in [lo, hi) into the writer, after
+  // waiting for the batch being written: the caller may then change or release that memory.
+  Status copy_borrowed_in(const void* lo, const void* hi);
 
   bool is_vbz() const;
   uint32_t signal_batch_rows() const;

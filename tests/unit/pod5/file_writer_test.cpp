@@ -251,15 +251,19 @@ TEST(FileWriter, BorrowedChunksAreWrittenFromWhereTheyLie) {
   auto dir = test::scratch_dir("borrow");
   auto reads = make_reads(23, 5, {"acq"});
   // Raw (uncompressed) chunks: any bytes are valid signal, so a change is visible sample by sample.
-  std::vector<int16_t> arena;  // all reads' samples back to back: adjacent chunks are contiguous
+  // All reads' samples in one arena, a read's two chunks back to back (merged into one piece),
+  // a gap of 8 samples between reads (separate pieces).
+  std::vector<int16_t> arena;
   std::vector<size_t> start;
   for (const auto& t : reads) {
     start.push_back(arena.size());
     arena.insert(arena.end(), t.signal.begin(), t.signal.end());
+    arena.insert(arena.end(), 8, int16_t{0});
   }
   // Modes: 0 borrow, 1 copy, 2 borrow under a budget (copies), 3 borrow with batches written
-  // while adding (asynchronously, several in turn) and no change: a plain round trip.
-  for (int mode = 0; mode < 4; ++mode) {
+  // while adding (asynchronously, several in turn) and no change: a plain round trip, 4 borrow
+  // and then copy_borrowed_in() over the first half of the reads' bytes before the change.
+  for (int mode = 0; mode < 5; ++mode) {
     SCOPED_TRACE("mode " + std::to_string(mode));
     std::vector<int16_t> bytes = arena;
     WriterOptions opts;
@@ -289,6 +293,11 @@ TEST(FileWriter, BorrowedChunksAreWrittenFromWhereTheyLie) {
       }
       ASSERT_TRUE(s.is_ok()) << s.to_string();
     }
+    const size_t first_half = start[reads.size() / 2];  // samples of reads [0, n/2)
+    if (mode == 4) {
+      Status s = (*writer)->copy_borrowed_in(bytes.data(), bytes.data() + first_half);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+    }
     // Change every byte after adding: borrowed chunks not yet written pick the change up.
     if (mode != 3) {
       for (auto& v : bytes) v = static_cast<int16_t>(~v);
@@ -308,7 +317,11 @@ TEST(FileWriter, BorrowedChunksAreWrittenFromWhereTheyLie) {
         ASSERT_EQ(got.read_id, reads[k].record.read_id);
         std::vector<int16_t> samples(got.num_samples);
         ASSERT_TRUE((*file)->read_signal(got.signal_rows, samples, codec).is_ok());
-        const bool borrowed = k % 5 != 4 && mode != 1 && mode != 2 && mode != 3 && k % 7 != 6;
+        // Reads copied in mode 4: a piece is copied whole when any byte of it is in the range
+        // (the range ends where read n/2 starts, so exactly the reads before it).
+        const bool copied_later = mode == 4 && start[k] < first_half;
+        const bool borrowed = k % 5 != 4 && mode != 1 && mode != 2 && mode != 3 && k % 7 != 6 &&
+                              !copied_later;
         std::vector<int16_t> want = reads[k].signal;
         if (borrowed) {
           for (auto& v : want) v = static_cast<int16_t>(~v);
