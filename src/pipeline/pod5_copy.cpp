@@ -150,19 +150,14 @@ Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& reader
                     if (!s.is_ok()) return fail(std::move(s));
                   }
                   // Signal rows ascend with reads in files from MinKNOW and from writers like
-                  // ours: release what lies behind so resident memory stays bounded, and the
-                  // whole file's signal once its last batch is done. Writers holding borrowed
-                  // bytes of a range copy them first.
+                  // ours: release what lies behind so resident memory stays bounded. Writers
+                  // holding borrowed bytes of a range copy them first.
                   Status hook_status;
                   pod5::FileReader::ReleaseHook hook;
                   if (before_release) {
                     hook = [&](const void* lo, const void* hi) { hook_status = before_release(lo, hi); };
                   }
-                  if (b->batch_idx + 1 == reader.n_read_batches()) {
-                    reader.drop_signal_pages(UINT64_MAX, hook);
-                  } else {
-                    reader.drop_signal_pages_behind(b->batch, hook);
-                  }
+                  reader.drop_signal_pages_behind(b->batch, hook);
                   if (!hook_status.is_ok()) return fail(std::move(hook_status));
                 }));
   });
@@ -205,7 +200,7 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
           // Chunks are written from the reader's mapping (copied before its pages are released).
           return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
         },
-        nullptr, [&](const void* lo, const void* hi) { return writer->copy_borrowed_in(lo, hi); }));
+        nullptr, copy_borrowed_by(*writer)));
     ESCPOD_RETURN_IF_ERROR(writer->close());
     log::debug("repacked {} -> {}: {} reads", in.string(), out_path.string(), stats.n_reads);
     std::lock_guard lock(mutex);

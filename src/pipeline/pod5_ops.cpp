@@ -73,8 +73,8 @@ Status merge_files(const std::vector<std::filesystem::path>& inputs,
     // `readers` outlive `writer` (declared first): chunks are written from their mappings.
     return copy_prepared(r, b, read, *writer, scratch, stats, pod5::ChunkBytes::kBorrow);
   };
-  auto before_release = [&](const void* lo, const void* hi) { return writer->copy_borrowed_in(lo, hi); };
-  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, nullptr, consume, nullptr, before_release));
+  ESCPOD_RETURN_IF_ERROR(
+      stream_reads(readers, options.n_threads, nullptr, consume, nullptr, copy_borrowed_by(*writer)));
   if (n_duplicates_skipped) *n_duplicates_skipped = n_dup;
   return writer->close();
 }
@@ -116,9 +116,8 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
     if (c.ids && !found.insert(read.record.read_id).second) return Status::ok();
     return copy_prepared(r, b, read, *writer, scratch, &rep.copied, pod5::ChunkBytes::kBorrow);
   };
-  auto before_release = [&](const void* lo, const void* hi) { return writer->copy_borrowed_in(lo, hi); };
   ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &rep.n_reads_seen,
-                                      before_release));
+                                      copy_borrowed_by(*writer)));
   if (c.ids) {
     for (const auto& id : *c.ids)
       if (!found.count(id)) rep.missing_ids.push_back(id);

@@ -201,6 +201,24 @@ struct FileReader::Impl {
   }
   // Releases are batched: each is a TLB shootdown on every core running our threads (~23 us).
   static constexpr ptrdiff_t kDropStride = 64 << 20;
+  // Releases what a forward scan over the mapping is done with, kDropStride at a time (the peak
+  // resident set, not only the final one, must not grow with the file).
+  class ScanRelease {
+   public:
+    explicit ScanRelease(const Impl& im) : m_im(im) {}
+    // `start`: where the scan's current batch begins; [.., done_to) may go.
+    void reached(const uint8_t* start, const uint8_t* done_to) {
+      if (!m_from) m_from = start;
+      if (done_to - m_from >= kDropStride) {
+        m_im.drop_pages(m_from, done_to);
+        m_from = done_to;
+      }
+    }
+
+   private:
+    const Impl& m_im;
+    const uint8_t* m_from = nullptr;
+  };
   // Drops the pages spanned by a record batch's buffers (children included, dictionaries not:
   // they are shared between batches), once its values have been copied out.
   void drop_batch_pages(const arrow::RecordBatch& rb) const {
@@ -316,7 +334,7 @@ Status FileReader::Impl::ensure_signal() const {
 Status FileReader::Impl::load_signal_batches() const {
   auto& reader = signal_reader;
   signal_batch_first.push_back(0);
-  const uint8_t* scan_dropped_to = nullptr;
+  ScanRelease release(*this);
   for (int b = 0; b < reader->num_record_batches(); ++b) {
     auto batch = reader->ReadRecordBatch(b);
     const std::string ctx = where() + ": signal batch " + std::to_string(b) + " of " +
@@ -358,15 +376,9 @@ Status FileReader::Impl::load_signal_batches() const {
     }
     for (int64_t r = 0; r < v.n_rows; ++r) signal_info.n_samples += v.samples[r];
     signal_batch_first.push_back(signal_batch_first.back() + static_cast<uint64_t>(v.n_rows));
-    // Release what the scan touched below this batch as it goes (the peak resident set, not
-    // only the final one, must not grow with the file), kDropStride of file at a time: the scan
-    // maps only a few pages a batch, so per-batch calls cost more than the memory they save.
-    if (signal_batches.empty()) {
-      scan_dropped_to = v.region_begin;
-    } else if (v.region_begin - scan_dropped_to >= kDropStride) {
-      drop_pages(scan_dropped_to, v.region_begin);
-      scan_dropped_to = v.region_begin;
-    }
+    // Release what the scan touched below this batch as it goes (it maps only a few pages a
+    // batch, so per-batch releases would cost more than the memory they save).
+    release.reached(v.region_begin, v.region_begin);
     signal_batches.push_back(std::move(v));
   }
   signal_info.n_batches = signal_batches.size();
@@ -478,23 +490,16 @@ Status FileReader::Impl::load_reads(const detail::EmbeddedTable& t) {
   }
 
   read_batch_first.push_back(0);
-  const uint8_t* validated_from = nullptr;  // validated pages not yet released start here
+  ScanRelease release(*this);
   for (int b = 0; b < reads_reader->num_record_batches(); ++b) {
     auto batch = reads_reader->ReadRecordBatch(b);
     const std::string ctx = where() + ": reads batch " + std::to_string(b);
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
     ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
-    // Validation read the whole batch: release what it read as the scan goes, so the peak
-    // resident set of opening a huge file stays small too; kDropStride of file at a time, as a
-    // release costs a TLB shootdown on every core running our threads.
+    // Validation read the whole batch: release what it read as the scan goes, so opening a
+    // huge file keeps a small resident set too.
     const auto [lo, hi] = batch_span(**batch);
-    if (lo) {
-      if (!validated_from) validated_from = lo;
-      if (hi - validated_from >= kDropStride) {
-        drop_pages(validated_from, hi);
-        validated_from = hi;
-      }
-    }
+    if (lo) release.reached(lo, hi);
     read_batch_first.push_back(read_batch_first.back() + static_cast<uint64_t>((*batch)->num_rows()));
     read_batches.push_back(std::move(*batch));
   }
@@ -913,8 +918,11 @@ void FileReader::drop_signal_pages(uint64_t end_row, const ReleaseHook& before) 
 }
 
 void FileReader::drop_signal_pages_behind(const ReadBatch& done, const ReleaseHook& before) const {
-  if (done.signal_rows.empty()) return;
-  drop_signal_pages(*std::min_element(done.signal_rows.begin(), done.signal_rows.end()), before);
+  if (done.signal_rows.empty() || !m_impl->ensure_signal().is_ok()) return;
+  const auto [lowest, highest] = std::minmax_element(done.signal_rows.begin(), done.signal_rows.end());
+  // A batch holding the last signal row finishes the file: everything can go.
+  const bool last = *highest + 1 >= m_impl->signal_info.n_rows;
+  drop_signal_pages(last ? UINT64_MAX : *lowest, before);
 }
 
 Result<uint64_t> FileReader::count_samples(std::span<const uint64_t> rows) const {

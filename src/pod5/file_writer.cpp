@@ -165,11 +165,6 @@ class GatheredBytes {
     }
     return sink.write_gather(out);
   }
-  void clear() {
-    m_pieces.clear();
-    m_size = 0;
-  }
-
  private:
   std::vector<iovec> m_pieces;
   size_t m_size = 0;
@@ -263,6 +258,20 @@ struct FileWriter::Impl {
   };
   std::vector<Piece> sig_pieces;
   bool sig_has_borrowed = false;
+  // Appends `p`, merged into the last piece when it continues it.
+  void append_piece(const Piece& p) {
+    if (p.n == 0) return;
+    if (!sig_pieces.empty()) {
+      Piece& last = sig_pieces.back();
+      const bool continues = p.borrowed ? last.borrowed && last.borrowed + last.n == p.borrowed
+                                        : !last.borrowed && last.offset + last.n == p.offset;
+      if (continues) {
+        last.n += p.n;
+        return;
+      }
+    }
+    sig_pieces.push_back(p);
+  }
   GatheredBytes gathered;  // the batch being written, when it has borrowed pieces
 
   // Pending reads batch (columns as plain vectors; turned into Arrow arrays per batch).
@@ -350,32 +359,16 @@ Status FileWriter::Impl::add_chunk(const ReadId& id, const uint8_t* bytes, size_
   sig_samples.push_back(n_samples);
   const auto n = static_cast<int64_t>(n_bytes);
   sig_offsets.push_back(sig_offsets.back() + (options.vbz ? n : n / 2));
-  // A budgeted writer's pending bytes may sit for long (one of many outputs): borrowing would
-  // send it back to pages released long ago, so it copies.
+  // Only budgeted writers spill, and spilled bytes are not pieces: those writers copy.
   const bool borrow = how == ChunkBytes::kBorrow && !options.signal_budget;
   const bool fits = !spill && (!options.signal_budget || options.signal_budget->try_take(n));
   if (borrow) {
-    if (n_bytes > 0) {
-      if (!sig_pieces.empty() && sig_pieces.back().borrowed &&
-          sig_pieces.back().borrowed + sig_pieces.back().n == bytes) {
-        sig_pieces.back().n += n_bytes;
-      } else {
-        sig_pieces.push_back({bytes, 0, n_bytes});
-      }
-    }
+    append_piece({bytes, 0, n_bytes});
     sig_has_borrowed = true;
   } else if (fits) {
-    const size_t offset = sig_bytes.size();
+    append_piece({nullptr, sig_bytes.size(), n_bytes});
     sig_bytes.insert(sig_bytes.end(), bytes, bytes + n_bytes);
     if (options.signal_budget) sig_reserved += n;
-    if (n_bytes > 0) {
-      Piece* last = sig_pieces.empty() ? nullptr : &sig_pieces.back();
-      if (last && !last->borrowed && last->offset + last->n == offset) {
-        last->n += n_bytes;
-      } else {
-        sig_pieces.push_back({nullptr, offset, n_bytes});
-      }
-    }
   } else {
     if (!spill) {
       ESCPOD_ASSIGN_OR_RETURN(ScratchPath sp, ScratchPath::create(path, ".signal"));
@@ -784,7 +777,6 @@ Result<std::unique_ptr<FileWriter>> FileWriter::create(const std::filesystem::pa
 }
 
 bool FileWriter::is_vbz() const { return m_impl->options.vbz; }
-uint32_t FileWriter::signal_batch_rows() const { return m_impl->options.signal_batch_rows; }
 uint64_t FileWriter::n_reads() const { return m_impl->n_reads; }
 
 Status FileWriter::add_run_info(const RunInfo& run_info) {

@@ -77,6 +77,10 @@ using BeforeRelease = std::function<Status(const void* lo, const void* hi)>;
 Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& readers, int n_threads,
                     const ReadSelector& select, const PreparedConsumer& consume,
                     uint64_t* n_reads_seen = nullptr, const BeforeRelease& before_release = nullptr);
+// The BeforeRelease of a stream copying into `writer` alone.
+inline BeforeRelease copy_borrowed_by(pod5::FileWriter& writer) {
+  return [&writer](const void* lo, const void* hi) { return writer.copy_borrowed_in(lo, hi); };
+}
 
 struct RepackOptions {
   pod5::WriterOptions writer;

@@ -147,7 +147,8 @@ class FileReader {
   // that borrowed bytes from it copies them then).
   void drop_signal_pages(uint64_t end_row, const ReleaseHook& before = nullptr) const;
   // drop_signal_pages below the lowest signal row of `done`, a reads batch of this file whose
-  // reads are all finished with (streaming commands call it batch by batch).
+  // reads are all finished with (streaming commands call it batch by batch); all of the file's
+  // signal when `done` holds its last signal row.
   void drop_signal_pages_behind(const ReadBatch& done, const ReleaseHook& before = nullptr) const;
 
   // Total samples of the chunks `rows`, from the signal table (not the reads table).

@@ -99,7 +99,6 @@ class FileWriter {
   Status copy_borrowed_in(const void* lo, const void* hi);
 
   bool is_vbz() const;
-  uint32_t signal_batch_rows() const;
   uint64_t n_reads() const;
 
   // Finishes the file and renames it into place. Afterwards the writer accepts nothing.
