@@ -1,11 +1,41 @@
 #!/usr/bin/env bash
 # Installs everything a fresh Debian 12 machine needs to build, test and benchmark escapepod.
 # Idempotent: re-running it only installs what is missing.
-#   Debian packages: compilers' libraries (zstd, oneTBB, CLI11, nlohmann-json, fmt, GoogleTest,
-#                    Google Benchmark, flatbuffers), ninja.
-#   Python (.venv):  pinned packages from requirements.txt, among them pyarrow, whose wheel
-#                    carries the Arrow C++ headers and libraries we link against, and the
-#                    official pod5 package the conformance tests compare with.
+#
+# Debian packages are installed with --no-install-recommends, so every package a CMake config
+# needs at configure time is named here even when its -dev package only recommends it.
+#
+# Dependency audit (every find_package, pkg_check_modules, find_library, find_program, third-party
+# header and tool that the build, tests and benchmarks use -> the package that provides it):
+#   compilers, make, libstdc++, OpenMP (gcc's libgomp)  build-essential
+#   cmake (3.25), ctest                                 cmake
+#   Ninja generator                                     ninja-build
+#   find_package(PkgConfig)                             pkg-config
+#   python3 -m venv (.venv)                             python3-venv
+#   find_package(Threads)                               libc6-dev (build-essential)
+#   find_package(TBB)            <tbb/...>              libtbb-dev
+#   find_package(fmt)            <fmt/...>              libfmt-dev
+#   find_package(CLI11)          <CLI/...>              libcli11-dev
+#   find_package(nlohmann_json)  <nlohmann/json.hpp>    nlohmann-json3-dev
+#   find_package(ZLIB)           <zlib.h>               zlib1g-dev
+#   pkg_check_modules(libzstd)   <zstd.h>               libzstd-dev
+#   find_program(flatc), flatbuffers headers            flatbuffers-compiler, libflatbuffers-dev
+#   find_package(Protobuf)                              libprotobuf-dev
+#   find_package(ONNX CONFIG)    <onnx/...>             libonnx-dev
+#   find_package(dnnl CONFIG)    <oneapi/dnnl/...>      libdnnl-dev, and ocl-icd-opencl-dev:
+#                                dnnl-config.cmake calls find_package(OpenCL) REQUIRED (Debian
+#                                builds oneDNN with its OpenCL runtime); libdnnl-dev only
+#                                *recommends* it, so --no-install-recommends dropped it.
+#   find_library(svm)            <svm.h>                libsvm-dev
+#   find_package(GTest)          <gtest/gmock>          libgtest-dev, libgmock-dev
+#   find_package(benchmark)      <benchmark/...>        libbenchmark-dev
+#   clang++ (fuzz targets), libFuzzer/ASan runtimes     clang, libclang-rt-14-dev
+#   find_package(CUDAToolkit), nvcc (optional)          the CUDA toolkit of the machine image
+#                                                       (not a Debian package; configured only
+#                                                       with -DESCPOD_ENABLE_CUDA=ON)
+#   Arrow C++ and Parquet headers/libraries             pyarrow wheel (requirements.txt)
+#   official pod5 (conformance), escapepod (bench),     requirements.txt, in .venv
+#   pytest, numpy, h5py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +44,7 @@ DEB_PACKAGES=(
   libzstd-dev libtbb-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libflatbuffers-dev zlib1g-dev flatbuffers-compiler
   clang libclang-rt-14-dev
-  libonnx-dev libprotobuf-dev libdnnl-dev libsvm-dev
+  libonnx-dev libprotobuf-dev libdnnl-dev ocl-icd-opencl-dev libsvm-dev
 )
 
 missing=()
