@@ -30,6 +30,7 @@
 #   find_package(GTest)          <gtest/gmock>          libgtest-dev, libgmock-dev
 #   find_package(benchmark)      <benchmark/...>        libbenchmark-dev
 #   clang++ (fuzz targets), libFuzzer/ASan runtimes     clang, libclang-rt-14-dev
+#   compiler cache (used when found; optional)          ccache
 #   find_package(CUDAToolkit), nvcc (optional)          the CUDA toolkit of the machine image
 #                                                       (not a Debian package; configured only
 #                                                       with -DESCPOD_ENABLE_CUDA=ON)
@@ -43,7 +44,7 @@ DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config python3-venv
   libzstd-dev libtbb-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libflatbuffers-dev zlib1g-dev flatbuffers-compiler
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev ccache
   libonnx-dev libprotobuf-dev libdnnl-dev ocl-icd-opencl-dev libsvm-dev
 )
 
