@@ -1,5 +1,7 @@
 #include "escpod/core/staged_file.hpp"
 
+#include "escpod/core/cancel.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

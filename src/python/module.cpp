@@ -27,8 +27,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "escpod/core/cancel.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/core/status.hpp"
+#include "escpod/pod5/arrow_extensions.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/file_writer.hpp"
 #include "escpod/pod5/read_id.hpp"
@@ -633,6 +635,9 @@ nb::list format_ids(const IdArray& ids) {
 NB_MODULE(_core, m) {
   using namespace escpod::python;
   m.doc() = "escpod C++ core (files, signal decoding, read-id index, writer, demultiplexer)";
+  // We share libarrow with pyarrow: registering POD5's extension types would change what
+  // pyarrow, and the official pod5 package, read from every POD5 in this process.
+  escpod::pod5::set_register_arrow_extension_types(false);
 
   nb::class_<File>(m, "File")
       .def(nb::init<const std::string&>(), "path"_a)

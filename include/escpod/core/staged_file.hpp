@@ -69,9 +69,5 @@ class ScratchPath {
 void install_interrupt_cleanup();
 // True once an interrupt was received (long loops poll it to stop early).
 bool interrupted();
-// Asks the loops that poll interrupted() to stop (true) or lets them run again (false), without
-// a signal: for embedders such as the Python module, which turn Ctrl-C into an exception and
-// carry on. Unlike a signal it removes no files and does not block new staging files.
-void set_cancel_requested(bool on);
 
 }  // namespace escpod
