@@ -66,7 +66,7 @@ elif task == "records":
             for rec in r.reads():
                 rid = rec.read_id; p = rec.pore; c = rec.calibration; er = rec.end_reason
                 acc += rec.read_number + rec.start_sample + rec.num_samples + p.channel + p.well
-                acc += int(rec.median_before) + int(c.scale) + len(er.name) + len(rec.run_info.acquisition_id)
+                accf = rec.median_before + c.scale; acc += len(er.name) + len(rec.run_info.acquisition_id)
                 n += 1
     else:
         with mod.Reader(f) as r:
@@ -74,7 +74,7 @@ elif task == "records":
             for rec in r:
                 rid = rec.read_id
                 acc += rec.read_number + rec.start_sample + rec.num_samples + rec.channel + rec.well
-                acc += int(rec.median_before) + int(rec.calibration_scale) + len(rec.end_reason) + len(ri[rec.run_info_index].acquisition_id)
+                accf = rec.median_before + rec.calibration_scale; acc += len(rec.end_reason) + len(ri[rec.run_info_index].acquisition_id)
                 n += 1
 elif task == "random_ids":
     ids = open(arg).read().split()
@@ -90,14 +90,14 @@ elif task == "random_ids":
                 n += len(ds.get_signal_pa(rec))
 elif task == "write":
     out = arg
-    src = files[0]
     import numpy as np
     if lib in ("escpod", "pod5"):
-        with mod.Reader(src) as r:
-            reads = []
-            for i, rec in enumerate(r.reads()):
-                if i == 20000: break
-                reads.append(rec.to_read())
+        reads = []
+        for src in files:
+            with mod.Reader(src) as r:
+                for rec in r.reads():
+                    if len(reads) == 20000: break
+                    reads.append(rec.to_read())
         # pod5's record types: rebuild with the writing module's classes
         def conv(x):
             import dataclasses
@@ -113,10 +113,13 @@ elif task == "write":
             w.add_reads(reads)
         n = len(reads)
     else:
-        with mod.Reader(src) as r:
-            recs = list(r)[:20000]
-            sigs = [r.get_signal(x) for x in recs]
-            ri = r.run_infos[0]
+        recs, sigs = [], []
+        for src in files:
+            with mod.Reader(src) as r:
+                for x in r:
+                    if len(recs) == 20000: break
+                    recs.append(x); sigs.append(r.get_signal(x))
+                ri = r.run_infos[0]
         t0 = time.perf_counter()
         with mod.Writer(out) as w:
             w.add_run_info(ri)
@@ -181,8 +184,8 @@ def main():
         ("records", "pod5", 1, "", one), ("records", "escapepod", 1, "", one), ("records", "escpod", 1, "", one),
         ("random_ids", "pod5", 1, work / "ids.txt", files), ("random_ids", "escapepod", 1, work / "ids.txt", files),
         ("random_ids", "escpod", 1, work / "ids.txt", files), ("random_ids", "escpod", n_cpu, work / "ids.txt", files),
-        ("write", "pod5", 1, work / "out.pod5", one), ("write", "escapepod", 1, work / "out.pod5", one),
-        ("write", "escpod", 1, work / "out.pod5", one),
+        ("write", "pod5", 1, work / "out.pod5", files), ("write", "escapepod", 1, work / "out.pod5", files),
+        ("write", "escpod", 1, work / "out.pod5", files),
     ]
     for task, lib, t, arg, fs in plan:
         r = run_task(task, lib, t, arg, fs, args.repeat)

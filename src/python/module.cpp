@@ -105,6 +105,22 @@ nb::object vector_to_numpy(std::vector<T>&& v) {
   return nb::ndarray<nb::numpy, T, nb::ndim<1>>(heap->data(), {heap->size()}, owner).cast();
 }
 
+// An uninitialised heap array (no zero fill: every element is written before numpy sees it).
+template <typename T>
+struct RawBuffer {
+  std::unique_ptr<T[]> data;
+  size_t size = 0;
+  explicit RawBuffer(size_t n) : data(new T[n]), size(n) {}
+  std::span<T> span() { return {data.get(), size}; }
+};
+
+template <typename T>
+nb::object raw_to_numpy(RawBuffer<T>&& b) {
+  T* p = b.data.release();
+  nb::capsule owner(p, [](void* q) noexcept { delete[] static_cast<T*>(q); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(p, {b.size}, owner).cast();
+}
+
 nb::object ids_to_numpy(std::vector<ReadId>&& ids) {
   static_assert(sizeof(ReadId) == 16);
   auto* heap = new std::vector<ReadId>(std::move(ids));
@@ -244,16 +260,16 @@ class File {
   // Samples of one read (ADC counts) given its signal rows and sample count.
   nb::object signal(const U64Array& rows, uint64_t n_samples) const {
     const FileReader& r = reader();
-    std::vector<int16_t> out(n_samples);
+    RawBuffer<int16_t> out(n_samples);
     std::span<const uint64_t> row_span(rows.data(), rows.shape(0));
     Status s;
     {
       nb::gil_scoped_release release;
       thread_local pod5::VbzCodec codec;
-      s = r.read_signal(row_span, out, codec);
+      s = r.read_signal(row_span, out.span(), codec);
     }
     if (!s.is_ok()) raise_status(s);
-    return vector_to_numpy(std::move(out));
+    return raw_to_numpy(std::move(out));
   }
 
   uint64_t byte_count(const U64Array& rows) const {
@@ -300,9 +316,8 @@ struct SignalJob {
   nb::tuple run(bool pa, int n_threads) {
     const size_t n = file_of.size();
     const uint64_t total = sample_offsets.back();
-    std::vector<int16_t> adc;
-    std::vector<float> picoamps;
-    if (pa) picoamps.resize(total); else adc.resize(total);
+    RawBuffer<int16_t> adc(pa ? 0 : total);
+    RawBuffer<float> picoamps(pa ? total : 0);
     Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
       std::mutex m;
       Status first;
@@ -321,7 +336,7 @@ struct SignalJob {
               scratch.resize(len);
               out = scratch;
             } else {
-              out = std::span<int16_t>(adc.data() + lo, len);
+              out = std::span<int16_t>(adc.data.get() + lo, len);
             }
             Status st = files[file_of[i]]->read_signal(rr, out, codec);
             if (!st.is_ok()) {
@@ -330,14 +345,14 @@ struct SignalJob {
               failed = true;
               return;
             }
-            if (pa) signal::calibrate_to_pa(out, calibration[i], std::span<float>(picoamps.data() + lo, len));
+            if (pa) signal::calibrate_to_pa(out, calibration[i], std::span<float>(picoamps.data.get() + lo, len));
           }
         });
       });
       return first;
     });
     if (!s.is_ok()) raise_status(s);
-    nb::object buf = pa ? vector_to_numpy(std::move(picoamps)) : vector_to_numpy(std::move(adc));
+    nb::object buf = pa ? raw_to_numpy(std::move(picoamps)) : raw_to_numpy(std::move(adc));
     return nb::make_tuple(buf, vector_to_numpy(std::move(sample_offsets)));
   }
 };
