@@ -64,7 +64,7 @@ if [[ ! -x .venv/bin/python ]]; then
   echo "setup: creating .venv" >&2
   "$PYTHON" -m venv .venv
 fi
-if ! .venv/bin/python -m pip freeze 2>/dev/null | sort | diff -q - <(grep -v '^#' requirements.txt | sort) >/dev/null; then
+if ! .venv/bin/python -m pip freeze --exclude escpod 2>/dev/null | sort | diff -q - <(grep -v '^#' requirements.txt | sort) >/dev/null; then
   echo "setup: installing pinned Python packages" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
 fi

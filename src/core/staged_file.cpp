@@ -1,5 +1,7 @@
 #include "escpod/core/staged_file.hpp"
 
+#include "escpod/core/cancel.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -237,6 +239,15 @@ void install_interrupt_cleanup() {
   ::sigaction(SIGTERM, &sa, nullptr);
 }
 
-bool interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
+namespace {
+std::atomic<bool> g_cancel_requested{false};
+}  // namespace
+
+bool interrupted() {
+  return g_interrupted.load(std::memory_order_relaxed) ||
+         g_cancel_requested.load(std::memory_order_relaxed);
+}
+
+void set_cancel_requested(bool on) { g_cancel_requested.store(on); }
 
 }  // namespace escpod

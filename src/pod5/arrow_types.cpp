@@ -1,7 +1,10 @@
 #include "pod5/arrow_types.hpp"
 
+#include "escpod/pod5/arrow_extensions.hpp"
+
 #include <arrow/extension_type.h>
 
+#include <atomic>
 #include <mutex>
 
 namespace escpod::pod5::detail {
@@ -56,7 +59,12 @@ std::shared_ptr<arrow::DataType> vbz_type() {
   return type;
 }
 
+namespace {
+std::atomic<bool> g_register_extension_types{true};
+}  // namespace
+
 void register_extension_types() {
+  if (!g_register_extension_types.load()) return;
   static std::once_flag once;
   std::call_once(once, [] {
     for (const auto& t : {uuid_type(), vbz_type()}) {
@@ -67,6 +75,14 @@ void register_extension_types() {
     }
   });
 }
+
+}  // namespace escpod::pod5::detail
+
+namespace escpod::pod5 {
+void set_register_arrow_extension_types(bool enabled) { detail::g_register_extension_types = enabled; }
+}  // namespace escpod::pod5
+
+namespace escpod::pod5::detail {
 
 std::shared_ptr<arrow::Array> storage_of(const std::shared_ptr<arrow::Array>& array) {
   if (array->type_id() == arrow::Type::EXTENSION) {

@@ -1,0 +1,172 @@
+"""DatasetReader: pod5.DatasetReader's API, with an in-memory read-id index built in parallel."""
+import glob
+import os
+import warnings
+from pathlib import Path
+from typing import Collection, Dict, Generator, Iterable, List, Optional, Set, Union
+
+import numpy as np
+
+from . import _core
+from .pod5_types import PathOrStr
+from .reader import Pod5ApiException, Reader, ReadRecord, pack_read_ids
+
+DEFAULT_CPUS = min(os.cpu_count() or 1, 4)
+
+
+def _search_path(path: Path, recursive: bool, pattern: str) -> Set[Path]:
+    found: Set[Path] = set()
+    if path.is_dir():
+        spec = str(path / "**" / "*") if recursive else str(path / "*")
+        for name in glob.glob(spec, recursive=recursive):
+            p = Path(name)
+            if p.is_file() and p.match(pattern):
+                found.add(p)
+    elif path.is_file() and path.match(pattern):
+        found.add(path)
+    return found
+
+
+class DatasetReader:
+    """Many POD5 files (and folders of them) read as one dataset.
+
+    Differences from pod5: readers stay open until clear_readers()/the with block ends (no LRU
+    of 16), reads() yields files in path order (pod5 yields them as its threads finish), and the
+    read-id index maps ids to (file, batch, row), so get_read() needs no scan of the file.
+    """
+
+    def __init__(
+        self,
+        paths: Union[PathOrStr, Collection[PathOrStr]],
+        recursive: bool = False,
+        pattern: str = "*.pod5",
+        index: bool = False,
+        threads: int = DEFAULT_CPUS,
+        max_cached_readers: Optional[int] = 2**4,
+        warn_duplicate_indexing: bool = True,
+    ) -> None:
+        if isinstance(paths, (str, Path, os.PathLike)):
+            paths = [paths]
+        if not isinstance(paths, Collection):
+            raise TypeError(f"paths must be a Collection[PathOrStr] but found {type(paths)=}")
+        collected: Set[Path] = set()
+        for p in paths:
+            collected.update(_search_path(Path(p), recursive, pattern))
+        self._paths: List[Path] = sorted(collected)
+        self._path_pos = {p: i for i, p in enumerate(self._paths)}
+        self.threads = threads
+        self.warn_duplicate_indexing = warn_duplicate_indexing
+        self._readers: Dict[Path, Reader] = {}
+        self._index = None
+        self._num_reads: Optional[int] = None
+        if index:
+            self.index_read_ids()
+
+    def __enter__(self) -> "DatasetReader":
+        return self
+
+    def __exit__(self, *exc_details) -> None:
+        self.clear_index()
+        self.clear_readers()
+
+    def __iter__(self) -> Generator[ReadRecord, None, None]:
+        yield from self.reads()
+
+    def __len__(self) -> int:
+        return self.num_reads
+
+    @property
+    def paths(self) -> List[Path]:
+        return self._paths
+
+    def get_reader(self, path: PathOrStr) -> Reader:
+        path = Path(path)
+        reader = self._readers.get(path)
+        if reader is None:
+            try:
+                reader = Reader(path)
+            except FileNotFoundError:
+                raise
+            except Exception as exc:
+                raise Pod5ApiException(f"DatasetReader error reading: {[path]}: {exc}") from exc
+            self._readers[path] = reader
+        return reader
+
+    def clear_readers(self) -> None:
+        for r in self._readers.values():
+            r.close()
+        self._readers = {}
+        self._index = None
+
+    def clear_index(self) -> None:
+        self._index = None
+
+    @property
+    def num_reads(self) -> int:
+        if self._num_reads is None:
+            self._num_reads = sum(self.get_reader(p).num_reads for p in self._paths)
+        return self._num_reads
+
+    @property
+    def read_ids(self) -> Generator[str, None, None]:
+        for p in self._paths:
+            yield from self.get_reader(p).read_ids
+
+    def reads(
+        self, selection: Optional[Iterable[str]] = None, preload: Optional[Set[str]] = None
+    ) -> Generator[ReadRecord, None, None]:
+        if selection is not None:
+            selection = list(selection)
+        for p in self._paths:
+            yield from self.get_reader(p).reads(selection=selection, missing_ok=True)
+
+    def index_read_ids(self) -> None:
+        if self._index is None:
+            files = [self.get_reader(p)._file_handle() for p in self._paths]
+            self._index = _core.Index(files, self.threads)
+
+    def has_duplicate(self) -> bool:
+        self.index_read_ids()
+        return self._index.n_duplicates > 0
+
+    def _lookup(self, read_ids: List[str]):
+        self.index_read_ids()
+        if self.has_duplicate() and self.warn_duplicate_indexing:
+            warnings.warn("duplicate read_ids found in dataset")
+        return self._index.lookup(pack_read_ids(read_ids))
+
+    def get_path(self, read_id: str) -> Optional[Path]:
+        try:
+            files, _, _ = self._lookup([read_id])
+        except RuntimeError:
+            return None
+        return None if files[0] < 0 else self._paths[int(files[0])]
+
+    def get_read(self, read_id: str) -> Optional[ReadRecord]:
+        """The read with this id, or None (an invalid id also gives None, as in pod5)."""
+        try:
+            files, batches, rows = self._lookup([read_id])
+        except RuntimeError:
+            return None
+        if files[0] < 0:
+            return None
+        reader = self.get_reader(self._paths[int(files[0])])
+        return reader.get_batch(int(batches[0])).get_read(int(rows[0]))
+
+    # ---- escpod extensions -------------------------------------------------------------------
+
+    def get_reads(self, read_ids: Iterable[str]) -> List[Optional[ReadRecord]]:
+        """Records of many ids at once (None where absent), in the order given."""
+        read_ids = list(read_ids)
+        files, batches, rows = self._lookup(read_ids)
+        out: List[Optional[ReadRecord]] = []
+        for f, b, r in zip(files.tolist(), batches.tolist(), rows.tolist()):
+            out.append(None if f < 0 else self.get_reader(self._paths[f]).get_batch(b).get_read(r))
+        return out
+
+    def get_signals(self, read_ids: Iterable[str], pa: bool = True, threads: int = 0) -> List[np.ndarray]:
+        """Signals of `read_ids` (KeyError naming the first absent id), decoded on `threads`
+        cores (0: all), as float32 picoamps or int16 ADC counts; views of one buffer."""
+        self.index_read_ids()
+        buf, offsets = self._index.signals(pack_read_ids(list(read_ids)), pa, threads)
+        return [buf[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]

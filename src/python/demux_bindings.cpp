@@ -1,0 +1,158 @@
+// The demultiplexer from Python: the same library entry points as `escpod demux` and its stages
+// (src/cli/demux_cmd.cpp, demux_stages_cmd.cpp), so calls equal the CLI's. Tables come back as
+// CSV text in the CLI's format; python/escpod/demux.py turns them into dicts of numpy arrays.
+#include "demux_bindings.hpp"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <sstream>
+
+#include "escpod/pipeline/demux.hpp"
+#include "escpod/pipeline/demux_stages.hpp"
+#include "escpod/pipeline/fingerprint_table.hpp"
+#include "escpod/pod5/inputs.hpp"
+#include "py_support.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace escpod::python {
+namespace {
+
+pipeline::DetectorChoice detector_choice(const std::string& method) {
+  if (method.empty()) return pipeline::DetectorChoice::kModelDefault;
+  if (method == "cnn") return pipeline::DetectorChoice::kCnn;
+  if (method == "llr") return pipeline::DetectorChoice::kLlr;
+  throw nb::value_error("method must be '', 'cnn' or 'llr'");
+}
+
+demux::DtwPrecision dtw_precision(const std::string& p) {
+  if (p == "float32") return demux::DtwPrecision::kFloat32;
+  if (p == "float64") return demux::DtwPrecision::kFloat64;
+  throw nb::value_error("dtw_precision must be 'float32' or 'float64'");
+}
+
+std::vector<std::filesystem::path> collect(const std::vector<std::string>& inputs) {
+  auto files = pod5::collect_pod5_inputs(inputs);
+  if (!files.is_ok()) raise_status(files.status());
+  return std::move(files).value();
+}
+
+template <typename Map>
+nb::dict to_dict(const Map& m) {
+  nb::dict d;
+  for (const auto& [k, v] : m) d[nb::str(k.c_str())] = v;
+  return d;
+}
+
+// Fused pipeline: returns (classifications CSV text when `classifications` is empty and
+// `want_csv`, report). Per-label POD5 files go to out_dir when given.
+nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string& model,
+                      const std::string& out_dir, const std::string& classifications,
+                      const std::string& method, const std::string& cnn_model,
+                      const std::string& dtw, const std::string& prefix, int n_threads) {
+  pipeline::DemuxOptions d;
+  d.model_path = model;
+  d.cnn_model = cnn_model;
+  d.detector = detector_choice(method);
+  d.dtw = dtw_precision(dtw);
+  d.out_dir = out_dir;
+  d.prefix = prefix;
+  d.classifications_csv = classifications;
+  d.n_threads = resolve_threads(n_threads);
+  auto files = collect(inputs);
+  pipeline::DemuxReport report;
+  Status s = run_interruptible([&](const std::atomic<bool>&) { return pipeline::run_demux(files, d, &report); });
+  if (!s.is_ok()) raise_status(s);
+  nb::dict r;
+  r["n_reads"] = report.n_reads;
+  r["n_samples_decoded"] = report.n_samples_decoded;
+  r["reads_per_label"] = to_dict(report.reads_per_label);
+  r["unclassified_reasons"] = to_dict(report.unclassified_reasons);
+  r["detector_used"] = to_dict(report.detector_used);
+  r["seconds"] = report.seconds;
+  return nb::make_tuple(r);
+}
+
+std::string detect_files(const std::vector<std::string>& inputs, const std::string& model,
+                         const std::string& method, const std::string& cnn_model, bool emit_llr_delta,
+                         int n_threads) {
+  pipeline::DetectStageOptions o;
+  o.model_path = model;
+  o.cnn_model = cnn_model;
+  o.detector = detector_choice(method);
+  o.emit_llr_delta = emit_llr_delta;
+  o.n_threads = resolve_threads(n_threads);
+  auto files = collect(inputs);
+  std::ostringstream csv;
+  pipeline::DetectStageReport report;
+  Status s = run_interruptible([&](const std::atomic<bool>&) {
+    return pipeline::detect_boundaries(files, o, csv, &report);
+  });
+  if (!s.is_ok()) raise_status(s);
+  return csv.str();
+}
+
+std::string fingerprint_files(const std::vector<std::string>& inputs, const std::string& boundaries_csv,
+                              const std::string& model, const std::string& method, bool emit_dwell,
+                              int n_threads) {
+  pipeline::FingerprintStageOptions o;
+  o.model_path = model;
+  o.detector = detector_choice(method);
+  o.emit_dwell = emit_dwell;
+  o.n_threads = resolve_threads(n_threads);
+  auto files = collect(inputs);
+  auto table = pipeline::read_boundaries_csv(boundaries_csv);
+  if (!table.is_ok()) raise_status(table.status());
+  auto n_features = pipeline::fingerprint_length(o);
+  if (!n_features.is_ok()) raise_status(n_features.status());
+  std::ostringstream csv;
+  auto writer = pipeline::FingerprintTableWriter::open(pipeline::FingerprintFormat::kCsv, csv, *n_features,
+                                                        emit_dwell, "fingerprints");
+  if (!writer.is_ok()) raise_status(writer.status());
+  pipeline::FingerprintStageReport report;
+  Status s = run_interruptible([&](const std::atomic<bool>&) {
+    return pipeline::fingerprint_from_boundaries(files, *table, o, **writer, &report);
+  });
+  if (!s.is_ok()) raise_status(s);
+  return csv.str();
+}
+
+std::string classify_file(const std::string& fingerprints, const std::string& model, bool probabilities,
+                          const std::string& dtw, int n_threads) {
+  pipeline::ClassifyStageOptions o;
+  o.model_path = model;
+  o.probabilities = probabilities;
+  o.dtw = dtw_precision(dtw);
+  o.n_threads = resolve_threads(n_threads);
+  std::ostringstream csv;
+  pipeline::ClassifyStageReport report;
+  Status s = run_interruptible([&](const std::atomic<bool>&) {
+    return pipeline::classify_fingerprints(fingerprints, o, csv, &report);
+  });
+  if (!s.is_ok()) raise_status(s);
+  return csv.str();
+}
+
+std::string describe_model(const std::string& model, const std::string& cnn_model) {
+  auto text = pipeline::describe_demux_model(model, cnn_model);
+  if (!text.is_ok()) raise_status(text.status());
+  return *text;
+}
+
+}  // namespace
+
+void bind_demux(nb::module_& m) {
+  m.def("demux_files", &demux_files, "inputs"_a, "model"_a, "out_dir"_a, "classifications"_a,
+        "method"_a, "cnn_model"_a, "dtw"_a, "prefix"_a, "n_threads"_a);
+  m.def("detect_files", &detect_files, "inputs"_a, "model"_a, "method"_a, "cnn_model"_a,
+        "emit_llr_delta"_a, "n_threads"_a);
+  m.def("fingerprint_files", &fingerprint_files, "inputs"_a, "boundaries_csv"_a, "model"_a, "method"_a,
+        "emit_dwell"_a, "n_threads"_a);
+  m.def("classify_file", &classify_file, "fingerprints"_a, "model"_a, "probabilities"_a, "dtw"_a,
+        "n_threads"_a);
+  m.def("describe_model", &describe_model, "model"_a, "cnn_model"_a);
+}
+
+}  // namespace escpod::python

@@ -1,0 +1,693 @@
+// escpod._core: the C++ half of the Python package (python/escpod). It exposes files, batches,
+// signal decoding, a read-id index and the writer as columnar numpy arrays; the pod5-compatible
+// classes are written in Python on top of it.
+//
+// Every call that can take long releases the GIL. Such calls run their work on a helper thread
+// while the calling thread polls PyErr_CheckSignals() every 50 ms: Ctrl-C sets the work's
+// cancellation flag, waits for it to stop, and raises KeyboardInterrupt.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "escpod/core/cancel.hpp"
+#include "escpod/core/staged_file.hpp"
+#include "escpod/core/status.hpp"
+#include "escpod/pod5/arrow_extensions.hpp"
+#include "escpod/pod5/file_reader.hpp"
+#include "escpod/pod5/file_writer.hpp"
+#include "escpod/pod5/read_id.hpp"
+#include "escpod/pod5/records.hpp"
+#include "escpod/pod5/vbz.hpp"
+#include "escpod/signal/calibration.hpp"
+#include "demux_bindings.hpp"
+#include "py_support.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace escpod::python {
+
+using pod5::FileReader;
+using pod5::ReadBatch;
+using pod5::ReadId;
+
+[[noreturn]] void raise_status(const Status& s) {
+  PyObject* type = PyExc_RuntimeError;
+  switch (s.code()) {
+    case StatusCode::kNotFound: type = PyExc_FileNotFoundError; break;
+    case StatusCode::kAlreadyExists: type = PyExc_FileExistsError; break;
+    case StatusCode::kInvalidArgument: type = PyExc_ValueError; break;
+    case StatusCode::kCancelled: type = PyExc_KeyboardInterrupt; break;
+    default: break;
+  }
+  PyErr_SetString(type, s.message().c_str());
+  throw nb::python_error();
+}
+
+Status run_interruptible(const std::function<Status(const std::atomic<bool>&)>& work) {
+  std::atomic<bool> cancel{false};
+  std::future<Status> done;
+  bool interrupted = false;
+  {
+    nb::gil_scoped_release release;
+    done = std::async(std::launch::async, [&] { return work(cancel); });
+    for (;;) {
+      if (done.wait_for(std::chrono::milliseconds(50)) == std::future_status::ready) break;
+      {
+        nb::gil_scoped_acquire acquire;
+        // A handler that raised (KeyboardInterrupt for Ctrl-C) leaves its exception set.
+        interrupted = PyErr_CheckSignals() != 0;
+      }
+      if (interrupted) {
+        cancel = true;
+        set_cancel_requested(true);  // library loops polling interrupted() stop too
+        done.wait();
+        set_cancel_requested(false);
+        break;
+      }
+    }
+  }
+  Status s = done.get();
+  if (interrupted) throw nb::python_error();  // the handler's exception, still set
+  return s;
+}
+
+int resolve_threads(int n_threads) {
+  if (n_threads > 0) return n_threads;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+namespace {
+
+// A heap vector handed to numpy without copying: the capsule frees it with the array.
+template <typename T>
+nb::object vector_to_numpy(std::vector<T>&& v) {
+  auto* heap = new std::vector<T>(std::move(v));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(heap->data(), {heap->size()}, owner).cast();
+}
+
+// An uninitialised heap array (no zero fill: every element is written before numpy sees it).
+template <typename T>
+struct RawBuffer {
+  std::unique_ptr<T[]> data;
+  size_t size = 0;
+  explicit RawBuffer(size_t n) : data(new T[n]), size(n) {}
+  std::span<T> span() { return {data.get(), size}; }
+};
+
+template <typename T>
+nb::object raw_to_numpy(RawBuffer<T>&& b) {
+  T* p = b.data.release();
+  nb::capsule owner(p, [](void* q) noexcept { delete[] static_cast<T*>(q); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(p, {b.size}, owner).cast();
+}
+
+nb::object ids_to_numpy(std::vector<ReadId>&& ids) {
+  static_assert(sizeof(ReadId) == 16);
+  auto* heap = new std::vector<ReadId>(std::move(ids));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<ReadId>*>(p); });
+  auto* data = reinterpret_cast<uint8_t*>(heap->data());
+  return nb::ndarray<nb::numpy, uint8_t, nb::ndim<2>>(data, {heap->size(), size_t{16}}, owner).cast();
+}
+
+using IdArray = nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using U64Array = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+std::vector<ReadId> ids_from_numpy(const IdArray& a) {
+  if (a.shape(1) != 16) throw nb::value_error("read ids must be an (n, 16) uint8 array");
+  std::vector<ReadId> out(a.shape(0));
+  if (!out.empty()) std::memcpy(out.data(), a.data(), out.size() * 16);
+  return out;
+}
+
+nb::dict run_info_dict(const pod5::RunInfo& r) {
+  nb::dict d;
+  auto pairs = [](const std::vector<std::pair<std::string, std::string>>& v) {
+    nb::list l;
+    for (const auto& [k, val] : v) l.append(nb::make_tuple(k, val));
+    return l;
+  };
+  d["acquisition_id"] = r.acquisition_id;
+  d["acquisition_start_time"] = r.acquisition_start_time_ms;
+  d["adc_max"] = r.adc_max;
+  d["adc_min"] = r.adc_min;
+  d["context_tags"] = pairs(r.context_tags);
+  d["experiment_name"] = r.experiment_name;
+  d["flow_cell_id"] = r.flow_cell_id;
+  d["flow_cell_product_code"] = r.flow_cell_product_code;
+  d["protocol_name"] = r.protocol_name;
+  d["protocol_run_id"] = r.protocol_run_id;
+  d["protocol_start_time"] = r.protocol_start_time_ms;
+  d["sample_id"] = r.sample_id;
+  d["sample_rate"] = r.sample_rate;
+  d["sequencing_kit"] = r.sequencing_kit;
+  d["sequencer_position"] = r.sequencer_position;
+  d["sequencer_position_type"] = r.sequencer_position_type;
+  d["software"] = r.software;
+  d["system_name"] = r.system_name;
+  d["system_type"] = r.system_type;
+  d["tracking_id"] = pairs(r.tracking_id);
+  return d;
+}
+
+nb::dict batch_dict(ReadBatch&& b) {
+  nb::dict d;
+  d["read_id"] = ids_to_numpy(std::move(b.read_id));
+  d["signal_offsets"] = vector_to_numpy(std::move(b.signal_offsets));
+  d["signal_rows"] = vector_to_numpy(std::move(b.signal_rows));
+  d["read_number"] = vector_to_numpy(std::move(b.read_number));
+  d["start_sample"] = vector_to_numpy(std::move(b.start_sample));
+  d["median_before"] = vector_to_numpy(std::move(b.median_before));
+  d["num_minknow_events"] = vector_to_numpy(std::move(b.num_minknow_events));
+  d["tracked_scaling_scale"] = vector_to_numpy(std::move(b.tracked_scaling_scale));
+  d["tracked_scaling_shift"] = vector_to_numpy(std::move(b.tracked_scaling_shift));
+  d["predicted_scaling_scale"] = vector_to_numpy(std::move(b.predicted_scaling_scale));
+  d["predicted_scaling_shift"] = vector_to_numpy(std::move(b.predicted_scaling_shift));
+  d["num_reads_since_mux_change"] = vector_to_numpy(std::move(b.num_reads_since_mux_change));
+  d["time_since_mux_change"] = vector_to_numpy(std::move(b.time_since_mux_change));
+  d["num_samples"] = vector_to_numpy(std::move(b.num_samples));
+  d["channel"] = vector_to_numpy(std::move(b.channel));
+  d["well"] = vector_to_numpy(std::move(b.well));
+  d["pore_type"] = vector_to_numpy(std::move(b.pore_type_idx));
+  d["calibration_offset"] = vector_to_numpy(std::move(b.calibration_offset));
+  d["calibration_scale"] = vector_to_numpy(std::move(b.calibration_scale));
+  d["end_reason"] = vector_to_numpy(std::move(b.end_reason_idx));
+  d["end_reason_forced"] = vector_to_numpy(std::move(b.end_reason_forced));
+  d["run_info"] = vector_to_numpy(std::move(b.run_info_idx));
+  d["open_pore_level"] = vector_to_numpy(std::move(b.open_pore_level));
+  d["expected_open_pore_level"] = vector_to_numpy(std::move(b.expected_open_pore_level));
+  d["selected_read_level"] = vector_to_numpy(std::move(b.selected_read_level));
+  return d;
+}
+
+// An open POD5 file. close() releases the mapping at once (Python's GC may run much later).
+class File {
+ public:
+  explicit File(const std::string& path) {
+    Result<std::unique_ptr<FileReader>> r = [&] {
+      nb::gil_scoped_release release;
+      return FileReader::open(path);
+    }();
+    if (!r.is_ok()) raise_status(r.status());
+    m_reader = std::shared_ptr<FileReader>(std::move(r).value());
+  }
+
+  const FileReader& reader() const {
+    if (!m_reader) throw nb::value_error("the file has been closed");
+    return *m_reader;
+  }
+  std::shared_ptr<FileReader> shared() const {
+    reader();
+    return m_reader;
+  }
+  void close() { m_reader.reset(); }
+  bool closed() const { return !m_reader; }
+
+  nb::dict info() const {
+    const pod5::FileInfo& i = reader().info();
+    nb::dict d;
+    d["path"] = i.path.string();
+    d["file_size"] = i.file_size;
+    d["file_identifier"] = i.file_identifier;
+    d["software"] = i.software;
+    d["pod5_version"] = i.pod5_version;
+    d["read_table_version"] = static_cast<int>(i.read_table_version);
+    d["is_vbz"] = i.is_vbz;
+    d["n_reads"] = i.n_reads;
+    d["n_read_batches"] = i.n_read_batches;
+    nb::list warnings;
+    for (const auto& w : i.warnings) warnings.append(w);
+    d["warnings"] = warnings;
+    return d;
+  }
+
+  nb::list run_infos() const {
+    nb::list l;
+    for (const auto& r : reader().run_infos()) l.append(run_info_dict(r));
+    return l;
+  }
+
+  nb::dict batch(size_t idx) const {
+    const FileReader& r = reader();
+    if (idx >= r.n_read_batches()) throw nb::index_error("read batch index out of range");
+    Result<ReadBatch> b = [&] {
+      nb::gil_scoped_release release;
+      return r.read_batch(idx);
+    }();
+    if (!b.is_ok()) raise_status(b.status());
+    return batch_dict(std::move(b).value());
+  }
+
+  // Samples of one read (ADC counts) given its signal rows and sample count.
+  nb::object signal(const U64Array& rows, uint64_t n_samples) const {
+    const FileReader& r = reader();
+    RawBuffer<int16_t> out(n_samples);
+    std::span<const uint64_t> row_span(rows.data(), rows.shape(0));
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      thread_local pod5::VbzCodec codec;
+      s = r.read_signal(row_span, out.span(), codec);
+    }
+    if (!s.is_ok()) raise_status(s);
+    return raw_to_numpy(std::move(out));
+  }
+
+  uint64_t byte_count(const U64Array& rows) const {
+    const FileReader& r = reader();
+    uint64_t total = 0;
+    for (size_t i = 0; i < rows.shape(0); ++i) {
+      Result<pod5::SignalChunk> c = r.signal_chunk(rows.data()[i]);
+      if (!c.is_ok()) raise_status(c.status());
+      total += c->bytes.size();
+    }
+    return total;
+  }
+
+ private:
+  std::shared_ptr<FileReader> m_reader;
+};
+
+// Where one read lies in a set of files.
+struct Location {
+  uint32_t file = 0;
+  uint32_t batch = 0;
+  uint32_t row = 0;
+};
+
+// Decodes the signals of reads given by (file, signal rows, sample count, calibration) on
+// n_threads, into one buffer; returns (buffer, offsets). pa: float32 picoamps, else int16.
+struct SignalJob {
+  std::vector<std::shared_ptr<FileReader>> files;
+  std::vector<uint32_t> file_of;           // per read
+  std::vector<uint64_t> row_offsets{0};    // per read + 1, into rows
+  std::vector<uint64_t> rows;
+  std::vector<uint64_t> sample_offsets{0}; // per read + 1
+  std::vector<signal::Calibration> calibration;
+
+  void add(uint32_t file, std::span<const uint64_t> read_rows, uint64_t n_samples,
+           signal::Calibration c) {
+    file_of.push_back(file);
+    rows.insert(rows.end(), read_rows.begin(), read_rows.end());
+    row_offsets.push_back(rows.size());
+    sample_offsets.push_back(sample_offsets.back() + n_samples);
+    calibration.push_back(c);
+  }
+
+  nb::tuple run(bool pa, int n_threads) {
+    const size_t n = file_of.size();
+    const uint64_t total = sample_offsets.back();
+    RawBuffer<int16_t> adc(pa ? 0 : total);
+    RawBuffer<float> picoamps(pa ? total : 0);
+    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
+      std::mutex m;
+      Status first;
+      std::atomic<bool> failed{false};
+      tbb::task_arena arena(resolve_threads(n_threads));
+      arena.execute([&] {
+        tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1), [&](const tbb::blocked_range<size_t>& range) {
+          thread_local pod5::VbzCodec codec;
+          thread_local std::vector<int16_t> scratch;
+          for (size_t i = range.begin(); i != range.end(); ++i) {
+            if (cancel.load(std::memory_order_relaxed) || failed.load(std::memory_order_relaxed)) return;
+            std::span<const uint64_t> rr(rows.data() + row_offsets[i], row_offsets[i + 1] - row_offsets[i]);
+            const uint64_t lo = sample_offsets[i], len = sample_offsets[i + 1] - lo;
+            std::span<int16_t> out;
+            if (pa) {
+              scratch.resize(len);
+              out = scratch;
+            } else {
+              out = std::span<int16_t>(adc.data.get() + lo, len);
+            }
+            Status st = files[file_of[i]]->read_signal(rr, out, codec);
+            if (!st.is_ok()) {
+              std::lock_guard lock(m);
+              if (first.is_ok()) first = st;
+              failed = true;
+              return;
+            }
+            if (pa) signal::calibrate_to_pa(out, calibration[i], std::span<float>(picoamps.data.get() + lo, len));
+          }
+        });
+      });
+      return first;
+    });
+    if (!s.is_ok()) raise_status(s);
+    nb::object buf = pa ? raw_to_numpy(std::move(picoamps)) : raw_to_numpy(std::move(adc));
+    return nb::make_tuple(buf, vector_to_numpy(std::move(sample_offsets)));
+  }
+};
+
+// An in-memory read-id index over files: id -> (file, batch, row), built in parallel.
+// Batches it decodes are cached, so signal look-ups of many reads decode each batch once.
+class Index {
+ public:
+  Index(std::vector<File*> files, int n_threads) {
+    for (File* f : files) m_files.push_back(f->shared());
+    std::vector<size_t> first_batch{0};
+    for (const auto& f : m_files) first_batch.push_back(first_batch.back() + f->n_read_batches());
+    const size_t n_batches = first_batch.back();
+    m_batches.resize(n_batches);
+    m_batch_once = std::make_unique<std::once_flag[]>(n_batches);
+    m_first_batch = first_batch;
+    std::vector<std::vector<std::pair<ReadId, Location>>> parts(n_batches);
+    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
+      std::mutex m;
+      Status first;
+      tbb::task_arena arena(resolve_threads(n_threads));
+      arena.execute([&] {
+        tbb::parallel_for(size_t{0}, n_batches, [&](size_t g) {
+          if (cancel.load(std::memory_order_relaxed)) return;
+          const uint32_t fi = static_cast<uint32_t>(
+              std::upper_bound(first_batch.begin(), first_batch.end(), g) - first_batch.begin() - 1);
+          const uint32_t bi = static_cast<uint32_t>(g - first_batch[fi]);
+          Result<ReadBatch> b = m_files[fi]->read_batch(bi);
+          if (!b.is_ok()) {
+            std::lock_guard lock(m);
+            if (first.is_ok()) first = b.status();
+            return;
+          }
+          auto& part = parts[g];
+          part.reserve(b->size());
+          for (size_t r = 0; r < b->size(); ++r)
+            part.push_back({b->read_id[r], Location{fi, bi, static_cast<uint32_t>(r)}});
+          auto shared = std::make_shared<const ReadBatch>(std::move(b).value());
+          std::call_once(m_batch_once[g], [&] { m_batches[g] = shared; });
+        });
+      });
+      if (cancel) return Status::cancelled("interrupted");
+      return first;
+    });
+    if (!s.is_ok()) raise_status(s);
+    size_t total = 0;
+    for (const auto& p : parts) total += p.size();
+    m_map.reserve(total);
+    for (const auto& p : parts)
+      for (const auto& [id, loc] : p)
+        if (!m_map.emplace(id, loc).second) ++m_n_duplicates;
+    m_n_reads = total;
+  }
+
+  size_t size() const { return m_map.size(); }
+  size_t n_reads() const { return m_n_reads; }
+  size_t n_duplicates() const { return m_n_duplicates; }
+
+  // (file, batch, row) arrays, -1 where an id is absent.
+  nb::tuple lookup(const IdArray& ids) const {
+    std::vector<ReadId> v = ids_from_numpy(ids);
+    std::vector<int64_t> file(v.size(), -1), batch(v.size(), -1), row(v.size(), -1);
+    for (size_t i = 0; i < v.size(); ++i) {
+      auto it = m_map.find(v[i]);
+      if (it == m_map.end()) continue;
+      file[i] = it->second.file;
+      batch[i] = it->second.batch;
+      row[i] = it->second.row;
+    }
+    return nb::make_tuple(vector_to_numpy(std::move(file)), vector_to_numpy(std::move(batch)),
+                          vector_to_numpy(std::move(row)));
+  }
+
+  // Signals of the reads `ids` (all must be present): (buffer, offsets) as SignalJob::run.
+  nb::tuple signals(const IdArray& ids, bool pa, int n_threads) {
+    std::vector<ReadId> v = ids_from_numpy(ids);
+    SignalJob job;
+    job.files = m_files;
+    job.file_of.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      auto it = m_map.find(v[i]);
+      if (it == m_map.end()) {
+        PyErr_SetString(PyExc_KeyError, ("read " + v[i].to_string() + " is in none of the files").c_str());
+        throw nb::python_error();
+      }
+      const Location loc = it->second;
+      const ReadBatch& b = batch(loc.file, loc.batch);
+      job.add(loc.file, b.rows_of(loc.row), b.num_samples[loc.row],
+              {b.calibration_offset[loc.row], b.calibration_scale[loc.row]});
+    }
+    return job.run(pa, n_threads);
+  }
+
+ private:
+  const ReadBatch& batch(uint32_t file, uint32_t batch_idx) {
+    const size_t g = m_first_batch[file] + batch_idx;
+    if (!m_batches[g]) {
+      Result<ReadBatch> b = m_files[file]->read_batch(batch_idx);
+      if (!b.is_ok()) raise_status(b.status());
+      auto shared = std::make_shared<const ReadBatch>(std::move(b).value());
+      std::call_once(m_batch_once[g], [&] { m_batches[g] = shared; });
+    }
+    return *m_batches[g];
+  }
+
+  std::vector<std::shared_ptr<FileReader>> m_files;
+  std::vector<size_t> m_first_batch;
+  std::vector<std::shared_ptr<const ReadBatch>> m_batches;
+  std::unique_ptr<std::once_flag[]> m_batch_once;
+  std::unordered_map<ReadId, Location, pod5::ReadIdHash> m_map;
+  size_t m_n_reads = 0;
+  size_t m_n_duplicates = 0;
+};
+
+// Signals of reads of one file given batch and row arrays.
+nb::tuple file_signals(File& f, const nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig>& batches,
+                       const nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig>& rows, bool pa,
+                       int n_threads) {
+  const FileReader& r = f.reader();
+  if (batches.shape(0) != rows.shape(0)) throw nb::value_error("batches and rows differ in length");
+  SignalJob job;
+  job.files = {f.shared()};
+  std::vector<std::unique_ptr<ReadBatch>> cache(r.n_read_batches());
+  for (size_t i = 0; i < rows.shape(0); ++i) {
+    const int64_t bi = batches.data()[i], ri = rows.data()[i];
+    if (bi < 0 || static_cast<size_t>(bi) >= cache.size()) throw nb::index_error("batch index out of range");
+    if (!cache[bi]) {
+      Result<ReadBatch> b = r.read_batch(static_cast<size_t>(bi));
+      if (!b.is_ok()) raise_status(b.status());
+      cache[bi] = std::make_unique<ReadBatch>(std::move(b).value());
+    }
+    const ReadBatch& b = *cache[bi];
+    if (ri < 0 || static_cast<size_t>(ri) >= b.size()) throw nb::index_error("row index out of range");
+    job.add(0, b.rows_of(ri), b.num_samples[ri], {b.calibration_offset[ri], b.calibration_scale[ri]});
+  }
+  return job.run(pa, n_threads);
+}
+
+// Every read of a file: (buffer, offsets, read ids) in file order.
+nb::tuple all_signals(File& f, bool pa, int n_threads) {
+  const FileReader& r = f.reader();
+  SignalJob job;
+  job.files = {f.shared()};
+  std::vector<ReadId> ids;
+  for (size_t bi = 0; bi < r.n_read_batches(); ++bi) {
+    Result<ReadBatch> b = r.read_batch(bi);
+    if (!b.is_ok()) raise_status(b.status());
+    for (size_t i = 0; i < b->size(); ++i) {
+      job.add(0, b->rows_of(i), b->num_samples[i], {b->calibration_offset[i], b->calibration_scale[i]});
+      ids.push_back(b->read_id[i]);
+    }
+  }
+  nb::tuple t = job.run(pa, n_threads);
+  return nb::make_tuple(t[0], t[1], ids_to_numpy(std::move(ids)));
+}
+
+std::vector<std::pair<std::string, std::string>> pairs_from(const nb::handle& h) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (nb::handle item : h) {
+    nb::tuple t = nb::cast<nb::tuple>(item);
+    out.emplace_back(nb::cast<std::string>(t[0]), nb::cast<std::string>(t[1]));
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  Writer(const std::string& path, const std::string& software, bool vbz) {
+    pod5::WriterOptions o;
+    o.software = software;
+    o.vbz = vbz;
+    auto w = pod5::FileWriter::create(path, o);
+    if (!w.is_ok()) raise_status(w.status());
+    m_writer = std::move(w).value();
+  }
+
+  pod5::FileWriter& writer() {
+    if (!m_writer) throw nb::value_error("the writer has been closed");
+    return *m_writer;
+  }
+
+  void add_run_info(const nb::dict& d) {
+    pod5::RunInfo r;
+    r.acquisition_id = nb::cast<std::string>(d["acquisition_id"]);
+    r.acquisition_start_time_ms = nb::cast<int64_t>(d["acquisition_start_time"]);
+    r.adc_max = nb::cast<int16_t>(d["adc_max"]);
+    r.adc_min = nb::cast<int16_t>(d["adc_min"]);
+    r.context_tags = pairs_from(d["context_tags"]);
+    r.experiment_name = nb::cast<std::string>(d["experiment_name"]);
+    r.flow_cell_id = nb::cast<std::string>(d["flow_cell_id"]);
+    r.flow_cell_product_code = nb::cast<std::string>(d["flow_cell_product_code"]);
+    r.protocol_name = nb::cast<std::string>(d["protocol_name"]);
+    r.protocol_run_id = nb::cast<std::string>(d["protocol_run_id"]);
+    r.protocol_start_time_ms = nb::cast<int64_t>(d["protocol_start_time"]);
+    r.sample_id = nb::cast<std::string>(d["sample_id"]);
+    r.sample_rate = nb::cast<uint16_t>(d["sample_rate"]);
+    r.sequencing_kit = nb::cast<std::string>(d["sequencing_kit"]);
+    r.sequencer_position = nb::cast<std::string>(d["sequencer_position"]);
+    r.sequencer_position_type = nb::cast<std::string>(d["sequencer_position_type"]);
+    r.software = nb::cast<std::string>(d["software"]);
+    r.system_name = nb::cast<std::string>(d["system_name"]);
+    r.system_type = nb::cast<std::string>(d["system_type"]);
+    r.tracking_id = pairs_from(d["tracking_id"]);
+    Status s = writer().add_run_info(r);
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  // fields: the ReadRecord fields in declaration order up to selected_read_level (see
+  // python/escpod/_writer.py); signal: int16 ADC samples.
+  void add_read(nb::bytes read_id, const nb::tuple& f,
+                const nb::ndarray<const int16_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>& signal) {
+    if (read_id.size() != 16) throw nb::value_error("read_id must be 16 bytes");
+    pod5::ReadRecord r;
+    std::memcpy(r.read_id.bytes.data(), read_id.c_str(), 16);
+    size_t k = 0;
+    r.read_number = nb::cast<uint32_t>(f[k++]);
+    r.start_sample = nb::cast<uint64_t>(f[k++]);
+    r.median_before = nb::cast<float>(f[k++]);
+    r.num_minknow_events = nb::cast<uint64_t>(f[k++]);
+    r.tracked_scaling_scale = nb::cast<float>(f[k++]);
+    r.tracked_scaling_shift = nb::cast<float>(f[k++]);
+    r.predicted_scaling_scale = nb::cast<float>(f[k++]);
+    r.predicted_scaling_shift = nb::cast<float>(f[k++]);
+    r.num_reads_since_mux_change = nb::cast<uint32_t>(f[k++]);
+    r.time_since_mux_change = nb::cast<float>(f[k++]);
+    r.channel = nb::cast<uint32_t>(f[k++]);
+    r.well = nb::cast<uint8_t>(f[k++]);
+    r.pore_type = nb::cast<std::string>(f[k++]);
+    r.calibration_offset = nb::cast<float>(f[k++]);
+    r.calibration_scale = nb::cast<float>(f[k++]);
+    r.end_reason = nb::cast<std::string>(f[k++]);
+    r.end_reason_forced = nb::cast<bool>(f[k++]);
+    r.run_info = nb::cast<std::string>(f[k++]);
+    r.open_pore_level = nb::cast<float>(f[k++]);
+    r.expected_open_pore_level = nb::cast<float>(f[k++]);
+    r.selected_read_level = nb::cast<float>(f[k++]);
+    pod5::FileWriter& w = writer();
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = w.add_read(r, std::span<const int16_t>(signal.data(), signal.shape(0)));
+    }
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  void close() {
+    if (!m_writer) return;
+    pod5::FileWriter& w = *m_writer;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = w.close();
+    }
+    m_writer.reset();
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  // Drops the staging file: nothing appears at the destination.
+  void abort() { m_writer.reset(); }
+  bool closed() const { return !m_writer; }
+
+ private:
+  std::unique_ptr<pod5::FileWriter> m_writer;
+};
+
+nb::object pack_ids(const nb::list& texts, bool invalid_ok) {
+  std::vector<ReadId> out;
+  out.reserve(texts.size());
+  for (nb::handle h : texts) {
+    std::string t = nb::cast<std::string>(nb::str(h));
+    Result<ReadId> id = ReadId::parse(t);
+    if (!id.is_ok()) {
+      if (invalid_ok) continue;
+      raise_status(id.status());
+    }
+    out.push_back(*id);
+  }
+  return ids_to_numpy(std::move(out));
+}
+
+nb::list format_ids(const IdArray& ids) {
+  std::vector<ReadId> v = ids_from_numpy(ids);
+  nb::list out;
+  char buf[36];
+  for (const auto& id : v) {
+    id.format_to(buf);
+    out.append(nb::str(buf, 36));
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace escpod::python
+
+NB_MODULE(_core, m) {
+  using namespace escpod::python;
+  m.doc() = "escpod C++ core (files, signal decoding, read-id index, writer, demultiplexer)";
+  // We share libarrow with pyarrow: registering POD5's extension types would change what
+  // pyarrow, and the official pod5 package, read from every POD5 in this process.
+  escpod::pod5::set_register_arrow_extension_types(false);
+
+  nb::class_<File>(m, "File")
+      .def(nb::init<const std::string&>(), "path"_a)
+      .def("info", &File::info)
+      .def("run_infos", &File::run_infos)
+      .def("pore_types", [](const File& f) { return f.reader().pore_types(); })
+      .def("end_reasons", [](const File& f) { return f.reader().end_reasons(); })
+      .def("run_info_ids", [](const File& f) { return f.reader().run_info_ids(); })
+      .def("n_read_batches", [](const File& f) { return f.reader().n_read_batches(); })
+      .def("batch", &File::batch, "idx"_a)
+      .def("signal", &File::signal, "rows"_a, "n_samples"_a)
+      .def("byte_count", &File::byte_count, "rows"_a)
+      .def("close", &File::close)
+      .def_prop_ro("closed", &File::closed);
+
+  nb::class_<Index>(m, "Index")
+      .def(nb::init<std::vector<File*>, int>(), "files"_a, "n_threads"_a = 0)
+      .def("__len__", &Index::size)
+      .def_prop_ro("n_reads", &Index::n_reads)
+      .def_prop_ro("n_duplicates", &Index::n_duplicates)
+      .def("lookup", &Index::lookup, "ids"_a)
+      .def("signals", &Index::signals, "ids"_a, "pa"_a, "n_threads"_a = 0);
+
+  m.def("file_signals", &file_signals, "file"_a, "batches"_a, "rows"_a, "pa"_a, "n_threads"_a = 0);
+  m.def("all_signals", &all_signals, "file"_a, "pa"_a, "n_threads"_a = 0);
+  m.def("pack_ids", &pack_ids, "texts"_a, "invalid_ok"_a = false);
+  m.def("format_ids", &format_ids, "ids"_a);
+
+  nb::class_<Writer>(m, "Writer")
+      .def(nb::init<const std::string&, const std::string&, bool>(), "path"_a, "software"_a, "vbz"_a)
+      .def("add_run_info", &Writer::add_run_info)
+      .def("add_read", &Writer::add_read)
+      .def("close", &Writer::close)
+      .def("abort", &Writer::abort)
+      .def_prop_ro("closed", &Writer::closed);
+
+  bind_demux(m);
+}

@@ -1,0 +1,89 @@
+"""The demultiplexer from Python gives the CLI's calls on the same reads."""
+import csv
+import subprocess
+
+import numpy as np
+
+import escpod
+
+
+def _csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_demux_equals_cli(shared_data, escpod_bin, tmp_path):
+    model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    inputs = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))[:2]
+    calls_csv = tmp_path / "cli.csv"
+    subprocess.run([str(escpod_bin), "demux", *map(str, inputs), "--model", str(model),
+                    "--classifications", str(calls_csv), "-t", "2"], check=True, capture_output=True)
+    cli = _csv(calls_csv)
+    report = {}
+    ours = escpod.demux.demux(inputs, model=model, threads=2, report=report)
+    assert report["n_reads"] == len(cli) == 400
+    cols = list(cli[0].keys())
+    assert list(ours.keys()) == cols
+    for name in cols:
+        expected = [row[name] for row in cli]
+        got = ours[name]
+        if got.dtype.kind == "f":
+            want = np.array([float(x) if x != "" else np.nan for x in expected])
+            assert np.array_equal(got, want, equal_nan=True), name
+        else:
+            assert [str(x) for x in got.tolist()] == expected, name
+    assert sum(report["reads_per_label"].values()) == 400
+
+
+def test_stages_equal_cli(shared_data, escpod_bin, tmp_path):
+    model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    inp = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))[0]
+    b_csv, fp_csv, calls_csv = tmp_path / "b.csv", tmp_path / "fp.csv", tmp_path / "calls.csv"
+    run = lambda *a: subprocess.run([str(escpod_bin), "demux", *map(str, a)], check=True, capture_output=True)
+    run("detect", inp, "-m", model, "-o", b_csv)
+    run("fingerprint", inp, "--boundaries", b_csv, "--model", model, "-o", fp_csv)
+    run("classify", fp_csv, "-m", model, "-o", calls_csv)
+    bounds = escpod.demux.detect(inp, model=model, threads=2)
+    assert [str(x) for x in bounds["adapter_end"].tolist()] == [r["adapter_end"] for r in _csv(b_csv)]
+    fps = escpod.demux.fingerprint(inp, bounds, model=model, threads=2)
+    cli_fp = _csv(fp_csv)
+    assert fps["read_id"].tolist() == [r["read_id"] for r in cli_fp]
+    assert np.array_equal(fps["fp_0"], np.array([float(r["fp_0"]) for r in cli_fp]))
+    calls = escpod.demux.classify(fps, model=model, threads=2)
+    cli_calls = _csv(calls_csv)
+    assert calls["predicted_barcode"].tolist() == [r["predicted_barcode"] for r in cli_calls]
+    assert len(cli_calls) > 100
+    assert "WDX4" in escpod.demux.describe(model) or len(escpod.demux.describe(model)) > 20
+
+
+INTERRUPT = r"""
+import os, signal, sys, threading, time
+import escpod
+model, out, *inputs = sys.argv[1:]
+threading.Timer(0.7, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    escpod.demux.demux(inputs, model=model, out_dir=out, threads=1)
+    print("FINISHED", time.monotonic() - t0)
+except KeyboardInterrupt:
+    print("INTERRUPTED", time.monotonic() - t0)
+"""
+
+
+def test_ctrl_c_interrupts_demux_and_leaves_no_output(shared_data, tmp_path):
+    import subprocess, sys
+    model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    import shutil
+    inputs = []
+    for k in range(3):  # distinct copies (duplicate paths are dropped)
+        (tmp_path / f"in{k}").mkdir()
+        for f in sorted((shared_data / "warpdemux/sample").glob("*.pod5")):
+            inputs.append(shutil.copy(f, tmp_path / f"in{k}" / f.name))
+    out = tmp_path / "split"
+    r = subprocess.run([sys.executable, "-c", INTERRUPT, str(model), str(out), *map(str, inputs)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    word, secs = r.stdout.split()
+    assert word == "INTERRUPTED", r.stdout
+    assert float(secs) < 5.0
+    assert not out.exists() or not any(p.suffix == ".pod5" or p.name.startswith(".escpod-tmp") for p in out.iterdir())

@@ -1,0 +1,102 @@
+"""escpod's extensions: many signals at once on all cores, the read-id index across files, the
+GIL released during long calls."""
+import shutil
+import threading
+import time
+
+import numpy as np
+import pod5
+import pytest
+
+import escpod
+
+
+def test_reader_get_signals_equal_official(shared_data):
+    path = shared_data / "warpdemux/sample/small_pod5_1.pod5"
+    with pod5.Reader(path) as theirs, escpod.Reader(path) as ours:
+        expected = {str(r.read_id): (r.signal, r.signal_pa) for r in theirs.reads()}
+        for threads in (1, 4):
+            all_pa = ours.get_signals(pa=True, threads=threads)
+            all_adc = ours.get_signals(pa=False, threads=threads)
+            assert len(all_pa) == len(expected)
+            for rid, a, b in zip(ours.read_ids, all_pa, all_adc, strict=True):
+                assert a.dtype == np.float32 and np.array_equal(a, expected[rid][1])
+                assert b.dtype == np.int16 and np.array_equal(b, expected[rid][0])
+        # Views of one buffer: no copy per read.
+        assert all_pa[1].base is not None and all_pa[1].base is all_pa[0].base
+        sel = list(expected)[::-3]
+        for rid, a in zip(sel, ours.get_signals(sel, pa=True), strict=True):
+            assert np.array_equal(a, expected[rid][1])
+        with pytest.raises(KeyError) as e:
+            ours.get_signals(sel + ["00000000-0000-0000-0000-000000000001"])
+        assert "00000000-0000-0000-0000-000000000001" in str(e.value)
+
+
+def test_dataset_index_and_signals(shared_data, tmp_path):
+    files = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))
+    for i, f in enumerate(files):
+        (tmp_path / f"d{i}").mkdir()
+        shutil.copy(f, tmp_path / f"d{i}" / f.name)
+    expected = {}
+    for f in files:
+        with pod5.Reader(f) as r:
+            for rec in r:
+                expected[str(rec.read_id)] = (f.name, rec.signal_pa, rec.num_samples)
+    ids = list(expected)
+    rng = np.random.default_rng(1)
+    pick = [ids[i] for i in rng.integers(0, len(ids), 300)]
+    with escpod.DatasetReader(tmp_path, recursive=True, threads=2) as ds:
+        assert len(ds) == len(expected) == 800
+        assert not ds.has_duplicate()
+        for rid in pick[:50]:
+            rec = ds.get_read(rid)
+            assert str(rec.read_id) == rid and rec.num_samples == expected[rid][2]
+            assert ds.get_path(rid).name == expected[rid][0]
+            assert np.array_equal(rec.signal_pa, expected[rid][1])
+        for rid, sig in zip(pick, ds.get_signals(pick, pa=True), strict=True):
+            assert np.array_equal(sig, expected[rid][1])
+        recs = ds.get_reads(pick[:5] + ["00000000-0000-0000-0000-000000000001"])
+        assert recs[-1] is None and [str(r.read_id) for r in recs[:5]] == pick[:5]
+
+
+def test_duplicates_warn(shared_data, tmp_path):
+    f = shared_data / "escapepod/charging/trna_reads.pod5"
+    shutil.copy(f, tmp_path / "a.pod5")
+    shutil.copy(f, tmp_path / "b.pod5")
+    with escpod.DatasetReader(tmp_path) as ds:
+        assert ds.has_duplicate() and len(ds) == 40
+        with pytest.warns(UserWarning, match="duplicate"):
+            ds.get_read(next(ds.read_ids))
+
+
+def test_gil_released_during_get_signals(shared_data):
+    # Another Python thread keeps running while a long decode is in progress.
+    path = shared_data / "escapepod/drna/yeast_trna_reads.pod5"
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    with escpod.Reader(path) as r:
+        t = threading.Thread(target=ticker)
+        t.start()
+        t0 = time.perf_counter()
+        for _ in range(30):
+            r.get_signals(pa=True, threads=1)
+        t1 = time.perf_counter()
+        stop.set()
+        t.join()
+    during = [x for x in ticks if t0 <= x <= t1]
+    assert len(during) >= 5, (len(during), t1 - t0)
+
+
+def test_closed_reader_raises(shared_data):
+    r = escpod.Reader(shared_data / "escapepod/charging/trna_reads.pod5")
+    rec = next(iter(r))
+    r.close()
+    assert rec.num_samples > 0  # fields stay readable
+    with pytest.raises(RuntimeError, match="closed"):
+        rec.signal
