@@ -164,6 +164,8 @@ Status annotate_files(const std::vector<std::filesystem::path>& inputs,
     ESCPOD_ASSIGN_OR_RETURN(p.reader, pod5::FileReader::open(path));
     auto existing = pod5::Sidecar::open(*p.reader);
     if (existing.is_ok()) {
+      // A damaged index is never carried into a new file.
+      ESCPOD_RETURN_IF_ERROR(existing->verify_index(*p.reader, options.n_threads));
       p.sidecar = std::move(*existing);
     } else if (existing.status().code() == StatusCode::kNotFound) {
       ESCPOD_ASSIGN_OR_RETURN(p.sidecar, pod5::Sidecar::build_index(*p.reader, options.n_threads));

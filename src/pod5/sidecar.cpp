@@ -794,9 +794,12 @@ Status update_sidecar(const FileReader& pod5, const std::vector<AnnotationUpdate
                       const SidecarUpdateOptions& options, SidecarUpdateReport* report) {
   SidecarUpdateReport local;
   SidecarUpdateReport& rep = report ? *report : local;
+  rep = SidecarUpdateReport{};
   auto existing = Sidecar::open(pod5);
   Sidecar sc;
   if (existing.is_ok()) {
+    // A damaged index is never carried into a new file.
+    ESCPOD_RETURN_IF_ERROR(existing->verify_index(pod5, options.n_threads));
     sc = std::move(*existing);
   } else if (existing.status().code() == StatusCode::kNotFound) {
     ESCPOD_ASSIGN_OR_RETURN(sc, Sidecar::build_index(pod5, options.n_threads));

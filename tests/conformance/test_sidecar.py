@@ -331,10 +331,7 @@ def test_a_sidecar_whose_pod5_changed_is_refused_with_its_provenance(escpod, rna
     assert "UNUSABLE" in run([escpod, "inspect", rna]).stdout
     # A sidecar copied next to another POD5 is refused too (the peer refuses it likewise).
     other = tmp_path / "other.pod5"
-    shutil.copy(tmp_path / "reads.pod5", other)
-    os.chmod(other, 0o644)
-    with open(other, "ab") as f:
-        f.write(b"\0")  # same identifier, different size
+    run([escpod, "filter", rna, "--min-samples", "1", "-o", other])
     shutil.copy(sidecar(rna), sidecar(other))
     r = run([escpod, "view", other, "--include", "read_id,barcode"], check=False)
     assert r.returncode == 1 and "does not belong to" in r.stderr
@@ -475,17 +472,28 @@ def test_inspect_read_uses_a_checked_locator(escpod, rna, tmp_path):
     pos = [str(uuid.UUID(bytes=bytes(b))) for b in t.column("read_id").to_pylist()].index(ids[3])
     r_idx = t.column("row_idx").to_pylist()
     r_idx[pos] = (r_idx[pos] + 1) % 180
-    t = t.set_column(2, t.schema.field(2), pa.array(r_idx, pa.uint32()))
+    t = _without_hash(t.set_column(2, t.schema.field(2), pa.array(r_idx, pa.uint32())))
     with ipc.new_file(sidecar(rna), t.schema) as w:
         w.write_table(t)
     r = run([escpod, "inspect", "read", rna, ids[3]], check=False)
     assert r.returncode == 1 and "instead" in r.stderr and ids[3] in r.stderr
     r_idx[pos] = 5000
-    t = t.set_column(2, t.schema.field(2), pa.array(r_idx, pa.uint32()))
+    t = _without_hash(t.set_column(2, t.schema.field(2), pa.array(r_idx, pa.uint32())))
     with ipc.new_file(sidecar(rna), t.schema) as w:
         w.write_table(t)
     r = run([escpod, "inspect", "read", rna, ids[3]], check=False)
     assert r.returncode == 1 and "past the batch's 180 rows" in r.stderr
+    # A sidecar that fails its content hash is left out with a warning: no annotation printed.
+    sidecar(rna).unlink()
+    annotate(escpod, rna, tmp_path / "calls.csv", "barcode")
+    t = ipc.open_file(sidecar(rna)).read_all()
+    labels = t.column("barcode").to_pylist()
+    labels[pos] = "BC03"
+    t = t.set_column(3, t.schema.field(3), _label_array(labels))
+    with ipc.new_file(sidecar(rna), t.schema) as w:
+        w.write_table(t)
+    r = run([escpod, "inspect", "read", rna, ids[3]])
+    assert ids[3] in r.stdout and "p5s." not in r.stdout and "does not match its hash" in r.stderr
 
 
 # ---- commands that use sidecars ---------------------------------------------------------------

@@ -180,8 +180,9 @@ struct SidecarUpdateReport {
 // The read-modify-write: opens the sidecar of `pod5` (or builds the index when there is none),
 // replaces the named columns (all in one write), keeps every other column, the design (unless
 // options.design replaces it) and unknown metadata, re-derives design columns, and writes it
-// atomically. A sidecar that does not match `pod5` or is damaged is refused (kCorrupt, with its
-// provenance), never overwritten. Duplicate read ids within one update are refused.
+// atomically. A sidecar that does not match `pod5` or is damaged (including an index that
+// disagrees with the POD5: verify_index) is refused (kCorrupt, with its provenance), never
+// overwritten. Duplicate read ids within one update are refused.
 Status update_sidecar(const FileReader& pod5, const std::vector<AnnotationUpdate>& updates,
                       const SidecarUpdateOptions& options, SidecarUpdateReport* report);
 

@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "escpod/pod5/file_reader.hpp"
 #include "test_data.hpp"
@@ -154,9 +153,10 @@ TEST_F(SidecarTest, ASidecarOfAnotherFileIsRefusedWithItsProvenance) {
   auto sc = Sidecar::build_index(*reader, 1);
   ASSERT_TRUE(sc.is_ok());
   ASSERT_TRUE(sc->write(sidecar_path(path), FsyncMode::kNone, "escpod test").is_ok());
+  // Another real POD5 (another identifier and size) with this file's sidecar copied beside it.
   const fs::path other = dir / "other.pod5";
-  fs::copy_file(path, other);
-  { std::ofstream(other, std::ios::app | std::ios::binary) << '\0'; }  // same identifier, new size
+  fs::copy_file(test::shared_data("escapepod/charging/trna_reads.pod5"), other);
+  fs::permissions(other, fs::perms::owner_write, fs::perm_options::add);
   fs::copy_file(sidecar_path(path), sidecar_path(other));
   auto r = FileReader::open(other);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
