@@ -43,8 +43,8 @@ void append_sidecar_summary(const pod5::FileReader& file, std::string& out) {
                                                                  : "UNUSABLE: " + sc.status().message());
     return;
   }
-  line("sidecar", fmt::format("{} (p5s version {}, {} reads, {})", sc->path().filename().string(), sc->version(),
-                              sc->n_reads(), sc->provenance()));
+  line("sidecar", fmt::format("{} (p5s version {}; {} reads indexed; {})", sc->path().filename().string(),
+                              sc->version(), sc->n_reads(), sc->provenance()));
   for (const auto& c : sc->columns()) {
     size_t n = 0;
     for (size_t r = 0; r < sc->n_reads(); ++r) n += c.has_value(r) ? 1 : 0;
