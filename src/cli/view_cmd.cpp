@@ -88,9 +88,10 @@ Status run_view(const ViewOptions& opts, int n_threads_wanted) {
       if (std::find(known.begin(), known.end(), n) != known.end()) continue;
       std::string annotations;
       for (const auto& k : known) annotations += " " + k;
-      return Status::invalid_argument("--include: '" + n + "' is neither a field nor a sidecar column of the "
-                                      "inputs (sidecar columns:" + (known.empty() ? std::string(" none") : annotations) +
-                                      "); fields are:\n" + field_list());
+      return Status::invalid_argument("--include: unknown field '" + n + "', and no sidecar column of the inputs "
+                                      "has that name (sidecar columns:" +
+                                      (known.empty() ? std::string(" none") : annotations) + "); fields are:\n" +
+                                      field_list());
     }
   }
   ESCPOD_ASSIGN_OR_RETURN(Output out, Output::open(opts.output));
