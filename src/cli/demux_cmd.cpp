@@ -9,6 +9,7 @@
 #include "escpod/core/staged_file.hpp"
 #include "escpod/demux/train_svm.hpp"
 #include "escpod/pipeline/demux.hpp"
+#include "escpod/pipeline/annotations.hpp"
 #include "escpod/pipeline/demux_eval.hpp"
 #include "escpod/pipeline/pod5_ops.hpp"
 #include "escpod/pod5/inputs.hpp"
@@ -30,7 +31,7 @@ struct DemuxCliOptions {
   std::vector<std::string> inputs;
   std::string model, cnn_model, method, out_dir, classifications, prefix = "barcode";
   std::string dtw_precision = "float32";
-  bool info = false;
+  bool info = false, annotate = false;
   int64_t memory_mib = 256;
   WriterFlags writer;
 };
@@ -43,9 +44,9 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
     return Status::ok();
   }
   if (o.inputs.empty()) return Status::invalid_argument("demux needs POD5 inputs");
-  if (o.out_dir.empty() && o.classifications.empty()) {
-    return Status::invalid_argument("demux needs -d OUTDIR (per-barcode POD5 files) and/or "
-                                    "--classifications CSV");
+  if (o.out_dir.empty() && o.classifications.empty() && !o.annotate) {
+    return Status::invalid_argument("demux needs -d OUTDIR (per-barcode POD5 files), --annotate "
+                                    "(barcode column in each input's .p5s sidecar) and/or --classifications CSV");
   }
   pipeline::DemuxOptions d;
   d.model_path = o.model;
@@ -60,6 +61,8 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   d.n_threads = resolve_threads(global);
   d.signal_memory_budget = o.memory_mib << 20;
   d.progress = true;
+  d.annotate = o.annotate;
+  d.annotate_writer = std::string("escpod ") + ESCPOD_VERSION;
   ESCPOD_ASSIGN_OR_RETURN(d.writer, writer_options(o.writer));
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   pipeline::DemuxReport report;
@@ -71,6 +74,7 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
                100.0 * static_cast<double>(n) / static_cast<double>(std::max<uint64_t>(1, report.n_reads)));
   }
   fmt::print("{:<16} {:>10}\n", "total", report.n_reads);
+  for (const auto& p : report.sidecars_written) log::info("annotated {}", p.string());
   for (const auto& [reason, n] : report.unclassified_reasons) log::info("unclassified, {}: {}", reason, n);
   log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", report.n_reads, report.seconds,
             static_cast<double>(report.n_reads) / std::max(report.seconds, 1e-9), d.n_threads);
@@ -79,19 +83,32 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
 
 struct SplitCliOptions {
   std::vector<std::string> inputs;
-  std::string classifications, out_dir, prefix = "barcode";
-  bool classified_only = false;
+  std::string classifications, out_dir, prefix = "barcode", annotation = "barcode";
+  bool classified_only = false, sidecar = false;
   int64_t memory_mib = 256;
   WriterFlags writer;
 };
 
-Status run_split(const SplitCliOptions& o) {
+Status run_split(const SplitCliOptions& o, int n_threads) {
   pipeline::SubsetOptions so;
   ESCPOD_ASSIGN_OR_RETURN(so.writer, writer_options(o.writer));
   so.writer.signal_budget = std::make_shared<pod5::SignalMemoryBudget>(o.memory_mib << 20);
-  // The fused pipeline's CSV has `barcode`; `demux classify` writes `predicted_barcode`.
-  auto rows = pipeline::read_subset_csv(o.classifications, "barcode", "unclassified");
-  if (!rows.is_ok()) rows = pipeline::read_subset_csv(o.classifications, "predicted_barcode", "unclassified");
+  if (o.sidecar == !o.classifications.empty()) {
+    return Status::invalid_argument("split needs one of --classifications CSV or --sidecar");
+  }
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
+  Result<std::vector<std::pair<pod5::ReadId, std::string>>> rows = Status::internal("unset");
+  if (o.sidecar) {
+    rows = pipeline::sidecar_labels(files, o.annotation, n_threads);
+    if (rows.is_ok()) {
+      for (auto& [id, label] : *rows)
+        if (label.empty()) label = "unclassified";  // unassigned reads
+    }
+  } else {
+    // The fused pipeline's CSV has `barcode`; `demux classify` writes `predicted_barcode`.
+    rows = pipeline::read_subset_csv(o.classifications, "barcode", "unclassified");
+    if (!rows.is_ok()) rows = pipeline::read_subset_csv(o.classifications, "predicted_barcode", "unclassified");
+  }
   if (!rows.is_ok()) return rows.status();
   std::vector<std::pair<pod5::ReadId, std::string>> mapping;
   for (auto& [id, label] : *rows) {
@@ -100,7 +117,6 @@ Status run_split(const SplitCliOptions& o) {
   }
   so.mapping = std::move(mapping);
   if (!o.classified_only) so.unmapped_output = o.prefix + "_unclassified.pod5";
-  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   pipeline::SubsetReport report;
   ESCPOD_RETURN_IF_ERROR(pipeline::subset_files(files, o.out_dir, so, &report));
   uint64_t total = 0;
@@ -123,9 +139,14 @@ void register_split(CLI::App* demux, GlobalOptions& global) {
       "split",
       "Write one POD5 per label from a classifications CSV (read_id + barcode or\n"
       "predicted_barcode columns). Reads the CSV does not name go to unclassified.\n"
-      "  escpod demux split reads/ --classifications calls.csv -d by_barcode/");
+      "  escpod demux split reads/ --classifications calls.csv -d by_barcode/\n"
+      "  escpod demux split reads/ --sidecar -d by_barcode/   (labels from each reads.pod5.p5s)\n"
+      "--sidecar routes by a label column of the inputs' sidecars (--annotation, default barcode);\n"
+      "reads with no label go to unclassified.");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
-  sub->add_option("--classifications", o->classifications, "Classifications CSV")->required();
+  sub->add_option("--classifications", o->classifications, "Classifications CSV");
+  sub->add_flag("--sidecar", o->sidecar, "Route by the inputs' .p5s sidecars instead of a CSV");
+  sub->add_option("--annotation", o->annotation, "Sidecar label column to route by (default barcode)");
   sub->add_option("-d,--output-dir", o->out_dir, "Output folder")->required();
   sub->add_option("--prefix", o->prefix, "Output file prefix (default barcode)");
   sub->add_flag("--classified-only", o->classified_only, "Drop unclassified reads");
@@ -133,7 +154,7 @@ void register_split(CLI::App* demux, GlobalOptions& global) {
       ->check(CLI::PositiveNumber);
   add_writer_flags(sub, o->writer);
   add_common_flags(sub, global);
-  set_body(sub, [o] { return run_split(*o); });
+  set_body(sub, [o, &global] { return run_split(*o, resolve_threads(global)); });
 }
 
 struct TrainCliOptions {
@@ -274,6 +295,7 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
       "classify it (WarpDemuX DTW-SVM model), and write one POD5 per barcode plus\n"
       "`unclassified`, in one streaming pass.\n"
       "  escpod demux reads/ --model WDX4_rna004_v1_0.json -d out/ --classifications calls.csv\n"
+      "  escpod demux reads/ --model WDX4_rna004_v1_0.json --annotate   (labels, no copies)\n"
       "  escpod demux --model WDX4_rna004_v1_0.json --info\n"
       "The model pins its boundary detector (the CNN, with LLR fallbacks); the CNN's ONNX file\n"
       "is found beside the model or given with --cnn-model.");
@@ -290,6 +312,9 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::PositiveNumber);
   add_dtw_precision_flag(sub, opts->dtw_precision);
   sub->add_flag("--info", opts->info, "Describe the model and its detector, then exit");
+  sub->add_flag("--annotate", opts->annotate,
+                "Write each read's label into its input's .p5s sidecar (column barcode) once the run "
+                "succeeded; with no -d, no POD5 is written");
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);
   register_split(sub, global);

@@ -13,7 +13,7 @@ struct FilterCliOptions {
   std::vector<std::string> inputs;
   std::string output, ids;
   std::optional<uint64_t> min_samples, max_samples;
-  std::vector<std::string> end_reasons, exclude_end_reasons;
+  std::vector<std::string> end_reasons, exclude_end_reasons, annotations;
   bool missing_ok = false;
   WriterFlags writer;
 };
@@ -28,9 +28,10 @@ Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
   c.max_samples = opts.max_samples;
   c.end_reasons = opts.end_reasons;
   c.exclude_end_reasons = opts.exclude_end_reasons;
+  c.annotations = opts.annotations;
   if (!c.any()) {
     return Status::invalid_argument("filter needs at least one criterion: --ids, --min-samples, "
-                                    "--max-samples, --end-reason or --exclude-end-reason");
+                                    "--max-samples, --end-reason, --exclude-end-reason or --annotation");
   }
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));
   pipeline::FilterOptions fo;
@@ -56,7 +57,10 @@ void register_filter(CLI::App& app, GlobalOptions& global) {
       "filter",
       "Write the reads meeting every criterion (AND) to one POD5 file.\n"
       "  escpod filter runs/ --ids wanted.txt -o wanted.pod5\n"
-      "  escpod filter reads.pod5 --min-samples 4000 --exclude-end-reason mux_change -o long.pod5");
+      "  escpod filter reads.pod5 --min-samples 4000 --exclude-end-reason mux_change -o long.pod5\n"
+      "  escpod filter runs/ --annotation barcode=BC01 --annotation barcode=BC02 -o bc1_2.pod5\n"
+      "--annotation reads each input's .p5s sidecar (escpod demux --annotate, escpod annotate):\n"
+      "the same NAME given twice is OR, different NAMEs are AND.");
   sub->add_option("inputs", opts->inputs, "POD5 files or directories")->required();
   sub->add_option("-o,--output", opts->output, "Output POD5 file")->required();
   sub->add_option("-i,--ids", opts->ids,
@@ -67,6 +71,8 @@ void register_filter(CLI::App& app, GlobalOptions& global) {
       ->delimiter(',');
   sub->add_option("--exclude-end-reason", opts->exclude_end_reasons, "Drop these end reasons")
       ->delimiter(',');
+  sub->add_option("--annotation", opts->annotations,
+                  "Keep reads whose sidecar label NAME is LABEL (NAME=LABEL, repeatable)");
   sub->add_flag("--missing-ok", opts->missing_ok, "Listed ids missing from the inputs are a warning");
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);

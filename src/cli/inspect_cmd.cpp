@@ -1,5 +1,6 @@
 // escpod inspect: what a POD5 file holds (summary), or every field of chosen reads.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/command.hpp"
 #include "cli/output.hpp"
@@ -7,6 +8,7 @@
 #include "escpod/core/log.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/inputs.hpp"
+#include "escpod/pod5/sidecar.hpp"
 
 namespace escpod::cli {
 using pipeline::all_read_fields;
@@ -28,6 +30,40 @@ std::string format_time_ms(int64_t ms) {
   char buf[64];
   strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm_utc);
   return fmt::format("{}.{:03}Z", buf, ((ms % 1000) + 1000) % 1000);
+}
+
+// The sidecar section: what reads.pod5.p5s holds, or why it cannot be used.
+void append_sidecar_summary(const pod5::FileReader& file, std::string& out) {
+  auto line = [&out](std::string_view key, const auto& value) {
+    fmt::format_to(std::back_inserter(out), "  {:<22} {}\n", key, value);
+  };
+  auto sc = pod5::Sidecar::open(file);
+  if (!sc.is_ok()) {
+    line("sidecar", sc.status().code() == StatusCode::kNotFound ? std::string("none")
+                                                                 : "UNUSABLE: " + sc.status().message());
+    return;
+  }
+  line("sidecar", fmt::format("{} (p5s version {}; {} reads indexed; {})", sc->path().filename().string(),
+                              sc->version(), sc->n_reads(), sc->provenance()));
+  for (const auto& c : sc->columns()) {
+    size_t n = 0;
+    for (size_t r = 0; r < sc->n_reads(); ++r) n += c.has_value(r) ? 1 : 0;
+    std::string detail = fmt::format("{} ({}{}): {} reads", c.name, pod5::annotation_kind_name(c.kind),
+                                     c.derived ? ", from the design" : "", n);
+    if (c.kind == pod5::AnnotationKind::kLabel) {
+      std::vector<size_t> count(c.labels.size(), 0);
+      for (int32_t k : c.label_idx)
+        if (k >= 0) ++count[static_cast<size_t>(k)];
+      detail += ",";
+      for (size_t k = 0; k < c.labels.size() && k < 24; ++k) detail += fmt::format(" {}={}", c.labels[k], count[k]);
+      if (c.labels.size() > 24) detail += fmt::format(" (+{} more labels)", c.labels.size() - 24);
+    }
+    line("sidecar column", detail);
+  }
+  if (const auto& d = sc->design()) {
+    line("sidecar design", fmt::format("keys {} -> values {} ({} rows)", fmt::join(d->key_columns, ","),
+                                       fmt::join(d->value_columns, ","), d->rows.size()));
+  }
 }
 
 void append_summary(const pod5::FileReader& file, std::string& out) {
@@ -69,6 +105,7 @@ void append_summary(const pod5::FileReader& file, std::string& out) {
     line("  position", fmt::format("{} ({})", ri.sequencer_position, ri.sequencer_position_type));
   }
   for (const auto& w : info.warnings) line("warning", w);
+  append_sidecar_summary(file, out);
 }
 
 Status inspect_read(const InspectOptions& opts, Output& out) {
@@ -76,18 +113,41 @@ Status inspect_read(const InspectOptions& opts, Output& out) {
     return Status::invalid_argument("usage: escpod inspect read FILE READ_ID...");
   }
   ESCPOD_ASSIGN_OR_RETURN(auto file, pod5::FileReader::open(opts.args[1]));
+  // Annotations come along when the file has a usable sidecar.
+  auto sidecar = pod5::Sidecar::open(*file);
+  if (!sidecar.is_ok() && sidecar.status().code() != StatusCode::kNotFound) {
+    log::warn("{}", sidecar.status().message());
+  }
   for (size_t a = 2; a < opts.args.size(); ++a) {
     ESCPOD_ASSIGN_OR_RETURN(pod5::ReadId id, pod5::ReadId::parse(opts.args[a]));
-    ESCPOD_ASSIGN_OR_RETURN(pod5::ReadRecord rec, file->find_read(id));
-    for (size_t b = 0; b < file->n_read_batches(); ++b) {
+    // With a sidecar, its locator (bounds- and id-checked) names the one batch to decode.
+    std::optional<pod5::ReadLocator> loc;
+    if (sidecar.is_ok()) {
+      auto l = sidecar->locate(*file, id);
+      if (!l.is_ok() && l.status().code() != StatusCode::kNotFound) return l.status();
+      if (l.is_ok()) loc = *l;
+    }
+    pod5::ReadRecord rec;
+    if (!loc) {
+      ESCPOD_ASSIGN_OR_RETURN(rec, file->find_read(id));
+    }
+    for (size_t b = loc ? loc->batch_idx : 0; b < (loc ? loc->batch_idx + 1 : file->n_read_batches()); ++b) {
       ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, file->read_batch(b));
       for (size_t i = 0; i < batch.size(); ++i) {
         if (batch.read_id[i] != id) continue;
+        if (loc) rec = file->record(batch, i);
         std::string& s = out.buffer();
         for (const auto& f : all_read_fields()) {
           fmt::format_to(std::back_inserter(s), "{:<28} ", f.name);
           ESCPOD_RETURN_IF_ERROR(f.append(*file, batch, i, s));
           s += '\n';
+        }
+        if (sidecar.is_ok()) {
+          if (auto row = sidecar->row_of(id)) {
+            for (const auto& c : sidecar->columns()) {
+              fmt::format_to(std::back_inserter(s), "{:<28} {}\n", "p5s." + c.name, c.text(*row));
+            }
+          }
         }
         if (const auto* ri = file->find_run_info(rec.run_info)) {
           fmt::format_to(std::back_inserter(s), "{:<28} {} Hz, adc [{}, {}], flow cell {}\n",

@@ -6,6 +6,7 @@
 
 #include "cli/command.hpp"
 #include "cli/output.hpp"
+#include "escpod/pipeline/annotations.hpp"
 #include "escpod/pipeline/read_fields.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/inputs.hpp"
@@ -62,12 +63,17 @@ Status run_view(const ViewOptions& opts, int n_threads_wanted) {
       return Status::invalid_argument("--exclude: unknown field '" + n + "'; fields are:\n" + field_list());
     }
   }
+  std::vector<std::string> sidecar_columns;  // not built-in: looked up in the sidecars
   for (const auto& n : names) {
     const ReadField* f = find_read_field(n);
-    if (!f) return Status::invalid_argument("--include: unknown field '" + n + "'; fields are:\n" + field_list());
-    if (std::find(excluded.begin(), excluded.end(), n) == excluded.end()) fields.push_back(f);
+    if (std::find(excluded.begin(), excluded.end(), n) != excluded.end()) continue;
+    if (f) {
+      fields.push_back(f);
+    } else if (std::find(sidecar_columns.begin(), sidecar_columns.end(), n) == sidecar_columns.end()) {
+      sidecar_columns.push_back(n);
+    }
   }
-  if (fields.empty()) return Status::invalid_argument("no fields left to print");
+  if (fields.empty() && sidecar_columns.empty()) return Status::invalid_argument("no fields left to print");
 
   std::unordered_set<pod5::ReadId, pod5::ReadIdHash> wanted;
   const bool select = !opts.ids_path.empty();
@@ -76,12 +82,28 @@ Status run_view(const ViewOptions& opts, int n_threads_wanted) {
     wanted.insert(ids.begin(), ids.end());
   }
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));
+  if (!sidecar_columns.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(auto known, pipeline::sidecar_column_names(files));
+    for (const auto& n : sidecar_columns) {
+      if (std::find(known.begin(), known.end(), n) != known.end()) continue;
+      std::string annotations;
+      for (const auto& k : known) annotations += " " + k;
+      return Status::invalid_argument("--include: unknown field '" + n + "', and no sidecar column of the inputs "
+                                      "has that name (sidecar columns:" +
+                                      (known.empty() ? std::string(" none") : annotations) + "); fields are:\n" +
+                                      field_list());
+    }
+  }
   ESCPOD_ASSIGN_OR_RETURN(Output out, Output::open(opts.output));
   if (!opts.no_header) {
     std::string& s = out.buffer();
     for (size_t k = 0; k < fields.size(); ++k) {
       if (k) s += opts.separator;
       s += fields[k]->name;
+    }
+    for (size_t k = 0; k < sidecar_columns.size(); ++k) {
+      if (k || !fields.empty()) s += opts.separator;
+      s += sidecar_columns[k];
     }
     s += '\n';
   }
@@ -91,7 +113,8 @@ Status run_view(const ViewOptions& opts, int n_threads_wanted) {
       [&out](std::string_view text) {
         out.write(text);
         return !out.closed();
-      }));
+      },
+      sidecar_columns));
   return out.finish();
 }
 
@@ -104,8 +127,10 @@ void register_view(CLI::App& app, GlobalOptions& global) {
       "Print one row per read (TSV) with the chosen fields.\n"
       "  escpod view reads.pod5 | head\n"
       "  escpod view runs/ --include read_id,num_samples,end_reason --ids wanted.txt\n"
+      "  escpod view reads.pod5 --include read_id,barcode      (annotations of reads.pod5.p5s)\n"
       "Default fields: read_id channel well read_number start_sample num_samples end_reason.\n"
-      "--list-fields shows them all.");
+      "--list-fields shows them all. An --include name that is not a field is a sidecar column\n"
+      "(label or score), printed after the fields; empty where a read has no value.");
   sub->add_option("inputs", opts->inputs, "POD5 files or directories (walked for *.pod5)");
   sub->add_option("-i,--include", opts->include, "Comma-separated fields to print, in order");
   sub->add_option("-x,--exclude", opts->exclude, "Comma-separated fields to leave out");

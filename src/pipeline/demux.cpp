@@ -14,10 +14,12 @@
 #include "escpod/core/staged_file.hpp"
 #include "escpod/demux/gbm_model.hpp"
 #include "escpod/demux/warpdemux_model.hpp"
+#include "escpod/pipeline/annotations.hpp"
 #include "escpod/pipeline/boundary_detector.hpp"
 #include "escpod/pipeline/demux_stages.hpp"
 #include "escpod/pipeline/pod5_copy.hpp"
 #include "escpod/pod5/file_reader.hpp"
+#include "escpod/pod5/sidecar.hpp"
 #include "escpod/signal/calibration.hpp"
 #include "escpod/signal/fingerprint.hpp"
 #include "pipeline/csv_text.hpp"
@@ -198,6 +200,11 @@ class Router {
     ++report.reads_per_label[label];
     if (!t.out.reason.empty()) ++report.unclassified_reasons[reason_key(t.out.reason)];
     ++report.detector_used[t.out.bounds.method.empty() ? "none" : t.out.bounds.method];
+    if (m_options.annotate) {
+      auto [pos, inserted] = m_label_index.emplace(label, static_cast<uint32_t>(m_label_names.size()));
+      if (inserted) m_label_names.push_back(label);
+      m_annotations[t.file].emplace_back(b.read_id[t.row], pos->second);
+    }
     if (m_csv.is_open()) {
       m_line.clear();
       char id[36];
@@ -241,6 +248,29 @@ class Router {
     return Status::ok();
   }
 
+  // With annotate, after finish(): the `barcode` column of every input's sidecar (an input whose
+  // reads were all skipped still gets its index and an all-unassigned column).
+  Status write_annotations(const std::vector<std::unique_ptr<pod5::FileReader>>& readers, DemuxReport& report) {
+    if (!m_options.annotate) return Status::ok();
+    pod5::SidecarUpdateOptions so;
+    so.fsync = m_options.writer.fsync;
+    so.n_threads = m_options.n_threads;
+    so.writer = m_options.annotate_writer;
+    for (const auto& r : readers) {
+      pod5::AnnotationUpdate u;
+      u.name = "barcode";
+      auto it = m_annotations.find(r.get());
+      if (it != m_annotations.end()) {
+        u.labels.reserve(it->second.size());
+        for (const auto& [id, k] : it->second) u.labels.emplace_back(id, m_label_names[k]);
+        m_annotations.erase(it);
+      }
+      ESCPOD_RETURN_IF_ERROR(pod5::update_sidecar(*r, {u}, so, nullptr));
+      report.sidecars_written.push_back(pod5::sidecar_path(r->path()));
+    }
+    return Status::ok();
+  }
+
  private:
   // Reasons carry details after ": " (a decode error's text); group the counts by their head.
   static std::string reason_key(const std::string& reason) {
@@ -259,6 +289,9 @@ class Router {
   std::ofstream m_csv;
   std::string m_line;
   CopyScratch m_copy;
+  std::unordered_map<const pod5::FileReader*, std::vector<std::pair<pod5::ReadId, uint32_t>>> m_annotations;
+  std::vector<std::string> m_label_names;
+  std::unordered_map<std::string, uint32_t> m_label_index;
 };
 
 }  // namespace
@@ -292,6 +325,7 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
   const auto t0 = std::chrono::steady_clock::now();
   ESCPOD_ASSIGN_OR_RETURN(Engine engine, make_engine(options));
   ESCPOD_ASSIGN_OR_RETURN(auto readers, detail::open_readers(inputs, options.n_threads));
+  if (options.annotate) ESCPOD_RETURN_IF_ERROR(check_sidecars_writable(inputs));
   uint64_t n_total = 0;
   for (const auto& r : readers) n_total += r->info().n_reads;
   if (!options.out_dir.empty()) {
@@ -333,6 +367,7 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
       });
   ESCPOD_RETURN_IF_ERROR(s);
   ESCPOD_RETURN_IF_ERROR(router.finish());
+  ESCPOD_RETURN_IF_ERROR(router.write_annotations(readers, rep));
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::ok();
 }

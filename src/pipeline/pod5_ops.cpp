@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "escpod/core/log.hpp"
+#include "escpod/pipeline/annotations.hpp"
 #include "escpod/pipeline/read_fields.hpp"
 #include "escpod/pod5/records.hpp"
 #include "pipeline/csv_text.hpp"
@@ -84,13 +85,19 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
                     const FilterOptions& options, FilterReport* report) {
   if (!c.any()) {
     return Status::invalid_argument("filter needs at least one criterion (--ids, --min-samples, "
-                                    "--max-samples, --end-reason, --exclude-end-reason)");
+                                    "--max-samples, --end-reason, --exclude-end-reason, --annotation)");
   }
   ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.end_reasons, "--end-reason"));
   ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.exclude_end_reasons, "--exclude-end-reason"));
   std::unordered_set<pod5::ReadId, pod5::ReadIdHash> wanted, found;
   if (c.ids) wanted.insert(c.ids->begin(), c.ids->end());
   ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads));
+  std::unique_ptr<AnnotationFilter> by_annotation;
+  if (!c.annotations.empty()) {
+    std::vector<const pod5::FileReader*> plain;
+    for (const auto& r : readers) plain.push_back(r.get());
+    ESCPOD_ASSIGN_OR_RETURN(by_annotation, AnnotationFilter::create(c.annotations, plain));
+  }
   ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
   for (const auto& r : readers)
     for (const auto& ri : r->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
@@ -107,6 +114,7 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
       if (!c.end_reasons.empty() && !contains(c.end_reasons, reason)) return false;
       if (contains(c.exclude_end_reasons, reason)) return false;
     }
+    if (by_annotation && !by_annotation->accepts(r, b, i)) return false;
     return true;
   };
   CopyScratch scratch;
@@ -118,6 +126,8 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   };
   ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &rep.n_reads_seen,
                                       copy_borrowed_by(*writer)));
+  // A damaged sidecar (a locator that disagrees with the POD5) fails the run: no output.
+  if (by_annotation) ESCPOD_RETURN_IF_ERROR(by_annotation->error());
   if (c.ids) {
     for (const auto& id : *c.ids)
       if (!found.count(id)) rep.missing_ids.push_back(id);

@@ -1,5 +1,7 @@
 #include "escpod/pipeline/read_fields.hpp"
 
+#include "escpod/pipeline/annotations.hpp"
+
 #include <fmt/format.h>
 
 #include <tbb/parallel_pipeline.h>
@@ -103,11 +105,35 @@ const ReadField* find_read_field(std::string_view name) {
   return nullptr;
 }
 
+namespace {
+
+// Appends the cells of `columns` for read i (empty where the file has no sidecar, the sidecar no
+// such column, or the read no value). False when the sidecar's locator disagrees with the POD5.
+bool append_sidecar_cells(const SidecarLookup* lookup, const pod5::FileReader& file, const pod5::ReadBatch& batch,
+                          size_t i, const std::vector<std::string>& columns, const std::string& separator,
+                          bool first, std::string& out) {
+  if (columns.empty()) return true;
+  const pod5::Sidecar* sc = lookup ? lookup->sidecar_of(file) : nullptr;
+  std::optional<size_t> row;
+  if (sc) {
+    row = lookup->row(file, batch, i);
+    if (!row) return false;
+  }
+  for (size_t k = 0; k < columns.size(); ++k) {
+    if (k || !first) out += separator;
+    if (!sc) continue;
+    if (const pod5::AnnotationColumn* col = sc->find(columns[k])) out += col->text(*row);
+  }
+  return true;
+}
+
+}  // namespace
 
 Status write_read_table(const std::vector<std::filesystem::path>& files,
                         const std::vector<const ReadField*>& fields, const std::string& separator,
                         const std::unordered_set<pod5::ReadId, pod5::ReadIdHash>* wanted,
-                        int n_threads_wanted, const std::function<bool(std::string_view)>& write) {
+                        int n_threads_wanted, const std::function<bool(std::string_view)>& write,
+                        const std::vector<std::string>& sidecar_columns) {
   // Batches are formatted in parallel and written in input order (identical output for any
   // thread count); at most a few batches of text are in flight.
   struct Job {
@@ -115,8 +141,10 @@ Status write_read_table(const std::vector<std::filesystem::path>& files,
     size_t batch = 0;
     std::string text;
     Status status;
+    std::shared_ptr<const SidecarLookup> lookup;
   };
   std::vector<std::shared_ptr<const pod5::FileReader>> opened;
+  std::vector<std::shared_ptr<const SidecarLookup>> lookups;
   size_t file_idx = 0, batch_idx = 0;
   Status first_error;
   const int n_threads = std::max(1, n_threads_wanted);
@@ -140,14 +168,25 @@ Status write_read_table(const std::vector<std::filesystem::path>& files,
                                              continue;
                                            }
                                            opened.push_back(std::move(*f));
+                                           std::shared_ptr<const SidecarLookup> lookup;
+                                           if (!sidecar_columns.empty()) {
+                                             auto l = SidecarLookup::open({opened.back().get()}, false);
+                                             if (!l.is_ok()) {
+                                               first_error = l.status();
+                                               continue;
+                                             }
+                                             lookup = std::move(*l);
+                                           }
+                                           lookups.push_back(std::move(lookup));
                                          }
                                          if (batch_idx == opened[file_idx]->n_read_batches()) {
                                            opened[file_idx].reset();  // unmaps once its jobs are done
+                                           lookups[file_idx].reset();
                                            ++file_idx;
                                            batch_idx = 0;
                                            continue;
                                          }
-                                         return new Job{opened[file_idx], batch_idx++, {}, {}};
+                                         return new Job{opened[file_idx], batch_idx++, {}, {}, lookups[file_idx]};
                                        }
                                      }) &
             tbb::make_filter<Job*, Job*>(tbb::filter_mode::parallel,
@@ -164,6 +203,11 @@ Status write_read_table(const std::vector<std::filesystem::path>& files,
                                                if (k) s += separator;
                                                job->status = fields[k]->append(*job->file, *batch, i, s);
                                                if (!job->status.is_ok()) return job;
+                                             }
+                                             if (!append_sidecar_cells(job->lookup.get(), *job->file, *batch, i,
+                                                                       sidecar_columns, separator, fields.empty(), s)) {
+                                               job->status = job->lookup->error();
+                                               return job;
                                              }
                                              s += '\n';
                                            }

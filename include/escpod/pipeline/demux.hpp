@@ -40,6 +40,11 @@ struct DemuxOptions {
   int64_t signal_memory_budget = 256ll << 20;  // pending output signal held in memory, bytes
   pod5::WriterOptions writer;           // fsync, overwrite, compression of the outputs
   bool progress = false;                // periodic progress lines on stderr
+  // Write each read's label as the `barcode` label column of its input's .p5s sidecar (literal
+  // `unclassified` included), for every input, only after the whole run succeeded. Inputs whose
+  // existing sidecar is damaged or belongs to another file are refused before the run starts.
+  bool annotate = false;
+  std::string annotate_writer = "escpod";  // recorded in the sidecars
 };
 
 struct DemuxReport {
@@ -49,6 +54,7 @@ struct DemuxReport {
   std::map<std::string, uint64_t> unclassified_reasons;
   std::map<std::string, uint64_t> detector_used;       // "cnn", "llr_short", "llr", "none"
   double seconds = 0.0;
+  std::vector<std::filesystem::path> sidecars_written;  // with annotate
 };
 
 // Runs the fused demultiplexer over `inputs` (POD5 files, in order).

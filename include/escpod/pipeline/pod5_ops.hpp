@@ -36,8 +36,12 @@ struct FilterCriteria {
   std::optional<uint64_t> min_samples, max_samples;  // inclusive
   std::vector<std::string> end_reasons;          // keep only these (empty: any)
   std::vector<std::string> exclude_end_reasons;  // drop these
+  // "NAME=LABEL" sidecar criteria (see AnnotationFilter): same NAME OR-ed, NAMEs AND-ed. Every
+  // input then needs a sidecar holding each NAME as a label column.
+  std::vector<std::string> annotations;
   bool any() const {
-    return ids || min_samples || max_samples || !end_reasons.empty() || !exclude_end_reasons.empty();
+    return ids || min_samples || max_samples || !end_reasons.empty() || !exclude_end_reasons.empty() ||
+           !annotations.empty();
   }
 };
 

@@ -30,9 +30,13 @@ const ReadField* find_read_field(std::string_view name);
 // on up to n_threads threads and handed over in input order, so the text is identical for any
 // thread count; a few batches are in flight at most. `write` returns false when its consumer has
 // gone away (a closed pipe): the table then ends quietly. Errors: unreadable files or batches.
+// `sidecar_columns` are annotation columns of the files' .p5s sidecars, printed after `fields`
+// (an empty cell where a file has no sidecar, its sidecar no such column, or the read no value);
+// a damaged or foreign sidecar is an error.
 Status write_read_table(const std::vector<std::filesystem::path>& files,
                         const std::vector<const ReadField*>& fields, const std::string& separator,
                         const std::unordered_set<pod5::ReadId, pod5::ReadIdHash>* wanted,
-                        int n_threads, const std::function<bool(std::string_view)>& write);
+                        int n_threads, const std::function<bool(std::string_view)>& write,
+                        const std::vector<std::string>& sidecar_columns = {});
 
 }  // namespace escpod::pipeline
