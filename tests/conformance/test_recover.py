@@ -217,12 +217,18 @@ def test_damaged_signal_chunk_loses_only_its_read(escpod, cut_sources, tmp_path)
     src = cut_sources["v3"]
     data = bytearray(src.read_bytes())
     tables = layout.finished_tables(bytes(data))
-    # Read 6 (008ed3dc-...) has signal row 17; damage the middle of the signal body, which
-    # belongs to read 4's rows (9-13: 420,210 VBZ bytes from about 0.5 MB on).
+    # Read 4 (007cc97e-...) owns signal rows 9-13: damage the zstd frame header of row 11 (VBZ
+    # has no checksum: damage inside a raw block would decode, to other samples).
     with pod5.Reader(src) as r:
         target = [x for x in r.reads()][4]
-    start = 744 + 500_000
-    data[start:start + 64] = bytes(64)
+    sig = [t for t in tables if t.kind == "signal"][0]
+    import pyarrow as pa
+    batch = next(iter(pa.ipc.open_stream(pa.py_buffer(bytes(data[sig.start + 8:])))))
+    column = batch.column("signal")
+    vbz = (column.storage if hasattr(column, "storage") else column)[11].as_py()
+    start = bytes(data).find(vbz)
+    assert start > sig.start
+    data[start:start + 8] = bytes(8)
     f = tmp_path / "damaged.pod5"
     f.write_bytes(bytes(data[:-40]))  # and no footer, so it needs recovery
     r = run([escpod, "recover", f])
@@ -289,9 +295,24 @@ def test_killed_writer_never_fewer_reads_than_pod5_recover(escpod, tmp_path, n_r
     t = subprocess.run([str(POD5_TOOL), "recover", str(theirs_dir / "k.pod5")], capture_output=True,
                        text=True)
     theirs = theirs_dir / "k_recovered.pod5"
-    their_ids = ids_in_order(theirs) if theirs.exists() and t.returncode == 0 else []
+    their_ids = readable_reads(theirs) if theirs.exists() and t.returncode == 0 else []
     assert set(their_ids) <= set(expected)
     assert len(expected) >= len(their_ids)
+
+
+def readable_reads(path):
+    """Reads of a file whose signal can be read in full. `pod5 recover` copies whole reads
+    batches, so it also writes reads whose signal rows were never flushed: reading their signal
+    fails ("Batch number N out of range"); those do not count as recovered."""
+    good = []
+    with pod5.Reader(path) as r:
+        for read in r.reads():
+            try:
+                if len(read.signal) == read.num_samples:
+                    good.append(str(read.read_id))
+            except (ValueError, RuntimeError, IndexError):
+                pass
+    return good
 
 
 def test_killed_writer_with_empty_reads_side_file(escpod, tmp_path):
