@@ -113,8 +113,11 @@ Result<RecoverReport> recover_file(const std::filesystem::path& input,
   }
 
   // Signal of reads whose reads row was never written (or is lost with its table).
+  const bool reads_cut = damaged.reads.found && !damaged.reads.complete &&
+                        damaged.reads.stop.rfind("record batch", 0) == 0;
   const std::string orphan_reason =
-      damaged.kind == pod5::DamageKind::kUnfinished
+      reads_cut ? "signal present but reads-table row lost (its reads batch is cut or damaged)"
+      : damaged.kind == pod5::DamageKind::kUnfinished
           ? "signal written but reads-table row never flushed by the writer"
           : "signal present but reads-table row lost (reads table cut or missing)";
   {

@@ -208,7 +208,7 @@ def test_cut_report_accounts_for_reads_and_bytes(escpod, cut_sources, tmp_path):
     # The last batch's reads: signal present, reads rows lost.
     lost = report_number(r.stdout, "reads lost")
     assert lost == reads.batch_rows[-1], r.stdout
-    assert "reads-table row lost" in r.stdout
+    assert "reads-table row lost (its reads batch is cut or damaged)" in r.stdout
     assert ids_in_order(tmp_path / "cut_recovered.pod5") == expected
 
 
@@ -288,7 +288,7 @@ def test_killed_writer_never_fewer_reads_than_pod5_recover(escpod, tmp_path, n_r
     assert report_number(r.stdout, "reads recovered") == len(expected)
     assert report_number(r.stdout, "bytes unused") == unused
     if orphans:
-        assert re.search(rf"^\s+{len(orphans)}\s+signal written but reads-table row never flushed",
+        assert re.search(rf"^\s+{len(orphans)}\s+signal (written|present) but reads-table row",
                          r.stdout, re.M), r.stdout
     assert "unfinished (killed writer)" in r.stdout
     # The official tool on the same files.
@@ -408,3 +408,29 @@ def test_summary_skip_bad_exit_status(escpod, mixed_inputs):
     import json
     s = json.loads(r.stdout)
     assert s["reads"] == len(good_ids) and len(s["skipped"]) == 2
+
+
+def test_killed_writer_with_cut_files(escpod, tmp_path):
+    """The killed writer's last writes were cut short (its side file and the main file end inside
+    a batch): the complete batches before the cut are recovered, the reads of the cut batch are
+    listed as lost, and pod5 recover gets no more."""
+    folder, killed, ref = kill_writer(tmp_path, "k", 41, 8, 5, 700)
+    reads_side, run_side = side_files(folder)
+    reads_side.write_bytes(reads_side.read_bytes()[:-300])
+    killed.write_bytes(killed.read_bytes()[:-1000])
+    expected, orphans, unused = killed_expectation(killed, reads_side, run_side)
+    assert 8 <= len(expected) < 41 and orphans
+    theirs_dir = tmp_path / "theirs"
+    shutil.copytree(folder, theirs_dir)
+    r = run([escpod, "recover", killed, "-o", tmp_path / "ours"])
+    ours = tmp_path / "ours/k_recovered.pod5"
+    assert ids_in_order(ours) == expected
+    truth = official_rows(ref)
+    assert_rows_equal(official_rows(ours), {k: truth[k] for k in expected}, "recovered")
+    assert report_number(r.stdout, "bytes unused") == unused > 0
+    assert "its reads batch is cut or damaged" in r.stdout
+    t = subprocess.run([str(POD5_TOOL), "recover", str(theirs_dir / "k.pod5")], capture_output=True,
+                       text=True)
+    theirs = theirs_dir / "k_recovered.pod5"
+    their_ids = readable_reads(theirs) if theirs.exists() and t.returncode == 0 else []
+    assert set(their_ids) <= set(expected)
