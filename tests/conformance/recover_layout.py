@@ -57,9 +57,8 @@ def scan_table(data: bytes, start: int, end: int) -> Table:
             table.batch_ends.append(start + 8 + src.tell())
     # Values per batch through a stream reader (it applies dictionaries and deltas in order).
     reader = pa.ipc.open_stream(pa.py_buffer(data[start + 8:end]))
-    for k, batch in enumerate(reader):
-        if k >= len(table.batch_ends):
-            break
+    for k in range(len(table.batch_ends)):
+        batch = reader.read_next_batch()  # complete: its message ends before `end`
         table.batch_rows.append(batch.num_rows)
         if table.kind == "reads":
             ids = batch.column("read_id")

@@ -66,9 +66,9 @@ def killed_expectation(main, reads_side, run_side):
     # signal row -> owner, from the complete signal batches (pyarrow)
     import pyarrow as pa
     owners = []
-    for batch in pa.ipc.open_stream(pa.py_buffer(data[32:])):
-        if len(owners) >= n_signal:
-            break
+    stream = pa.ipc.open_stream(pa.py_buffer(data[32:]))
+    for _ in sig.batch_ends:  # the complete batches only
+        batch = stream.read_next_batch()
         col = batch.column("read_id")
         storage = col.storage if hasattr(col, "storage") else col
         owners += [layout._uuid_text(storage[i].as_py()) for i in range(batch.num_rows)]
