@@ -23,6 +23,25 @@ void set_body(CLI::App* sub, CommandBody body) {
 }
 
 CommandBody* selected_body() { return g_selected; }
+
+namespace {
+bool g_skipped_inputs = false;
+}
+
+void add_skip_bad_flag(CLI::App* sub, bool& skip_bad) {
+  sub->add_flag("--skip-bad", skip_bad,
+                "Skip inputs that cannot be opened or fail validation, list them at the end with "
+                "the reason, and exit 3 (outputs written without them) instead of failing");
+}
+
+void report_skipped_inputs(const std::vector<std::pair<std::string, std::string>>& skipped) {
+  if (skipped.empty()) return;
+  g_skipped_inputs = true;
+  log::warn("{} input{} skipped (--skip-bad):", skipped.size(), skipped.size() == 1 ? "" : "s");
+  for (const auto& [path, reason] : skipped) log::warn("  skipped {}: {}", path, reason);
+}
+
+int success_exit_code() { return g_skipped_inputs ? kExitSkippedInputs : 0; }
 void select_body(CommandBody* body) { g_selected = body; }
 
 void add_common_flags(CLI::App* sub, GlobalOptions& global) {

@@ -7,6 +7,9 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "escpod/core/status.hpp"
 #include "escpod/pod5/file_writer.hpp"
@@ -54,5 +57,17 @@ void register_annotate(CLI::App& app, GlobalOptions& global);
 void register_simulate(CLI::App& app, GlobalOptions& global);
 void register_demux(CLI::App& app, GlobalOptions& global);
 void register_model(CLI::App& app, GlobalOptions& global);  // nn engine (weak: optional)
+void register_recover(CLI::App& app, GlobalOptions& global);
+
+// Exit status of a command that completed but skipped inputs (--skip-bad): its outputs are
+// written and valid, without the skipped inputs' reads.
+inline constexpr int kExitSkippedInputs = 3;
+// Adds the --skip-bad flag (documented with the exit status) to a subcommand.
+void add_skip_bad_flag(CLI::App* sub, bool& skip_bad);
+// Logs each skipped input with its reason (after the command's other output) and makes a
+// successful run exit kExitSkippedInputs. Nothing happens for an empty list.
+void report_skipped_inputs(const std::vector<std::pair<std::string, std::string>>& skipped);
+// The exit status of a successful run: 0, or kExitSkippedInputs after report_skipped_inputs.
+int success_exit_code();
 
 }  // namespace escpod::cli

@@ -15,6 +15,7 @@ struct FilterCliOptions {
   std::optional<uint64_t> min_samples, max_samples;
   std::vector<std::string> end_reasons, exclude_end_reasons, annotations;
   bool missing_ok = false;
+  bool skip_bad = false;
   WriterFlags writer;
 };
 
@@ -37,9 +38,12 @@ Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
   pipeline::FilterOptions fo;
   ESCPOD_ASSIGN_OR_RETURN(fo.writer, writer_options(opts.writer));
   fo.missing_ok = opts.missing_ok;
+  fo.skip_bad = opts.skip_bad;
   fo.n_threads = resolve_threads(global);
   pipeline::FilterReport report;
-  ESCPOD_RETURN_IF_ERROR(pipeline::filter_files(files, opts.output, c, fo, &report));
+  Status status = pipeline::filter_files(files, opts.output, c, fo, &report);
+  report_skipped_inputs(report.skipped);
+  ESCPOD_RETURN_IF_ERROR(status);
   if (!report.missing_ids.empty()) {
     log::warn("{} listed read ids are in no input (first: {})", report.missing_ids.size(),
               report.missing_ids.front().to_string());
@@ -74,6 +78,7 @@ void register_filter(CLI::App& app, GlobalOptions& global) {
   sub->add_option("--annotation", opts->annotations,
                   "Keep reads whose sidecar label NAME is LABEL (NAME=LABEL, repeatable)");
   sub->add_flag("--missing-ok", opts->missing_ok, "Listed ids missing from the inputs are a warning");
+  add_skip_bad_flag(sub, opts->skip_bad);
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_filter(*opts, global); });

@@ -1,6 +1,6 @@
 // escpod: the command-line entry point. Maps subcommand names to their register functions and
-// Status to exit codes: 0 success, 1 runtime failure, 2 usage error, 128 + signal number when
-// interrupted (130 Ctrl-C, 143 SIGTERM).
+// Status to exit codes: 0 success, 1 runtime failure, 2 usage error, 3 completed with inputs
+// skipped (--skip-bad), 128 + signal number when interrupted (130 Ctrl-C, 143 SIGTERM).
 #include <csignal>
 #include <cstdio>
 
@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   cli::register_summary(app, global);
   cli::register_annotate(app, global);
   cli::register_simulate(app, global);
+  cli::register_recover(app, global);
 #if defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)
   cli::register_demux(app, global);
 #endif
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
   cli::CommandBody* body = cli::selected_body();
   if (body == nullptr) return 2;
   Status status = (*body)();
-  if (status.is_ok()) return 0;
+  if (status.is_ok()) return cli::success_exit_code();
   log::error("{}", status.message());
   if (status.code() == StatusCode::kCancelled) return 130;
   if (status.code() == StatusCode::kInvalidArgument) return 2;

@@ -12,6 +12,7 @@ struct SubsetCliOptions {
   std::string out_dir, csv, name_template;
   std::vector<std::string> columns;
   WriterFlags writer;
+  bool skip_bad = false;
 };
 
 Status run_subset(const SubsetCliOptions& opts, const GlobalOptions& global) {
@@ -27,9 +28,12 @@ Status run_subset(const SubsetCliOptions& opts, const GlobalOptions& global) {
   so.columns = opts.columns;
   so.name_template = opts.name_template;
   so.n_threads = resolve_threads(global);
+  so.skip_bad = opts.skip_bad;
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));
   pipeline::SubsetReport report;
-  ESCPOD_RETURN_IF_ERROR(pipeline::subset_files(files, opts.out_dir, so, &report));
+  Status status = pipeline::subset_files(files, opts.out_dir, so, &report);
+  report_skipped_inputs(report.skipped);
+  ESCPOD_RETURN_IF_ERROR(status);
   uint64_t total = 0;
   for (const auto& [name, n] : report.reads_per_output) {
     log::info("{}: {} reads", name, n);
@@ -59,6 +63,7 @@ void register_subset(CLI::App& app, GlobalOptions& global) {
       ->delimiter(',');
   sub->add_option("--template", opts->name_template,
                   "Output file name for --columns, with {field} placeholders");
+  add_skip_bad_flag(sub, opts->skip_bad);
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_subset(*opts, global); });

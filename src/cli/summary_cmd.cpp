@@ -13,6 +13,7 @@ namespace {
 struct SummaryCliOptions {
   std::vector<std::string> inputs;
   bool json = false;
+  bool skip_bad = false;
   std::string output = "-";
 };
 
@@ -41,11 +42,14 @@ std::string human(const pipeline::Pod5Summary& s) {
 Status run_summary(const SummaryCliOptions& opts, const GlobalOptions& global) {
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));
   auto s = pipeline::summarize_pod5(files, resolve_threads(global));
-  for (const auto& [f, why] : s.skipped) log::warn("skipped {}", why);
+  if (!opts.skip_bad) {
+    for (const auto& [f, why] : s.skipped) log::warn("skipped {}", why);
+  }
   ESCPOD_ASSIGN_OR_RETURN(Output out, Output::open(opts.output));
   out.write(opts.json ? pipeline::summary_json(s) : human(s));
   ESCPOD_RETURN_IF_ERROR(out.finish());
   if (s.n_files == 0) return Status::corrupt("no input file could be read");
+  if (opts.skip_bad) report_skipped_inputs(s.skipped);
   return Status::ok();
 }
 
@@ -60,6 +64,9 @@ void register_summary(CLI::App& app, GlobalOptions& global) {
       "  escpod summary runs/ --json");
   sub->add_option("inputs", opts->inputs, "POD5 files or directories (walked for *.pod5)")->required();
   sub->add_flag("--json", opts->json, "Print JSON instead of text");
+  sub->add_flag("--skip-bad", opts->skip_bad,
+                "Exit 3 when inputs were skipped (they always are, listed with the reason; "
+                "without this flag the exit status is 0)");
   sub->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_summary(*opts, global); });

@@ -51,8 +51,12 @@ std::string with_pod5_extension(std::string name) {
 
 Status merge_files(const std::vector<std::filesystem::path>& inputs,
                    const std::filesystem::path& output, const MergeOptions& options,
-                   CopyStats* stats, uint64_t* n_duplicates_skipped) {
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads));
+                   CopyStats* stats, uint64_t* n_duplicates_skipped, SkippedInputs* skipped) {
+  SkippedInputs local_skipped;
+  ESCPOD_ASSIGN_OR_RETURN(
+      Readers readers,
+      detail::open_readers(inputs, options.n_threads,
+                           options.skip_bad ? (skipped ? skipped : &local_skipped) : nullptr));
   ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
   for (const auto& r : readers)
     for (const auto& ri : r->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
@@ -68,7 +72,7 @@ Status merge_files(const std::vector<std::filesystem::path>& inputs,
         return Status::ok();
       }
       return Status::invalid_argument("duplicate read id " + read.record.read_id.to_string() +
-                                      " in " + inputs[it->second].string() + " and " +
+                                      " in " + readers[it->second]->path().string() + " and " +
                                       r.path().string() + " (use --duplicate-ok to keep the first)");
     }
     // `readers` outlive `writer` (declared first): chunks are written from their mappings.
@@ -91,7 +95,10 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.exclude_end_reasons, "--exclude-end-reason"));
   std::unordered_set<pod5::ReadId, pod5::ReadIdHash> wanted, found;
   if (c.ids) wanted.insert(c.ids->begin(), c.ids->end());
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads));
+  FilterReport local;
+  FilterReport& rep = report ? *report : local;
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads,
+                                                                options.skip_bad ? &rep.skipped : nullptr));
   std::unique_ptr<AnnotationFilter> by_annotation;
   if (!c.annotations.empty()) {
     std::vector<const pod5::FileReader*> plain;
@@ -101,8 +108,6 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
   for (const auto& r : readers)
     for (const auto& ri : r->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
-  FilterReport local;
-  FilterReport& rep = report ? *report : local;
   // Every criterion reads only the batch and the (now constant) id set: safe on any thread.
   auto select = [&](const pod5::FileReader& r, const pod5::ReadBatch& b, size_t i) {
     if (c.ids && !wanted.count(b.read_id[i])) return false;
@@ -134,7 +139,9 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
     if (!rep.missing_ids.empty() && !options.missing_ok) {
       return Status::not_found(std::to_string(rep.missing_ids.size()) + " of " +
                                std::to_string(wanted.size()) + " listed read ids are in no input (first: " +
-                               rep.missing_ids.front().to_string() + "); use --missing-ok to allow");
+                               rep.missing_ids.front().to_string() + "); use --missing-ok to allow" +
+                               (rep.skipped.empty() ? "" : " (" + std::to_string(rep.skipped.size()) +
+                                " inputs were skipped as bad)"));
     }
   }
   return writer->close();
@@ -226,13 +233,14 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
       }
     }
   }
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads));
+  SubsetReport local;
+  SubsetReport& rep = report ? *report : local;
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads,
+                                                                options.skip_bad ? &rep.skipped : nullptr));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Status::io_error("cannot create output folder " + out_dir.string() + ": " + ec.message());
 
-  SubsetReport local;
-  SubsetReport& rep = report ? *report : local;
   std::vector<std::unique_ptr<pod5::FileWriter>> writers;
   std::unordered_set<pod5::ReadId, pod5::ReadIdHash> written;
   CopyScratch scratch;

@@ -144,10 +144,24 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
 // (opening validates each reads table, which dominates short commands over many files); errors
 // and warnings are reported in input order, so the first bad input named is always the same.
 // n_threads 0: all cores.
+// With `skipped` (--skip-bad): each input is also checked for a readable signal table, and an
+// input that fails to open or validate is left out and listed in `skipped` with the reason
+// instead of failing; the readers of the others are returned in input order. Fails only when
+// every input is bad.
 inline Result<std::vector<std::unique_ptr<pod5::FileReader>>> open_readers(
-    const std::vector<std::filesystem::path>& inputs, int n_threads = 0) {
+    const std::vector<std::filesystem::path>& inputs, int n_threads = 0,
+    std::vector<std::pair<std::string, std::string>>* skipped = nullptr) {
   std::vector<std::optional<Result<std::unique_ptr<pod5::FileReader>>>> opened(inputs.size());
-  auto open_one = [&](size_t i) { opened[i].emplace(pod5::FileReader::open(inputs[i])); };
+  auto open_one = [&](size_t i) {
+    auto r = pod5::FileReader::open(inputs[i]);
+    if (skipped && r.is_ok()) {
+      if (auto sig = (*r)->signal_table_info(); !sig.is_ok()) {
+        opened[i].emplace(sig.status());
+        return;
+      }
+    }
+    opened[i].emplace(std::move(r));
+  };
   if (inputs.size() > 1 && n_threads != 1) {
     tbb::task_arena arena(n_threads > 0 ? n_threads : tbb::task_arena::automatic);
     arena.execute([&] { tbb::parallel_for(size_t{0}, inputs.size(), open_one); });
@@ -157,9 +171,17 @@ inline Result<std::vector<std::unique_ptr<pod5::FileReader>>> open_readers(
   std::vector<std::unique_ptr<pod5::FileReader>> readers;
   readers.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!opened[i]->is_ok()) return opened[i]->status();
+    if (!opened[i]->is_ok()) {
+      if (!skipped) return opened[i]->status();
+      skipped->emplace_back(inputs[i].string(), opened[i]->status().message());
+      continue;
+    }
     readers.push_back(std::move(*opened[i]).value());
     for (const auto& w : readers.back()->info().warnings) log::warn("{}: {}", inputs[i].string(), w);
+  }
+  if (readers.empty() && skipped && !skipped->empty()) {
+    return Status::corrupt("every input was skipped as bad (" + std::to_string(skipped->size()) +
+                           "); the first: " + skipped->front().first + ": " + skipped->front().second);
   }
   return readers;
 }

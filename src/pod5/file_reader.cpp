@@ -18,6 +18,7 @@
 
 #include "pod5/arrow_types.hpp"
 #include "pod5/container.hpp"
+#include "pod5/recovered_tables.hpp"
 
 namespace escpod::pod5 {
 
@@ -174,6 +175,8 @@ struct FileReader::Impl {
   std::vector<uint64_t> read_batch_first;  // prefix sums of rows
   // Signal table: schema checked at open, batches loaded on first use (ensure_signal).
   std::shared_ptr<arrow::ipc::RecordBatchFileReader> signal_reader;
+  // Without a signal_reader (a file rebuilt by recovery): the signal batches themselves.
+  std::vector<std::shared_ptr<arrow::RecordBatch>> given_signal;
   int id_col = -1, sig_col = -1, n_col = -1;
   mutable std::once_flag signal_once;
   mutable Status signal_status;
@@ -194,6 +197,10 @@ struct FileReader::Impl {
   // Releases the whole pages inside [lo, hi) from this process's resident set. Always safe for
   // this read-only file mapping: a later access maps the page in again from the page cache.
   void drop_pages(const void* lo, const void* hi) const {
+    // Only ever the file's own mapping (MADV_DONTNEED would zero anonymous memory).
+    lo = std::max<const void*>(lo, map_begin);
+    hi = std::min<const void*>(hi, map_begin + map_size);
+    if (!map_begin || lo >= hi) return;
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const uintptr_t a = (reinterpret_cast<uintptr_t>(lo) + page - 1) & ~(page - 1);
     const uintptr_t b = reinterpret_cast<uintptr_t>(hi) & ~(page - 1);
@@ -279,10 +286,15 @@ struct FileReader::Impl {
   }
 
   Status open_signal(const detail::EmbeddedTable& t);
+  Status check_signal_schema(const arrow::Schema& schema);
   Status ensure_signal() const;
   Status load_signal_batches() const;
+  // A table's batches: from its Arrow file reader, or given (recovery).
+  using BatchSource = std::function<arrow::Result<std::shared_ptr<arrow::RecordBatch>>(int)>;
   Status load_reads(const detail::EmbeddedTable& t);
+  Status load_reads(const arrow::Schema& schema, int n_batches, const BatchSource& get);
   Status load_run_info(const detail::EmbeddedTable& t);
+  Status load_run_info(const arrow::Schema& schema, int n_batches, const BatchSource& get);
   Status load_legacy_dictionaries();
   Status load_dictionaries();
   Status decode_batch(size_t batch_idx, ReadBatch* out) const;
@@ -291,7 +303,10 @@ struct FileReader::Impl {
 
 Status FileReader::Impl::open_signal(const detail::EmbeddedTable& t) {
   ESCPOD_ASSIGN_OR_RETURN(signal_reader, open_table(t, "signal"));
-  const auto& schema = *signal_reader->schema();
+  return check_signal_schema(*signal_reader->schema());
+}
+
+Status FileReader::Impl::check_signal_schema(const arrow::Schema& schema) {
   ESCPOD_RETURN_IF_ERROR(check_metadata(schema, "signal"));
   id_col = schema.GetFieldIndex("read_id");
   sig_col = schema.GetFieldIndex("signal");
@@ -332,13 +347,15 @@ Status FileReader::Impl::ensure_signal() const {
 // Reads every signal batch's metadata and validates it (offsets, sizes). Done on first signal
 // access only: commands that never touch signal (view, most of inspect) skip it entirely.
 Status FileReader::Impl::load_signal_batches() const {
-  auto& reader = signal_reader;
+  const int n_batches =
+      signal_reader ? signal_reader->num_record_batches() : static_cast<int>(given_signal.size());
   signal_batch_first.push_back(0);
   ScanRelease release(*this);
-  for (int b = 0; b < reader->num_record_batches(); ++b) {
-    auto batch = reader->ReadRecordBatch(b);
+  for (int b = 0; b < n_batches; ++b) {
+    auto batch = signal_reader ? signal_reader->ReadRecordBatch(b)
+                               : arrow::Result<std::shared_ptr<arrow::RecordBatch>>(given_signal[b]);
     const std::string ctx = where() + ": signal batch " + std::to_string(b) + " of " +
-                            std::to_string(reader->num_record_batches());
+                            std::to_string(n_batches);
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
     ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
     SignalBatchView v;
@@ -367,11 +384,11 @@ Status FileReader::Impl::load_signal_batches() const {
     v.region_begin = std::min({v.read_ids, reinterpret_cast<const uint8_t*>(v.offsets),
                                reinterpret_cast<const uint8_t*>(v.samples),
                                v.bytes_begin ? v.bytes_begin : v.read_ids});
-    if (b > 0 && b + 1 < reader->num_record_batches() &&
+    if (b > 0 && b + 1 < n_batches &&
         v.n_rows != signal_batches.front().n_rows) {
       signal_info.uniform = false;
     }
-    if (b + 1 == reader->num_record_batches() && b > 0 && v.n_rows > signal_batches.front().n_rows) {
+    if (b + 1 == n_batches && b > 0 && v.n_rows > signal_batches.front().n_rows) {
       signal_info.uniform = false;
     }
     for (int64_t r = 0; r < v.n_rows; ++r) signal_info.n_samples += v.samples[r];
@@ -393,9 +410,15 @@ Status FileReader::Impl::load_signal_batches() const {
 
 Status FileReader::Impl::load_run_info(const detail::EmbeddedTable& t) {
   ESCPOD_ASSIGN_OR_RETURN(auto reader, open_table(t, "run info"));
-  ESCPOD_RETURN_IF_ERROR(check_metadata(*reader->schema(), "run info"));
-  for (int b = 0; b < reader->num_record_batches(); ++b) {
-    auto batch = reader->ReadRecordBatch(b);
+  return load_run_info(*reader->schema(), reader->num_record_batches(),
+                       [&reader](int b) { return reader->ReadRecordBatch(b); });
+}
+
+Status FileReader::Impl::load_run_info(const arrow::Schema& schema, int n_batches,
+                                       const BatchSource& get_batch) {
+  ESCPOD_RETURN_IF_ERROR(check_metadata(schema, "run info"));
+  for (int b = 0; b < n_batches; ++b) {
+    auto batch = get_batch(b);
     const std::string ctx = where() + ": run info batch " + std::to_string(b);
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
     ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
@@ -416,7 +439,12 @@ Status FileReader::Impl::load_run_info(const detail::EmbeddedTable& t) {
 
 Status FileReader::Impl::load_reads(const detail::EmbeddedTable& t) {
   ESCPOD_ASSIGN_OR_RETURN(reads_reader, open_table(t, "reads"));
-  const auto& schema = *reads_reader->schema();
+  return load_reads(*reads_reader->schema(), reads_reader->num_record_batches(),
+                    [this](int b) { return reads_reader->ReadRecordBatch(b); });
+}
+
+Status FileReader::Impl::load_reads(const arrow::Schema& schema, int n_batches,
+                                    const BatchSource& get_batch) {
   ESCPOD_RETURN_IF_ERROR(check_metadata(schema, "reads"));
   for (int i = 0; i < schema.num_fields(); ++i) col[schema.field(i)->name()] = i;
 
@@ -491,8 +519,8 @@ Status FileReader::Impl::load_reads(const detail::EmbeddedTable& t) {
 
   read_batch_first.push_back(0);
   ScanRelease release(*this);
-  for (int b = 0; b < reads_reader->num_record_batches(); ++b) {
-    auto batch = reads_reader->ReadRecordBatch(b);
+  for (int b = 0; b < n_batches; ++b) {
+    auto batch = get_batch(b);
     const std::string ctx = where() + ": reads batch " + std::to_string(b);
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
     ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
@@ -769,6 +797,39 @@ Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path
   // Opening touched every reads batch's metadata (and the kernel mapped pages around each);
   // release them: batches are mapped in again one at a time as they are decoded.
   impl->drop_pages(impl->map_begin, impl->map_begin + impl->map_size);
+  return std::unique_ptr<FileReader>(new FileReader(std::move(impl)));
+}
+
+Result<std::unique_ptr<FileReader>> FileReader::open_recovered(detail::RecoveredTables tables) {
+  detail::register_extension_types();
+  auto impl = std::make_unique<Impl>();
+  impl->info.path = tables.path;
+  impl->info.file_size = tables.file_size;
+  impl->info.file_identifier = tables.file_identifier;
+  impl->info.software = tables.software;
+  impl->info.pod5_version = tables.pod5_version;
+  if (tables.main) {
+    auto whole = tables.main->ReadAt(0, static_cast<int64_t>(tables.file_size));
+    if (!whole.ok()) return from_arrow(whole.status(), tables.path.string() + ": cannot map");
+    impl->file = tables.main;
+    impl->map_begin = (*whole)->data();
+    impl->map_size = static_cast<size_t>((*whole)->size());
+  }
+  if (tables.signal_schema) {
+    ESCPOD_RETURN_IF_ERROR(impl->check_signal_schema(*tables.signal_schema));
+    impl->given_signal = std::move(tables.signal);
+  }
+  if (tables.reads_schema) {
+    auto& batches = tables.reads;
+    ESCPOD_RETURN_IF_ERROR(impl->load_reads(*tables.reads_schema, static_cast<int>(batches.size()),
+                                            [&batches](int b) { return batches[static_cast<size_t>(b)]; }));
+  }
+  if (tables.run_info_schema && !impl->legacy_struct_columns) {
+    auto& batches = tables.run_info;
+    ESCPOD_RETURN_IF_ERROR(impl->load_run_info(*tables.run_info_schema,
+                                               static_cast<int>(batches.size()),
+                                               [&batches](int b) { return batches[static_cast<size_t>(b)]; }));
+  }
   return std::unique_ptr<FileReader>(new FileReader(std::move(impl)));
 }
 

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "escpod/core/status.hpp"
@@ -12,6 +14,9 @@
 #include "escpod/pod5/file_writer.hpp"
 
 namespace escpod::pipeline {
+
+// Inputs left out by --skip-bad: (file, why it could not be used), in input order.
+using SkippedInputs = std::vector<std::pair<std::string, std::string>>;
 
 struct CopyStats {
   uint64_t n_reads = 0;

@@ -23,13 +23,17 @@ struct MergeOptions {
   pod5::WriterOptions writer;
   int n_threads = 1;  // reads batches prepared in parallel (stream_reads)
   bool duplicate_ok = false;  // keep the first of reads sharing an id instead of failing
+  bool skip_bad = false;  // leave out inputs that fail to open or validate (see `skipped`)
 };
 
 // Writes every read of `inputs` (in order) to `output`. Run infos are deduplicated by
 // acquisition id. A read id seen twice fails naming the id and both files, unless duplicate_ok.
+// With options.skip_bad, inputs that fail to open or validate are left out and listed in
+// `skipped` (optional) instead of failing the merge.
 Status merge_files(const std::vector<std::filesystem::path>& inputs,
                    const std::filesystem::path& output, const MergeOptions& options,
-                   CopyStats* stats, uint64_t* n_duplicates_skipped);
+                   CopyStats* stats, uint64_t* n_duplicates_skipped,
+                   SkippedInputs* skipped = nullptr);
 
 struct FilterCriteria {
   std::optional<std::vector<pod5::ReadId>> ids;  // keep only these
@@ -49,12 +53,14 @@ struct FilterOptions {
   pod5::WriterOptions writer;
   int n_threads = 1;  // reads batches prepared in parallel (stream_reads)
   bool missing_ok = false;  // listed ids absent from every input are a warning, not an error
+  bool skip_bad = false;  // leave out inputs that fail to open or validate (report.skipped)
 };
 
 struct FilterReport {
   CopyStats copied;
   uint64_t n_reads_seen = 0;
   std::vector<pod5::ReadId> missing_ids;  // listed but not found
+  SkippedInputs skipped;  // skip_bad: inputs left out, with the reason
 };
 
 // Writes the reads of `inputs` that meet every criterion to `output`. Fails (and writes nothing)
@@ -74,12 +80,14 @@ struct SubsetOptions {
   std::string name_template;
   // Mode 1 only: where reads no mapping row names go (empty: they are dropped and counted).
   std::string unmapped_output;
+  bool skip_bad = false;  // leave out inputs that fail to open or validate (report.skipped)
 };
 
 struct SubsetReport {
   std::map<std::string, uint64_t> reads_per_output;
   uint64_t n_unmapped = 0;  // reads of the inputs no mapping row names (dropped)
   uint64_t n_mapped_missing = 0;  // mapping rows whose read is in no input
+  SkippedInputs skipped;  // skip_bad: inputs left out, with the reason
 };
 
 // Partitions the reads of `inputs` into one POD5 per distinct output name in `out_dir`.

@@ -24,6 +24,10 @@
 
 namespace escpod::pod5 {
 
+namespace detail {
+struct RecoveredTables;  // pod5/recovered_tables.hpp (internal: Arrow types)
+}
+
 // Reads-table layout versions (../shared/docs/pod5-format.md 5.4), detected from the columns.
 enum class ReadTableVersion : int { kV0 = 0, kV1, kV2, kV3, kV4, kV5, kV6, kV7 };
 
@@ -99,6 +103,11 @@ class FileReader {
   // kCorrupt (not a POD5, truncated, bad footer, table not matching its schema), kUnsupported
   // (unknown version or table type).
   static Result<std::unique_ptr<FileReader>> open(const std::filesystem::path& path);
+
+  // A reader over tables salvaged from a damaged file (pod5/recover.hpp builds them): the same
+  // API, over whatever complete batches recovery found. The reads table and the run-info table
+  // may be absent (no reads, no run infos). Errors as open().
+  static Result<std::unique_ptr<FileReader>> open_recovered(detail::RecoveredTables tables);
 
   const FileInfo& info() const;
   // Signal-table statistics; loads and validates the signal batches' metadata on first use
