@@ -53,5 +53,6 @@ void register_summary(CLI::App& app, GlobalOptions& global);
 void register_simulate(CLI::App& app, GlobalOptions& global);
 void register_demux(CLI::App& app, GlobalOptions& global);
 void register_model(CLI::App& app, GlobalOptions& global);  // nn engine (weak: optional)
+void register_convert(CLI::App& app, GlobalOptions& global);  // FAST5 (fast5 layer: optional)
 
 }  // namespace escpod::cli
