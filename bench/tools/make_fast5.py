@@ -4,7 +4,7 @@ every read of SOURCE copied COPIES times (copy 0 keeps the read ids, later copie
 derived from copy number and old id), signal stored with the HDF5 VBZ filter (the layout
 MinKNOW writes) or gzip, one read per HDF5 chunk.
 
-  make_fast5.py SOURCE OUT.fast5 [--copies N] [--compression vbz|gzip] [--files K]
+  make_fast5.py SOURCE OUT.fast5 [--copies N] [--compression vbz|gzip] [--files K] [--chunk S]
 With --files K, OUT is a folder receiving K files (reads dealt round-robin)."""
 import argparse
 import pathlib
@@ -22,7 +22,7 @@ def copy_attrs(src, dst):
         dst.attrs[k] = v
 
 
-def copy_read(src_read, out, new_id, compression):
+def copy_read(src_read, out, new_id, compression, chunk):
     name = f"read_{new_id}"
     g = out.create_group(name)
     copy_attrs(src_read, g)
@@ -35,7 +35,7 @@ def copy_read(src_read, out, new_id, compression):
     raw.attrs["read_id"] = new_id.encode()
     sig = src_read["Raw/Signal"][()]
     kw = dict(compression=VBZ_ID, compression_opts=VBZ_OPTS) if compression == "vbz" else dict(compression="gzip", compression_opts=1)
-    raw.create_dataset("Signal", data=sig, chunks=(len(sig),), **kw)
+    raw.create_dataset("Signal", data=sig, chunks=(min(chunk, len(sig)) if chunk else len(sig),), **kw)
 
 
 def main():
@@ -45,6 +45,7 @@ def main():
     ap.add_argument("--copies", type=int, default=1)
     ap.add_argument("--compression", default="vbz", choices=["vbz", "gzip"])
     ap.add_argument("--files", type=int, default=0)
+    ap.add_argument("--chunk", type=int, default=0, help="samples per HDF5 chunk (default: whole read)")
     a = ap.parse_args()
     out = pathlib.Path(a.out)
     n_files = max(1, a.files)
@@ -64,7 +65,7 @@ def main():
             for n in names:
                 old = n[len("read_"):]
                 new_id = old if c == 0 else str(uuid.uuid5(uuid.NAMESPACE_OID, f"{c}:{old}"))
-                copy_read(src[n], outs[k % n_files], new_id, a.compression)
+                copy_read(src[n], outs[k % n_files], new_id, a.compression, a.chunk)
                 k += 1
     for f in outs:
         f.close()

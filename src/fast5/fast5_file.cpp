@@ -612,7 +612,6 @@ Status Fast5File::read(size_t read_idx, Fast5Read& out) {
   H5Sget_simple_extent_dims(space.get(), &n, nullptr);
   StoredSignal& sig = out.signal;
   sig.n_samples = n;
-  sig.bytes.clear();
   sig.filter_params.clear();
   sig.samples.clear();
   sig.coding = SignalCoding::kSamples;

@@ -192,7 +192,6 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
                                            item->read.record.read_id.to_string();
                   item->status = fast5::decode_signal(item->read.signal, item->samples, what);
                   if (!item->status.is_ok()) return item;
-                  item->read.signal.bytes.clear();  // keep capacity for the next read
                   item->chunks.clear();
                   if (!options.writer.vbz) return item;
                   Worker& w = workers.local();
