@@ -313,3 +313,14 @@ def test_not_fast5_and_existing_output(escpod, fast5_dir, tmp_path):
     res = run([escpod, "convert", "fast5", fast5_dir / "multi_fast5_zip.fast5", "-o", out],
               check=False)
     assert res.returncode == 1 and out.read_bytes() == b"keep"
+
+
+def test_uncompressed_output_and_directory_output(escpod, fast5_dir, tmp_path):
+    src = fast5_dir / "multi_fast5_zip.fast5"
+    theirs = tmp_path / "theirs.pod5"
+    official_convert([src], theirs)
+    out = tmp_path / "outdir"
+    out.mkdir()
+    run([escpod, "convert", "fast5", src, "-o", out, "--compression", "none", "-t", "1"])
+    assert sorted(p.name for p in out.iterdir()) == ["output.pod5"]  # as the official tool names it
+    assert assert_same_pod5(out / "output.pod5", theirs, expect_reads=10) == 10
