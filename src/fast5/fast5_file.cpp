@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -700,6 +701,26 @@ Status decode_signal(const StoredSignal& s, std::vector<int16_t>& out, const std
     case SignalCoding::kVbz: {
       const H5Z_class2_t* cls = vbz_filter_class();
       if (cls == nullptr || cls->filter == nullptr) return bad("the HDF5 VBZ filter is unavailable");
+      // The filter allocates what the chunk's 4-byte size header claims; check it first so a
+      // damaged header cannot make it allocate gigabytes.
+      if (s.bytes.size() < 4) return bad("VBZ chunk of " + std::to_string(s.bytes.size()) + " bytes");
+      const uint64_t claimed = static_cast<uint64_t>(s.bytes[0]) | static_cast<uint64_t>(s.bytes[1]) << 8 |
+                               static_cast<uint64_t>(s.bytes[2]) << 16 | static_cast<uint64_t>(s.bytes[3]) << 24;
+      if (claimed != s.decoded_bytes) {
+        return bad("VBZ chunk header claims " + std::to_string(claimed) + " bytes, the dataset's chunk holds " +
+                   std::to_string(s.decoded_bytes));
+      }
+      // Likewise for the zstd frame inside (zstd level option > 0): its recorded content size
+      // must fit the StreamVByte stream of that many integers (2-bit keys, at most 4 bytes each).
+      const unsigned int_size = s.filter_params.size() > 1 && s.filter_params[1] > 0 ? s.filter_params[1] : 2;
+      if (s.filter_params.size() > 3 && s.filter_params[3] > 0) {
+        const unsigned long long content = ZSTD_getFrameContentSize(s.bytes.data() + 4, s.bytes.size() - 4);
+        const uint64_t n_ints = s.decoded_bytes / int_size;
+        if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
+            content > (n_ints + 3) / 4 + 4 * n_ints) {
+          return bad("VBZ chunk's zstd frame is damaged or claims an impossible size");
+        }
+      }
       size_t buf_size = s.bytes.size();
       void* buf = std::malloc(std::max<size_t>(buf_size, 1));
       if (buf == nullptr) return Status::internal(what + ": out of memory");

@@ -3,12 +3,17 @@
 //   0: decode_signal of a VBZ-filter chunk (the HDF5 VBZ plugin's filter, called by us outside
 //      HDF5) for a sample count taken from the next 2 bytes; 1: the same for a deflate chunk;
 //   2: parse_iso8601_ms (run-info start times);
-//   3: a whole FAST5 file: Fast5File::open and read() of every read, then decode_signal.
-// Mode 3 also exercises libhdf5's own parser, which has known crashes on crafted files (CVEs
-// against 1.10.x); a crash with a stack inside libhdf5 is HDF5's, not ours: see the report.
+//   3 (only with ESCPOD_FUZZ_HDF5=1 in the environment): a whole FAST5 file: Fast5File::open
+//      and read() of every read, then decode_signal.
+// Mode 3 is off by default because it finds bugs in libhdf5 itself within seconds (Debian's
+// 1.10.8: a heap overflow in H5Aget_type -> H5T_copy_reopen from a one-byte change to the test
+// FAST5's datatype message), which we cannot fix or guard against from outside; run it by hand
+// to look for crashes whose stacks are in our code. Damaged whole files are covered by the
+// conformance tests (truncations, missing attributes/datasets, damaged chunks).
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -20,7 +25,8 @@ using namespace escpod;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 3) return 0;
-  const uint8_t mode = data[0] % 4;
+  static const bool whole_files = std::getenv("ESCPOD_FUZZ_HDF5") != nullptr;
+  const uint8_t mode = static_cast<uint8_t>(data[0] % (whole_files ? 4 : 3));
   const size_t n_samples = static_cast<size_t>(data[1]) | (static_cast<size_t>(data[2]) << 8);
   std::vector<int16_t> out;
   if (mode <= 1) {
