@@ -27,6 +27,9 @@
 #                                builds oneDNN with its OpenCL runtime); libdnnl-dev only
 #                                *recommends* it, so --no-install-recommends dropped it.
 #   find_library(svm)            <svm.h>                libsvm-dev
+#   find_package(HDF5 COMPONENTS C) <hdf5.h> (FAST5)    libhdf5-dev
+#   HDF5 VBZ filter plugin (FAST5 signal; loaded from   libvbz-hdf-plugin-dev
+#     /usr/lib/<triplet>/hdf5/plugins at run time)
 #   find_package(GTest)          <gtest/gmock>          libgtest-dev, libgmock-dev
 #   find_package(benchmark)      <benchmark/...>        libbenchmark-dev
 #   clang++ (fuzz targets), libFuzzer/ASan runtimes     clang, libclang-rt-14-dev
@@ -46,6 +49,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libflatbuffers-dev zlib1g-dev flatbuffers-compiler
   clang libclang-rt-14-dev ccache
   libonnx-dev libprotobuf-dev libdnnl-dev ocl-icd-opencl-dev libsvm-dev
+  libhdf5-dev libvbz-hdf-plugin-dev
 )
 
 missing=()

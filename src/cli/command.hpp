@@ -57,6 +57,7 @@ void register_annotate(CLI::App& app, GlobalOptions& global);
 void register_simulate(CLI::App& app, GlobalOptions& global);
 void register_demux(CLI::App& app, GlobalOptions& global);
 void register_model(CLI::App& app, GlobalOptions& global);  // nn engine (weak: optional)
+void register_convert(CLI::App& app, GlobalOptions& global);  // FAST5 (fast5 layer: optional)
 void register_recover(CLI::App& app, GlobalOptions& global);
 
 // Exit status of a command that completed but skipped inputs (--skip-bad): its outputs are

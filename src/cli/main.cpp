@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
 #ifdef ESCPOD_HAVE_NN
   cli::register_model(app, global);
 #endif
+#ifdef ESCPOD_HAVE_FAST5
+  cli::register_convert(app, global);
+#endif
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,265 @@
+#include "escpod/pipeline/fast5_convert.hpp"
+
+#include <tbb/concurrent_queue.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_pipeline.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+
+#include "escpod/core/log.hpp"
+#include "escpod/fast5/fast5_file.hpp"
+#include "escpod/pod5/vbz.hpp"
+
+namespace escpod::pipeline {
+
+namespace fs = std::filesystem;
+
+Result<std::vector<fs::path>> collect_fast5_inputs(const std::vector<std::string>& inputs) {
+  std::vector<fs::path> out;
+  std::set<fs::path> seen;
+  auto add = [&](const fs::path& p) {
+    std::error_code ec;
+    fs::path canonical = fs::weakly_canonical(p, ec);
+    if (ec) canonical = p;
+    if (seen.insert(canonical).second) out.push_back(p);
+  };
+  for (const auto& input : inputs) {
+    std::error_code ec;
+    const fs::path p(input);
+    const auto status = fs::status(p, ec);
+    if (ec || !fs::exists(status)) return Status::not_found(input + ": no such file or directory");
+    if (!fs::is_directory(status)) {
+      add(p);
+      continue;
+    }
+    std::vector<fs::path> found;
+    for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->is_regular_file() && it->path().extension() == ".fast5") found.push_back(it->path());
+    }
+    if (ec) return Status::io_error(input + ": cannot list: " + ec.message());
+    std::sort(found.begin(), found.end());
+    for (const auto& f : found) add(f);
+  }
+  if (out.empty()) return Status::invalid_argument("no FAST5 files found in the inputs given");
+  return out;
+}
+
+namespace {
+
+// One read on its way from the FAST5 reader to the POD5 writer.
+struct Item {
+  size_t file_idx = 0;
+  fast5::Fast5Read read;
+  std::vector<int16_t> samples;             // decoded (kept for an uncompressed writer)
+  std::vector<std::vector<uint8_t>> cells;  // POD5 VBZ chunks
+  std::vector<pod5::SignalChunk> chunks;
+  Status status;
+};
+
+struct Worker {
+  pod5::VbzCodec codec;
+};
+
+Result<fs::path> output_path_for(const fs::path& input, const fs::path& output,
+                                 const Fast5ConvertOptions& options) {
+  if (!options.one_to_one) {
+    std::error_code ec;
+    if (fs::is_directory(output, ec)) return output / "output.pod5";
+    return output;
+  }
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(*options.one_to_one, ec);
+  const fs::path in = fs::weakly_canonical(input, ec);
+  fs::path rel = in.lexically_relative(root);
+  if (rel.empty() || *rel.begin() == "..") {
+    return Status::invalid_argument("--one-to-one " + options.one_to_one->string() +
+                                    " must be a parent folder of every input; " +
+                                    input.string() + " is not under it");
+  }
+  rel.replace_extension(".pod5");
+  return output / rel;
+}
+
+}  // namespace
+
+Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output,
+                     const Fast5ConvertOptions& options, Fast5ConvertStats* stats) {
+  const int threads = std::max(1, options.n_threads);
+  const size_t n_tokens = static_cast<size_t>(threads) * 2 + 2;
+
+  // Outputs, resolved up front so that naming errors come before any work.
+  std::vector<fs::path> out_paths;
+  for (const auto& in : inputs) {
+    ESCPOD_ASSIGN_OR_RETURN(fs::path p, output_path_for(in, output, options));
+    out_paths.push_back(std::move(p));
+  }
+  if (options.one_to_one) {
+    std::set<fs::path> distinct(out_paths.begin(), out_paths.end());
+    if (distinct.size() != out_paths.size()) {
+      return Status::invalid_argument("two inputs map to the same output under --one-to-one");
+    }
+  }
+
+  std::vector<std::unique_ptr<Item>> pool(n_tokens);
+  tbb::concurrent_queue<Item*> free_items;
+  for (auto& it : pool) {
+    it = std::make_unique<Item>();
+    free_items.push(it.get());
+  }
+
+  // Reader state (stage 1 only).
+  size_t file_idx = 0, read_idx = 0;
+  std::unique_ptr<fast5::Fast5File> file;
+  std::atomic<bool> failed{false};
+  Status first_error;
+
+  // Writer state (stage 3 only).
+  std::map<fs::path, std::unique_ptr<pod5::FileWriter>> writers;  // open or finished, by path
+  pod5::FileWriter* current = nullptr;
+  fs::path current_path;
+  std::set<std::pair<pod5::FileWriter*, std::string>> run_infos_added;
+  Fast5ConvertStats local;
+  local.n_files = inputs.size();
+  const uint32_t max_chunk = std::max<uint32_t>(1, options.writer.max_chunk_samples);
+
+  auto writer_for = [&](size_t idx) -> Result<pod5::FileWriter*> {
+    const fs::path& p = out_paths[idx];
+    if (current != nullptr && p == current_path) return current;
+    if (current != nullptr && options.one_to_one) ESCPOD_RETURN_IF_ERROR(current->finish());
+    auto it = writers.find(p);
+    if (it == writers.end()) {
+      std::error_code ec;
+      if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+      ESCPOD_ASSIGN_OR_RETURN(auto w, pod5::FileWriter::create(p, options.writer));
+      it = writers.emplace(p, std::move(w)).first;
+      local.outputs.push_back(p);
+    }
+    current = it->second.get();
+    current_path = p;
+    return current;
+  };
+
+  tbb::enumerable_thread_specific<Worker> workers;
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    tbb::parallel_pipeline(
+        n_tokens,
+        tbb::make_filter<void, Item*>(
+            tbb::filter_mode::serial_in_order,
+            [&](tbb::flow_control& fc) -> Item* {
+              if (failed.load(std::memory_order_relaxed)) {
+                fc.stop();
+                return nullptr;
+              }
+              while (file_idx < inputs.size()) {
+                if (!file) {
+                  auto opened = fast5::Fast5File::open(inputs[file_idx]);
+                  Item* item = nullptr;
+                  if (!opened.is_ok()) {
+                    free_items.try_pop(item);
+                    item->status = opened.status();
+                    failed = true;
+                    return item;
+                  }
+                  file = std::move(opened).value();
+                  read_idx = 0;
+                  if (file->n_reads() == 0) log::warn("{}: no reads", inputs[file_idx].string());
+                }
+                if (read_idx < file->n_reads()) {
+                  Item* item = nullptr;
+                  free_items.try_pop(item);
+                  item->file_idx = file_idx;
+                  item->status = file->read(read_idx++, item->read);
+                  if (!item->status.is_ok()) failed = true;
+                  return item;
+                }
+                file.reset();
+                ++file_idx;
+              }
+              fc.stop();
+              return nullptr;
+            }) &
+            tbb::make_filter<Item*, Item*>(
+                tbb::filter_mode::parallel,
+                [&](Item* item) -> Item* {
+                  if (!item->status.is_ok() || failed.load(std::memory_order_relaxed)) return item;
+                  const std::string what = inputs[item->file_idx].string() + ": read " +
+                                           item->read.record.read_id.to_string();
+                  item->status = fast5::decode_signal(item->read.signal, item->samples, what);
+                  if (!item->status.is_ok()) return item;
+                  item->chunks.clear();
+                  if (!options.writer.vbz) return item;
+                  Worker& w = workers.local();
+                  const size_t n = item->samples.size();
+                  const size_t n_chunks = (n + max_chunk - 1) / max_chunk;
+                  if (item->cells.size() < n_chunks) item->cells.resize(n_chunks);
+                  for (size_t c = 0; c < n_chunks; ++c) {
+                    const size_t lo = c * max_chunk;
+                    const size_t len = std::min<size_t>(max_chunk, n - lo);
+                    item->status = w.codec.compress(
+                        std::span<const int16_t>(item->samples.data() + lo, len), item->cells[c],
+                        options.writer.zstd_level);
+                    if (!item->status.is_ok()) {
+                      item->status = Status::internal(what + ": " + item->status.message());
+                      return item;
+                    }
+                    item->chunks.push_back(pod5::SignalChunk{
+                        item->cells[c], static_cast<uint32_t>(len), item->read.record.read_id});
+                  }
+                  return item;
+                }) &
+            tbb::make_filter<Item*, void>(
+                tbb::filter_mode::serial_in_order, [&](Item* item) {
+                  auto give_back = [&] {
+                    item->status = Status::ok();
+                    free_items.push(item);
+                  };
+                  if (!first_error.is_ok()) return give_back();
+                  Status s = item->status;
+                  if (s.is_ok()) {
+                    auto w = writer_for(item->file_idx);
+                    if (!w.is_ok()) {
+                      s = w.status();
+                    } else {
+                      pod5::FileWriter* writer = w.value();
+                      const auto& rec = item->read.record;
+                      if (run_infos_added.emplace(writer, rec.run_info).second) {
+                        s = writer->add_run_info(*item->read.run_info);
+                      }
+                      if (s.is_ok()) {
+                        s = options.writer.vbz
+                                ? writer->add_read_chunks(rec, item->chunks, pod5::ChunkBytes::kCopy)
+                                : writer->add_read(rec, item->samples);
+                      }
+                      if (!s.is_ok()) {
+                        s = Status(s.code(), inputs[item->file_idx].string() + ": read " +
+                                                 rec.read_id.to_string() + ": " + s.message());
+                      }
+                      ++local.n_reads;
+                      local.n_samples += item->samples.size();
+                    }
+                  }
+                  if (!s.is_ok()) {
+                    first_error = s;
+                    failed = true;
+                  }
+                  give_back();
+                }));
+  });
+  if (!first_error.is_ok()) return first_error;  // writers destroyed: staging files removed
+  if (writers.empty()) return Status::invalid_argument("the inputs hold no reads; nothing written");
+  // All or nothing: every output finished before any is renamed into place.
+  for (auto& [p, w] : writers) {
+    if (w.get() == current || !options.one_to_one) ESCPOD_RETURN_IF_ERROR(w->finish());
+  }
+  for (auto& [p, w] : writers) ESCPOD_RETURN_IF_ERROR(w->commit());
+  if (stats) *stats = std::move(local);
+  return Status::ok();
+}
+
+}  // namespace escpod::pipeline
