@@ -27,6 +27,8 @@
 #                                builds oneDNN with its OpenCL runtime); libdnnl-dev only
 #                                *recommends* it, so --no-install-recommends dropped it.
 #   find_library(svm)            <svm.h>                libsvm-dev
+#   pkg_check_modules(htslib)    <htslib/sam.h>         libhts-dev (bam-filter: BAM/SAM/CRAM reading)
+#   samtools (bam-filter benchmark's two-step peer)    samtools
 #   find_package(GTest)          <gtest/gmock>          libgtest-dev, libgmock-dev
 #   find_package(benchmark)      <benchmark/...>        libbenchmark-dev
 #   clang++ (fuzz targets), libFuzzer/ASan runtimes     clang, libclang-rt-14-dev
@@ -36,7 +38,7 @@
 #                                                       with -DESCPOD_ENABLE_CUDA=ON)
 #   Arrow C++ and Parquet headers/libraries             pyarrow wheel (requirements.txt)
 #   official pod5 (conformance), escapepod (bench),     requirements.txt, in .venv
-#   pytest, numpy, h5py
+#   pytest, numpy, h5py, pysam (bam-filter tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +48,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libflatbuffers-dev zlib1g-dev flatbuffers-compiler
   clang libclang-rt-14-dev ccache
   libonnx-dev libprotobuf-dev libdnnl-dev ocl-icd-opencl-dev libsvm-dev
+  libhts-dev samtools
 )
 
 missing=()
