@@ -114,6 +114,15 @@ Result<fs::path> build_bai(const fs::path& bam_path, int n_threads) {
   return bai;
 }
 
+// Indexing an unsorted BAM fails (and htslib 1.16 leaks its header doing so): only a BAM whose
+// header says SO:coordinate is indexed.
+bool sorted_by_coordinate(sam_hdr_t* h) {
+  kstring_t so = KS_INITIALIZE;
+  const bool sorted = sam_hdr_find_tag_hd(h, "SO", &so) == 0 && so.s && std::strcmp(so.s, "coordinate") == 0;
+  ks_free(&so);
+  return sorted;
+}
+
 // The region as a contig and a 0-based half-open range.
 struct Region {
   int tid = -1;
@@ -235,7 +244,10 @@ Result<BamSelection> select_bam_reads(const fs::path& bam_path, const BamCriteri
                                  " cannot be read (damaged? delete it to have it rebuilt)");
         }
       }
-      if (options.index == BamIndexPolicy::kBuildIfMissing && is_bam) {
+      if (options.index == BamIndexPolicy::kBuildIfMissing && is_bam && !sorted_by_coordinate(hdr.get())) {
+        log::warn("{} is not sorted by coordinate (its @HD SO tag); reading the whole BAM for --region",
+                  bam_path.string());
+      } else if (options.index == BamIndexPolicy::kBuildIfMissing && is_bam) {
         auto built = build_bai(bam_path, options.n_threads);
         if (built.is_ok()) {
           idx.reset(sam_index_load2(fp.get(), bam_path.c_str(), built->c_str()));

@@ -193,7 +193,7 @@ TEST(BamSelect, RegionBuildsTheIndexAtomicallyAndAgreesWithAScan) {
 TEST(BamSelect, UnsortedBamFallsBackToAScan) {
   auto dir = test::scratch_dir("bam");
   auto recs = synthetic_records();
-  std::swap(recs[0], recs[3]);  // out of coordinate order: htslib refuses to index it
+  std::swap(recs[0], recs[3]);  // out of coordinate order, and its header says so
   write_bam(dir / "u.bam", "@HD\tVN:1.6\tSO:unsorted\n@SQ\tSN:chr1\tLN:1000\n@SQ\tSN:chr2\tLN:500\n", recs);
   BamSelectOptions o;
   auto sel = select_bam_reads(dir / "u.bam", region("chr1:1-120"), o);
