@@ -9,6 +9,8 @@ find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(ZLIB REQUIRED)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+# BAM/SAM/CRAM reading for bam-filter (Debian libhts-dev).
+pkg_check_modules(HTSLIB REQUIRED IMPORTED_TARGET htslib)
 
 set(ESCPOD_ARROW_FROM "auto" CACHE STRING "Where Arrow C++ comes from: auto, system or pyarrow")
 if(NOT ESCPOD_ARROW_FROM STREQUAL "pyarrow")

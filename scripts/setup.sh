@@ -30,6 +30,8 @@
 #   find_package(HDF5 COMPONENTS C) <hdf5.h> (FAST5)    libhdf5-dev
 #   HDF5 VBZ filter plugin (FAST5 signal; loaded from   libvbz-hdf-plugin-dev
 #     /usr/lib/<triplet>/hdf5/plugins at run time)
+#   pkg_check_modules(htslib)    <htslib/sam.h>         libhts-dev (bam-filter: BAM/SAM/CRAM reading)
+#   samtools (bam-filter benchmark's two-step peer)    samtools
 #   find_package(GTest)          <gtest/gmock>          libgtest-dev, libgmock-dev
 #   find_package(benchmark)      <benchmark/...>        libbenchmark-dev
 #   clang++ (fuzz targets), libFuzzer/ASan runtimes     clang, libclang-rt-14-dev
@@ -39,7 +41,7 @@
 #                                                       with -DESCPOD_ENABLE_CUDA=ON)
 #   Arrow C++ and Parquet headers/libraries             pyarrow wheel (requirements.txt)
 #   official pod5 (conformance), escapepod (bench),     requirements.txt, in .venv
-#   pytest, numpy, h5py
+#   pytest, numpy, h5py, pysam (bam-filter tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +52,7 @@ DEB_PACKAGES=(
   clang libclang-rt-14-dev ccache
   libonnx-dev libprotobuf-dev libdnnl-dev ocl-icd-opencl-dev libsvm-dev
   libhdf5-dev libvbz-hdf-plugin-dev
+  libhts-dev samtools
 )
 
 missing=()

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   cli::register_repack(app, global);
   cli::register_merge(app, global);
   cli::register_filter(app, global);
+  cli::register_bam_filter(app, global);
   cli::register_subset(app, global);
   cli::register_summary(app, global);
   cli::register_annotate(app, global);
