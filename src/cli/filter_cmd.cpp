@@ -15,6 +15,7 @@ struct FilterCliOptions {
   std::optional<uint64_t> min_samples, max_samples;
   std::vector<std::string> end_reasons, exclude_end_reasons;
   bool missing_ok = false;
+  bool no_index = false;
   WriterFlags writer;
 };
 
@@ -36,6 +37,7 @@ Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
   pipeline::FilterOptions fo;
   ESCPOD_ASSIGN_OR_RETURN(fo.writer, writer_options(opts.writer));
   fo.missing_ok = opts.missing_ok;
+  fo.use_index = !opts.no_index;
   fo.n_threads = resolve_threads(global);
   pipeline::FilterReport report;
   ESCPOD_RETURN_IF_ERROR(pipeline::filter_files(files, opts.output, c, fo, &report));
@@ -43,8 +45,14 @@ Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
     log::warn("{} listed read ids are in no input (first: {})", report.missing_ids.size(),
               report.missing_ids.front().to_string());
   }
-  log::info("kept {} of {} reads ({} samples) in {}", report.copied.n_reads, report.n_reads_seen,
-            report.copied.n_samples, opts.output);
+  if (report.n_files_indexed > 0) {
+    log::info("kept {} reads ({} samples) in {}; {} of {} inputs located through the read-id index",
+              report.copied.n_reads, report.copied.n_samples, opts.output, report.n_files_indexed,
+              files.size());
+  } else {
+    log::info("kept {} of {} reads ({} samples) in {}", report.copied.n_reads, report.n_reads_seen,
+              report.copied.n_samples, opts.output);
+  }
   return Status::ok();
 }
 
@@ -55,6 +63,8 @@ void register_filter(CLI::App& app, GlobalOptions& global) {
   auto* sub = app.add_subcommand(
       "filter",
       "Write the reads meeting every criterion (AND) to one POD5 file.\n"
+      "With --ids, inputs covered by a fresh read-id index (`escpod index`) decode only the\n"
+      "rows holding the listed reads; the output is the same.\n"
       "  escpod filter runs/ --ids wanted.txt -o wanted.pod5\n"
       "  escpod filter reads.pod5 --min-samples 4000 --exclude-end-reason mux_change -o long.pod5");
   sub->add_option("inputs", opts->inputs, "POD5 files or directories")->required();
@@ -68,6 +78,7 @@ void register_filter(CLI::App& app, GlobalOptions& global) {
   sub->add_option("--exclude-end-reason", opts->exclude_end_reasons, "Drop these end reasons")
       ->delimiter(',');
   sub->add_flag("--missing-ok", opts->missing_ok, "Listed ids missing from the inputs are a warning");
+  sub->add_flag("--no-index", opts->no_index, "Scan every input even where a read-id index covers it");
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_filter(*opts, global); });

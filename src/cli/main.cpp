@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   cli::register_filter(app, global);
   cli::register_subset(app, global);
   cli::register_summary(app, global);
+  cli::register_index(app, global);
   cli::register_simulate(app, global);
 #if defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)
   cli::register_demux(app, global);

@@ -144,10 +144,15 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
 // (opening validates each reads table, which dominates short commands over many files); errors
 // and warnings are reported in input order, so the first bad input named is always the same.
 // n_threads 0: all cores.
+// `options` (optional): how each input is opened (default: every batch validated).
 inline Result<std::vector<std::unique_ptr<pod5::FileReader>>> open_readers(
-    const std::vector<std::filesystem::path>& inputs, int n_threads = 0) {
+    const std::vector<std::filesystem::path>& inputs, int n_threads = 0,
+    const std::vector<pod5::OpenOptions>* options = nullptr) {
   std::vector<std::optional<Result<std::unique_ptr<pod5::FileReader>>>> opened(inputs.size());
-  auto open_one = [&](size_t i) { opened[i].emplace(pod5::FileReader::open(inputs[i])); };
+  auto open_one = [&](size_t i) {
+    opened[i].emplace(options ? pod5::FileReader::open(inputs[i], (*options)[i])
+                              : pod5::FileReader::open(inputs[i]));
+  };
   if (inputs.size() > 1 && n_threads != 1) {
     tbb::task_arena arena(n_threads > 0 ? n_threads : tbb::task_arena::automatic);
     arena.execute([&] { tbb::parallel_for(size_t{0}, inputs.size(), open_one); });

@@ -184,6 +184,7 @@ struct FileReader::Impl {
   std::vector<std::string> pore_types, end_reasons, run_info_ids;
   DictMaps dict;
   bool legacy_struct_columns = false;  // V0-V2
+  bool validated_at_open = true;        // OpenOptions::validate_all_batches
   // Column indices in the reads schema (-1 when absent).
   std::unordered_map<std::string, int> col;
   // The whole file's mapping, and how far drop_signal_pages has released it.
@@ -286,6 +287,13 @@ struct FileReader::Impl {
   Status load_legacy_dictionaries();
   Status load_dictionaries();
   Status decode_batch(size_t batch_idx, ReadBatch* out) const;
+  Status decode_rows(size_t batch_idx, const arrow::RecordBatch& rb, uint64_t first_read_idx,
+                     ReadBatch* out) const;
+  // Validates `rb` (a reads batch or a slice of one) unless open already did.
+  Status check_batch(const arrow::RecordBatch& rb, size_t batch_idx) const {
+    if (validated_at_open) return Status::ok();
+    return from_arrow(rb.ValidateFull(), where() + ": reads batch " + std::to_string(batch_idx));
+  }
   const SignalBatchView* locate(uint64_t row, int64_t* row_in_batch) const;
 };
 
@@ -495,7 +503,10 @@ Status FileReader::Impl::load_reads(const detail::EmbeddedTable& t) {
     auto batch = reads_reader->ReadRecordBatch(b);
     const std::string ctx = where() + ": reads batch " + std::to_string(b);
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
-    ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+    // The last batch holds the complete dictionaries the string tables come from: always checked.
+    if (validated_at_open || b + 1 == reads_reader->num_record_batches()) {
+      ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+    }
     // Validation read the whole batch: release what it read as the scan goes, so opening a
     // huge file keeps a small resident set too.
     const auto [lo, hi] = batch_span(**batch);
@@ -593,10 +604,21 @@ Status FileReader::Impl::load_legacy_dictionaries() {
 
 Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
   const arrow::RecordBatch& rb = *read_batches[batch_idx];
+  ESCPOD_RETURN_IF_ERROR(check_batch(rb, batch_idx));
+  ESCPOD_RETURN_IF_ERROR(decode_rows(batch_idx, rb, read_batch_first[batch_idx], out));
+  // Every value is copied into `out`: the batch's pages are not needed again.
+  drop_batch_pages(rb);
+  return Status::ok();
+}
+
+// Decodes `rb`, reads batch `batch_idx` or a slice of it (Arrow's raw accessors honour the
+// slice offset).
+Status FileReader::Impl::decode_rows(size_t batch_idx, const arrow::RecordBatch& rb,
+                                     uint64_t first_read_idx, ReadBatch* out) const {
   const int64_t n = rb.num_rows();
   const auto rows = static_cast<size_t>(n);
   out->batch_idx = batch_idx;
-  out->first_read_idx = read_batch_first[batch_idx];
+  out->first_read_idx = first_read_idx;
 
   auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(column(rb, "read_id"));
   out->read_id.resize(rows);
@@ -711,8 +733,6 @@ Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
       out->num_samples[i] = total;
     }
   }
-  // Every value is copied into `out`: the batch's pages are not needed again.
-  drop_batch_pages(rb);
   return Status::ok();
 }
 
@@ -732,9 +752,15 @@ const SignalBatchView* FileReader::Impl::locate(uint64_t row, int64_t* row_in_ba
 }
 
 Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path& path) {
+  return open(path, OpenOptions{});
+}
+
+Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path& path,
+                                                     const OpenOptions& options) {
   detail::register_extension_types();
   auto impl = std::make_unique<Impl>();
   impl->info.path = path;
+  impl->validated_at_open = options.validate_all_batches;
   ESCPOD_ASSIGN_OR_RETURN(detail::Footer footer, detail::read_footer(path, &impl->info.file_size));
   impl->info.file_identifier = footer.file_identifier;
   impl->info.software = footer.software;
@@ -785,6 +811,44 @@ Result<ReadBatch> FileReader::read_batch(size_t batch_idx) const {
   ReadBatch batch;
   ESCPOD_RETURN_IF_ERROR(m_impl->decode_batch(batch_idx, &batch));
   return batch;
+}
+
+size_t FileReader::batch_rows(size_t batch_idx) const {
+  if (batch_idx >= m_impl->read_batches.size()) return 0;
+  return static_cast<size_t>(m_impl->read_batches[batch_idx]->num_rows());
+}
+
+Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row, size_t n_rows) const {
+  const size_t n_batch = batch_rows(batch_idx);
+  if (batch_idx >= m_impl->read_batches.size() || first_row > n_batch || n_rows > n_batch - first_row) {
+    return Status::invalid_argument(m_impl->where() + ": rows " + std::to_string(first_row) + "+" +
+                                    std::to_string(n_rows) + " of reads batch " + std::to_string(batch_idx) +
+                                    " (" + std::to_string(n_batch) + " rows, " +
+                                    std::to_string(m_impl->read_batches.size()) + " batches)");
+  }
+  auto slice = m_impl->read_batches[batch_idx]->Slice(static_cast<int64_t>(first_row),
+                                                      static_cast<int64_t>(n_rows));
+  ESCPOD_RETURN_IF_ERROR(m_impl->check_batch(*slice, batch_idx));
+  ReadBatch batch;
+  ESCPOD_RETURN_IF_ERROR(
+      m_impl->decode_rows(batch_idx, *slice, m_impl->read_batch_first[batch_idx] + first_row, &batch));
+  return batch;
+}
+
+Result<std::vector<ReadId>> FileReader::read_batch_ids(size_t batch_idx) const {
+  if (batch_idx >= m_impl->read_batches.size()) {
+    return Status::invalid_argument(m_impl->where() + ": reads batch " + std::to_string(batch_idx) +
+                                    " of " + std::to_string(m_impl->read_batches.size()));
+  }
+  const arrow::RecordBatch& rb = *m_impl->read_batches[batch_idx];
+  auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(m_impl->column(rb, "read_id"));
+  if (!m_impl->validated_at_open) {
+    ESCPOD_RETURN_IF_ERROR(from_arrow(ids->ValidateFull(), m_impl->where() + ": reads batch " +
+                                                               std::to_string(batch_idx) + " read_id"));
+  }
+  std::vector<ReadId> out(static_cast<size_t>(ids->length()));
+  if (!out.empty()) std::memcpy(out.data(), ids->raw_values(), out.size() * 16);
+  return out;
 }
 
 ReadRecord FileReader::record(const ReadBatch& b, size_t i) const {
