@@ -11,6 +11,7 @@
 
 #include "escpod/pipeline/read_lookup.hpp"
 #include "escpod/pod5/file_reader.hpp"
+#include "escpod/pod5/vbz.hpp"
 #include "test_data.hpp"
 
 namespace escpod::pod5 {
@@ -281,6 +282,53 @@ TEST(ReadIndex, FindReadsSameWithAndWithoutIndex) {
     EXPECT_EQ(a.batch.num_samples[0], b.batch.num_samples[0]);
     EXPECT_EQ(a.batch.signal_rows, b.batch.signal_rows);
     EXPECT_EQ(a.batch.channel[0], b.batch.channel[0]);
+  }
+}
+
+// Files opened for random access (batches validated and signal batches loaded on first use)
+// read exactly as files opened the usual way: every field, row slices and every sample.
+TEST(ReadIndex, LazyOpenReadsTheSameAsEagerOpen) {
+  for (const auto& rel : kSharedFiles) {
+    const fs::path path = test::shared_data(rel);
+    auto eager = FileReader::open(path);
+    auto lazy = FileReader::open(path, OpenOptions{.validate_all_batches = false});
+    ASSERT_TRUE(eager.is_ok() && lazy.is_ok()) << rel;
+    const FileReader& e = **eager;
+    const FileReader& l = **lazy;
+    ASSERT_EQ(e.n_read_batches(), l.n_read_batches());
+    VbzCodec codec;
+    std::vector<int16_t> a, b;
+    for (size_t k = 0; k < e.n_read_batches(); ++k) {
+      auto be = e.read_batch(k);
+      ASSERT_TRUE(be.is_ok());
+      // Rows from the end first: the lazy reader's signal batches load out of order.
+      for (size_t i = be->size(); i-- > 0;) {
+        auto one = l.read_batch_rows(k, i, 1);
+        ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+        ASSERT_EQ(one->read_id[0], be->read_id[i]);
+        ASSERT_EQ(one->first_read_idx, be->first_read_idx + i);
+        ASSERT_EQ(one->num_samples[0], be->num_samples[i]) << rel;
+        ASSERT_EQ(one->channel[0], be->channel[i]);
+        ASSERT_EQ(one->end_reason_idx[0], be->end_reason_idx[i]);
+        ASSERT_EQ(std::vector<uint64_t>(one->rows_of(0).begin(), one->rows_of(0).end()),
+                  std::vector<uint64_t>(be->rows_of(i).begin(), be->rows_of(i).end()));
+        a.resize(be->num_samples[i]);
+        b.resize(be->num_samples[i]);
+        ASSERT_TRUE(e.read_signal(be->rows_of(i), a, codec).is_ok());
+        ASSERT_TRUE(l.read_signal(one->rows_of(0), b, codec).is_ok());
+        ASSERT_EQ(a, b) << rel << " read " << be->read_id[i].to_string();
+      }
+      auto ids = l.read_batch_ids(k);
+      ASSERT_TRUE(ids.is_ok());
+      EXPECT_EQ(*ids, be->read_id);
+    }
+    auto se = e.signal_table_info();
+    auto sl = l.signal_table_info();
+    ASSERT_TRUE(se.is_ok() && sl.is_ok());
+    EXPECT_EQ(se->n_rows, sl->n_rows);
+    EXPECT_EQ(se->n_batches, sl->n_batches);
+    EXPECT_EQ(se->n_samples, sl->n_samples);
+    EXPECT_EQ(se->uniform, sl->uniform);
   }
 }
 
