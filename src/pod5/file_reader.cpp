@@ -454,6 +454,9 @@ bool FileReader::Impl::signal_layout_from_metadata() const {
     if (rows < 0) return false;
     first.push_back(first.back() + static_cast<uint64_t>(rows));
   }
+  // The headers read above are spread over the whole table (and the kernel maps pages around
+  // each): release them, or every batch's neighbourhood stays resident.
+  drop_pages(signal_table_begin, signal_table_begin + signal_table_size);
   signal_batch_first = std::move(first);
   signal_batches.assign(n_blocks, SignalBatchView{});
   batch_once = std::make_unique<std::once_flag[]>(n_blocks);
