@@ -534,6 +534,10 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
   for (const auto& p : paths) {
     IndexedFile e;
     e.path = normal_path(p).lexically_relative(root).generic_string();
+    if (e.path.find_first_of("\n\r") != std::string::npos) {
+      log::warn("{}: not indexed (a line break in its name)", p.string());
+      continue;
+    }
     ESCPOD_ASSIGN_OR_RETURN(FileStat st, stat_file(p));
     auto it = old_by_path.find(e.path);
     if (it != old_by_path.end() && it->second->size == st.size && it->second->mtime_ns == st.mtime_ns &&
@@ -635,9 +639,13 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
   if (m.segments.size() > kMaxSegments || (m.segments.size() > 1 && stored - live > live)) {
     std::vector<std::unique_ptr<SegmentMap>> inputs;
     for (const auto& [name, n] : m.segments) {
-      ESCPOD_ASSIGN_OR_RETURN(auto s, SegmentMap::open(dir / name));
-      ESCPOD_RETURN_IF_ERROR(s->verify());
-      inputs.push_back(std::move(s));
+      auto opened = SegmentMap::open(dir / name);
+      Status checked = opened.is_ok() ? (*opened)->verify() : opened.status();
+      if (!checked.is_ok()) {
+        return Status(checked.code(), checked.message() + " (while merging segments; `escpod index --rebuild` "
+                                                          "reads every file again)");
+      }
+      inputs.push_back(std::move(opened).value());
     }
     std::set<uint32_t> live_slots;
     for (const auto& e : m.files) live_slots.insert(e.slot);
