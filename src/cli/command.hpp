@@ -55,6 +55,7 @@ void register_bam_filter(CLI::App& app, GlobalOptions& global);
 void register_subset(CLI::App& app, GlobalOptions& global);
 void register_summary(CLI::App& app, GlobalOptions& global);
 void register_annotate(CLI::App& app, GlobalOptions& global);
+void register_index(CLI::App& app, GlobalOptions& global);
 void register_simulate(CLI::App& app, GlobalOptions& global);
 void register_demux(CLI::App& app, GlobalOptions& global);
 void register_model(CLI::App& app, GlobalOptions& global);  // nn engine (weak: optional)

@@ -16,6 +16,7 @@ struct FilterCliOptions {
   std::vector<std::string> end_reasons, exclude_end_reasons, annotations;
   bool missing_ok = false;
   bool skip_bad = false;
+  bool no_index = false;
   WriterFlags writer;
 };
 
@@ -39,6 +40,7 @@ Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
   ESCPOD_ASSIGN_OR_RETURN(fo.writer, writer_options(opts.writer));
   fo.missing_ok = opts.missing_ok;
   fo.skip_bad = opts.skip_bad;
+  fo.use_index = !opts.no_index;
   fo.n_threads = resolve_threads(global);
   pipeline::FilterReport report;
   Status status = pipeline::filter_files(files, opts.output, c, fo, &report);
@@ -48,8 +50,14 @@ Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
     log::warn("{} listed read ids are in no input (first: {})", report.missing_ids.size(),
               report.missing_ids.front().to_string());
   }
-  log::info("kept {} of {} reads ({} samples) in {}", report.copied.n_reads, report.n_reads_seen,
-            report.copied.n_samples, opts.output);
+  if (report.n_files_indexed > 0) {
+    log::info("kept {} reads ({} samples) in {}; {} of {} inputs located through the read-id index",
+              report.copied.n_reads, report.copied.n_samples, opts.output, report.n_files_indexed,
+              files.size());
+  } else {
+    log::info("kept {} of {} reads ({} samples) in {}", report.copied.n_reads, report.n_reads_seen,
+              report.copied.n_samples, opts.output);
+  }
   return Status::ok();
 }
 
@@ -60,6 +68,8 @@ void register_filter(CLI::App& app, GlobalOptions& global) {
   auto* sub = app.add_subcommand(
       "filter",
       "Write the reads meeting every criterion (AND) to one POD5 file.\n"
+      "With --ids, inputs covered by a fresh read-id index (`escpod index`) decode only the\n"
+      "rows holding the listed reads; the output is the same.\n"
       "  escpod filter runs/ --ids wanted.txt -o wanted.pod5\n"
       "  escpod filter reads.pod5 --min-samples 4000 --exclude-end-reason mux_change -o long.pod5\n"
       "  escpod filter runs/ --annotation barcode=BC01 --annotation barcode=BC02 -o bc1_2.pod5\n"
@@ -79,6 +89,7 @@ void register_filter(CLI::App& app, GlobalOptions& global) {
                   "Keep reads whose sidecar label NAME is LABEL (NAME=LABEL, repeatable)");
   sub->add_flag("--missing-ok", opts->missing_ok, "Listed ids missing from the inputs are a warning");
   add_skip_bad_flag(sub, opts->skip_bad);
+  sub->add_flag("--no-index", opts->no_index, "Scan every input even where a read-id index covers it");
   add_writer_flags(sub, opts->writer);
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_filter(*opts, global); });

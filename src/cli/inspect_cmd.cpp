@@ -5,6 +5,7 @@
 #include "cli/command.hpp"
 #include "cli/output.hpp"
 #include "escpod/pipeline/read_fields.hpp"
+#include "escpod/pipeline/read_lookup.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/inputs.hpp"
@@ -21,6 +22,7 @@ namespace {
 struct InspectOptions {
   std::vector<std::string> args;
   std::string output = "-";
+  bool no_index = false;
 };
 
 std::string format_time_ms(int64_t ms) {
@@ -110,53 +112,46 @@ void append_summary(const pod5::FileReader& file, std::string& out) {
 
 Status inspect_read(const InspectOptions& opts, Output& out) {
   if (opts.args.size() < 3) {
-    return Status::invalid_argument("usage: escpod inspect read FILE READ_ID...");
+    return Status::invalid_argument("usage: escpod inspect read FILE|DIR READ_ID...");
   }
-  ESCPOD_ASSIGN_OR_RETURN(auto file, pod5::FileReader::open(opts.args[1]));
-  // Annotations come along when the file has a usable sidecar.
-  auto sidecar = pod5::Sidecar::open(*file);
-  if (!sidecar.is_ok() && sidecar.status().code() != StatusCode::kNotFound) {
-    log::warn("{}", sidecar.status().message());
-  }
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs({opts.args[1]}));
+  std::vector<pod5::ReadId> ids;
   for (size_t a = 2; a < opts.args.size(); ++a) {
     ESCPOD_ASSIGN_OR_RETURN(pod5::ReadId id, pod5::ReadId::parse(opts.args[a]));
-    // With a sidecar, its locator (bounds- and id-checked) names the one batch to decode.
-    std::optional<pod5::ReadLocator> loc;
+    ids.push_back(id);
+  }
+  // Through the read-id index when one covers the files: only the rows asked for are decoded.
+  std::vector<pod5::ReadId> missing;
+  ESCPOD_ASSIGN_OR_RETURN(auto found, pipeline::find_reads(files, ids, !opts.no_index, &missing));
+  if (!missing.empty()) {
+    return Status::not_found(opts.args[1] + ": no read " + missing.front().to_string() +
+                             (missing.size() > 1 ? fmt::format(" (and {} more)", missing.size() - 1) : ""));
+  }
+  for (const auto& f : found) {
+    const pod5::FileReader& file = *f.file;
+    std::string& s = out.buffer();
+    for (const auto& field : all_read_fields()) {
+      fmt::format_to(std::back_inserter(s), "{:<28} ", field.name);
+      ESCPOD_RETURN_IF_ERROR(field.append(file, f.batch, 0, s));
+      s += '\n';
+    }
+    // Annotations come along when the file has a usable sidecar (a damaged one is named).
+    auto sidecar = pod5::Sidecar::open(file);
     if (sidecar.is_ok()) {
-      auto l = sidecar->locate(*file, id);
-      if (!l.is_ok() && l.status().code() != StatusCode::kNotFound) return l.status();
-      if (l.is_ok()) loc = *l;
-    }
-    pod5::ReadRecord rec;
-    if (!loc) {
-      ESCPOD_ASSIGN_OR_RETURN(rec, file->find_read(id));
-    }
-    for (size_t b = loc ? loc->batch_idx : 0; b < (loc ? loc->batch_idx + 1 : file->n_read_batches()); ++b) {
-      ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, file->read_batch(b));
-      for (size_t i = 0; i < batch.size(); ++i) {
-        if (batch.read_id[i] != id) continue;
-        if (loc) rec = file->record(batch, i);
-        std::string& s = out.buffer();
-        for (const auto& f : all_read_fields()) {
-          fmt::format_to(std::back_inserter(s), "{:<28} ", f.name);
-          ESCPOD_RETURN_IF_ERROR(f.append(*file, batch, i, s));
-          s += '\n';
+      if (auto row = sidecar->row_of(f.batch.read_id[0])) {
+        for (const auto& c : sidecar->columns()) {
+          fmt::format_to(std::back_inserter(s), "{:<28} {}\n", "p5s." + c.name, c.text(*row));
         }
-        if (sidecar.is_ok()) {
-          if (auto row = sidecar->row_of(id)) {
-            for (const auto& c : sidecar->columns()) {
-              fmt::format_to(std::back_inserter(s), "{:<28} {}\n", "p5s." + c.name, c.text(*row));
-            }
-          }
-        }
-        if (const auto* ri = file->find_run_info(rec.run_info)) {
-          fmt::format_to(std::back_inserter(s), "{:<28} {} Hz, adc [{}, {}], flow cell {}\n",
-                         "run_info.summary", ri->sample_rate, ri->adc_min, ri->adc_max,
-                         ri->flow_cell_id);
-        }
-        s += '\n';
       }
+    } else if (sidecar.status().code() != StatusCode::kNotFound) {
+      log::warn("{}", sidecar.status().message());
     }
+    const std::string& run_id = file.run_info_ids()[static_cast<size_t>(f.batch.run_info_idx[0])];
+    if (const auto* ri = file.find_run_info(run_id)) {
+      fmt::format_to(std::back_inserter(s), "{:<28} {} Hz, adc [{}, {}], flow cell {}\n",
+                     "run_info.summary", ri->sample_rate, ri->adc_min, ri->adc_max, ri->flow_cell_id);
+    }
+    s += '\n';
   }
   return out.finish();
 }
@@ -197,10 +192,11 @@ void register_inspect(CLI::App& app, GlobalOptions& global) {
       "inspect",
       "Describe POD5 files: versions, writing software, reads, samples, batches, run infos.\n"
       "  escpod inspect FILE|DIR...            summary of each file (DIRs walked for *.pod5)\n"
-      "  escpod inspect read FILE READ_ID...   every field of the given reads (ids with or\n"
-      "                                        without dashes)");
+      "  escpod inspect read FILE|DIR READ_ID...  every field of the given reads (ids with or\n"
+      "                                        without dashes; a DIR's read-id index is used)");
   sub->add_option("args", opts->args, "[summary|read] FILE|DIR... [READ_ID...]")->required();
   sub->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
+  sub->add_flag("--no-index", opts->no_index, "inspect read: scan the files even where a read-id index covers them");
   add_common_flags(sub, global);
   set_body(sub, [opts] { return run_inspect(*opts); });
 }

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   cli::register_subset(app, global);
   cli::register_summary(app, global);
   cli::register_annotate(app, global);
+  cli::register_index(app, global);
   cli::register_simulate(app, global);
   cli::register_recover(app, global);
 #if defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)

@@ -64,6 +64,7 @@ namespace {
 struct PreparedBatch {
   size_t file = 0;
   size_t batch_idx = 0;  // decoded in the parallel stage
+  size_t first_row = 0, n_rows = ReadSlice::kWholeBatch;
   pod5::ReadBatch batch;
   std::vector<PreparedRead> reads;
   Status status;
@@ -82,10 +83,14 @@ void touch_pages(const PreparedRead& r) {
 
 }  // namespace
 
-Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& readers, int n_threads,
-                    const ReadSelector& select, const PreparedConsumer& consume,
-                    uint64_t* n_reads_seen, const BeforeRelease& before_release) {
+namespace {
+
+Status detail_stream(const std::vector<std::unique_ptr<pod5::FileReader>>& readers,
+                     const std::vector<ReadSlice>* slices, int n_threads,
+                     const ReadSelector& select, const PreparedConsumer& consume,
+                     uint64_t* n_reads_seen, const BeforeRelease& before_release) {
   const int threads = std::max(1, n_threads);
+  size_t next_slice = 0;
   Status first_error;      // written by the serial sink only
   std::atomic<bool> failed{false};  // read by the source and the workers while the sink runs
   size_t file = 0, batch_idx = 0;
@@ -96,6 +101,19 @@ Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& reader
         tbb::make_filter<void, PreparedBatch*>(
             tbb::filter_mode::serial_in_order,
             [&](tbb::flow_control& fc) -> PreparedBatch* {
+              if (slices) {
+                if (failed || next_slice == slices->size()) {
+                  fc.stop();
+                  return nullptr;
+                }
+                const ReadSlice& sl = (*slices)[next_slice++];
+                auto* b = new PreparedBatch;
+                b->file = sl.file;
+                b->batch_idx = sl.batch_idx;
+                b->first_row = sl.first_row;
+                b->n_rows = sl.n_rows;
+                return b;
+              }
               while (file < readers.size() && batch_idx == readers[file]->n_read_batches()) {
                 ++file;
                 batch_idx = 0;
@@ -118,7 +136,9 @@ Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& reader
                     return b;
                   }
                   const pod5::FileReader& reader = *readers[b->file];
-                  auto decoded = reader.read_batch(b->batch_idx);
+                  auto decoded = b->n_rows == ReadSlice::kWholeBatch
+                                     ? reader.read_batch(b->batch_idx)
+                                     : reader.read_batch_rows(b->batch_idx, b->first_row, b->n_rows);
                   if (!decoded.is_ok()) {
                     b->status = decoded.status();
                     return b;
@@ -165,6 +185,34 @@ Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& reader
   return Status::ok();
 }
 
+}  // namespace
+
+Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& readers, int n_threads,
+                    const ReadSelector& select, const PreparedConsumer& consume,
+                    uint64_t* n_reads_seen, const BeforeRelease& before_release) {
+  return detail_stream(readers, nullptr, n_threads, select, consume, n_reads_seen, before_release);
+}
+
+Status stream_read_slices(const std::vector<std::unique_ptr<pod5::FileReader>>& readers,
+                          const std::vector<ReadSlice>& slices, int n_threads,
+                          const ReadSelector& select, const PreparedConsumer& consume,
+                          uint64_t* n_reads_seen, const BeforeRelease& before_release) {
+  return detail_stream(readers, &slices, n_threads, select, consume, n_reads_seen, before_release);
+}
+
+uint64_t repack_size_base(size_t n_run_infos) {
+  // Signature, section markers, three Arrow file headers/footers with schemas, the footer
+  // flatbuffer, dictionaries: under 16 KiB in our files; run infos under 4 KiB each.
+  return 32768 + 8192 * static_cast<uint64_t>(n_run_infos);
+}
+
+uint64_t repack_size_per_read(uint64_t signal_bytes, size_t n_chunks) {
+  // Signal table: id 16 + offset 8 + samples 4 bytes a chunk, plus padding and one record batch
+  // header per signal batch (~1 KiB per 100 chunks). Reads table: ~110 bytes a row plus a batch
+  // header per 1000 rows. Doubled for margin.
+  return signal_bytes + 64 * static_cast<uint64_t>(n_chunks) + 256;
+}
+
 Status repack_files(const std::vector<std::filesystem::path>& inputs,
                     const std::filesystem::path& out_dir, const RepackOptions& options,
                     CopyStats* total) {
@@ -185,23 +233,77 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
   auto repack_one = [&](const std::filesystem::path& in) -> Status {
     std::vector<std::unique_ptr<pod5::FileReader>> reader(1);
     ESCPOD_ASSIGN_OR_RETURN(reader[0], pod5::FileReader::open(in));
+    const bool split = options.reads_per_file > 0 || options.max_file_bytes > 0;
     const auto out_path = out_dir / in.filename();
-    pod5::WriterOptions wo = options.writer;
-    // Replacing the input itself is the point of repacking in place.
-    if (std::filesystem::equivalent(in, out_path, ec)) wo.overwrite = true;
-    ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(out_path, wo));
     CopyStats stats;
-    for (const auto& ri : reader[0]->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
     CopyScratch scratch;
-    // Files are repacked in parallel; each one streams on its own thread.
-    ESCPOD_RETURN_IF_ERROR(stream_reads(
-        reader, 1, nullptr,
-        [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b, const PreparedRead& read) {
-          // Chunks are written from the reader's mapping (copied before its pages are released).
-          return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
-        },
-        nullptr, copy_borrowed_by(*writer)));
-    ESCPOD_RETURN_IF_ERROR(writer->close());
+    if (!split) {
+      pod5::WriterOptions wo = options.writer;
+      // Replacing the input itself is the point of repacking in place.
+      if (std::filesystem::equivalent(in, out_path, ec)) wo.overwrite = true;
+      ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(out_path, wo));
+      for (const auto& ri : reader[0]->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
+      // Files are repacked in parallel; each one streams on its own thread.
+      ESCPOD_RETURN_IF_ERROR(stream_reads(
+          reader, 1, nullptr,
+          [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b, const PreparedRead& read) {
+            // Chunks are written from the reader's mapping (copied before its pages are released).
+            return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
+          },
+          nullptr, copy_borrowed_by(*writer)));
+      ESCPOD_RETURN_IF_ERROR(writer->close());
+    } else {
+      // Numbered parts, each closed (renamed into place) before the next starts.
+      std::unique_ptr<pod5::FileWriter> writer;
+      size_t part = 0;
+      uint64_t part_reads = 0, part_bytes = 0;
+      const uint64_t base = repack_size_base(reader[0]->run_infos().size());
+      const std::string stem = in.stem().string();
+      auto next_part = [&]() -> Status {
+        if (writer) ESCPOD_RETURN_IF_ERROR(writer->close());
+        char num[32];
+        std::snprintf(num, sizeof num, "_%05zu.pod5", ++part);
+        ESCPOD_ASSIGN_OR_RETURN(writer, pod5::FileWriter::create(out_dir / (stem + num), options.writer));
+        for (const auto& ri : reader[0]->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
+        part_reads = 0;
+        part_bytes = base;
+        return Status::ok();
+      };
+      auto consume = [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b,
+                         const PreparedRead& read) -> Status {
+            uint64_t signal_bytes = 0;
+            if (r.info().is_vbz == options.writer.vbz) {
+              for (const auto& c : read.chunks) signal_bytes += c.bytes.size();
+            } else {
+              // Re-encoded: at most the raw size (VBZ's bound is close to it), plus a margin.
+              signal_bytes = read.record.num_samples * 2 + 64 * read.chunks.size() + 64;
+            }
+            const uint64_t n_chunks = std::max<uint64_t>(
+                read.chunks.size(), (read.record.num_samples + options.writer.max_chunk_samples - 1) /
+                                        std::max<uint32_t>(1, options.writer.max_chunk_samples));
+            const uint64_t cost = repack_size_per_read(signal_bytes, n_chunks);
+            const bool full = part_reads > 0 &&
+                ((options.reads_per_file > 0 && part_reads >= options.reads_per_file) ||
+                 (options.max_file_bytes > 0 && part_bytes + cost > options.max_file_bytes));
+            if (!writer || full) {
+              if (Status st = next_part(); !st.is_ok()) return st;
+            }
+            if (options.max_file_bytes > 0 && part_bytes + cost > options.max_file_bytes) {
+              log::warn("{}: read {} alone needs about {} bytes, over --max-file-bytes {}; it gets a file of its own",
+                        in.string(), read.record.read_id.to_string(), part_bytes + cost, options.max_file_bytes);
+            }
+            ++part_reads;
+            part_bytes += cost;
+            return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
+      };
+      const Status streamed = stream_reads(reader, 1, nullptr, consume, nullptr,
+                                           [&](const void* lo, const void* hi) {
+                                             return writer ? writer->copy_borrowed_in(lo, hi) : Status::ok();
+                                           });
+      ESCPOD_RETURN_IF_ERROR(streamed);
+      if (!writer) ESCPOD_RETURN_IF_ERROR(next_part());  // an input without reads: one empty part
+      ESCPOD_RETURN_IF_ERROR(writer->close());
+    }
     log::debug("repacked {} -> {}: {} reads", in.string(), out_path.string(), stats.n_reads);
     std::lock_guard lock(mutex);
     if (total) {

@@ -1,12 +1,15 @@
 #include "escpod/pipeline/pod5_ops.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "escpod/core/log.hpp"
 #include "escpod/pipeline/annotations.hpp"
 #include "escpod/pipeline/read_fields.hpp"
+#include "escpod/pipeline/read_lookup.hpp"
 #include "escpod/pod5/records.hpp"
 #include "pipeline/csv_text.hpp"
 #include "pipeline/read_stream.hpp"
@@ -97,8 +100,17 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   if (c.ids) wanted.insert(c.ids->begin(), c.ids->end());
   FilterReport local;
   FilterReport& rep = report ? *report : local;
-  ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads,
-                                                                options.skip_bad ? &rep.skipped : nullptr));
+  // With ids, only the rows an index names are decoded in indexed inputs (the rest in full).
+  // --skip-bad opens (and checks) every input itself, and --annotation reads whole batches.
+  std::optional<IdLookupPlan> plan;
+  Readers readers;
+  if (c.ids && options.use_index && !options.skip_bad && c.annotations.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(plan, plan_id_lookup(inputs, *c.ids, true, options.n_threads));
+    readers = std::move(plan->readers);
+  } else {
+    ESCPOD_ASSIGN_OR_RETURN(readers, detail::open_readers(inputs, options.n_threads,
+                                                          options.skip_bad ? &rep.skipped : nullptr));
+  }
   std::unique_ptr<AnnotationFilter> by_annotation;
   if (!c.annotations.empty()) {
     std::vector<const pod5::FileReader*> plain;
@@ -109,8 +121,17 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   for (const auto& r : readers)
     for (const auto& ri : r->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
   // Every criterion reads only the batch and the (now constant) id set: safe on any thread.
+  // Rows an index named that hold no listed id: the index disagrees with the file.
+  std::unordered_map<const pod5::FileReader*, size_t> input_of;
+  for (size_t k = 0; k < readers.size(); ++k) input_of[readers[k].get()] = k;
+  std::vector<std::atomic<bool>> index_wrong(readers.size());
+  const std::unordered_set<pod5::ReadId, pod5::ReadIdHash>* still_missing = nullptr;
   auto select = [&](const pod5::FileReader& r, const pod5::ReadBatch& b, size_t i) {
-    if (c.ids && !wanted.count(b.read_id[i])) return false;
+    if (c.ids && !wanted.count(b.read_id[i])) {
+      if (plan && plan->indexed[input_of.at(&r)]) index_wrong[input_of.at(&r)] = true;
+      return false;
+    }
+    if (still_missing && !still_missing->count(b.read_id[i])) return false;
     const uint64_t n = b.num_samples[i];
     if (c.min_samples && n < *c.min_samples) return false;
     if (c.max_samples && n > *c.max_samples) return false;
@@ -129,8 +150,32 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
     if (c.ids && !found.insert(read.record.read_id).second) return Status::ok();
     return copy_prepared(r, b, read, *writer, scratch, &rep.copied, pod5::ChunkBytes::kBorrow);
   };
-  ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &rep.n_reads_seen,
-                                      copy_borrowed_by(*writer)));
+  if (plan) {
+    rep.n_files_indexed = plan->n_indexed;
+    ESCPOD_RETURN_IF_ERROR(stream_read_slices(readers, plan->slices, options.n_threads, select, consume,
+                                              &rep.n_reads_seen, copy_borrowed_by(*writer)));
+    // Never trust an index that disagrees with its file: scan such files for what is missing.
+    std::vector<ReadSlice> rescan;
+    for (size_t k = 0; k < readers.size(); ++k) {
+      if (!index_wrong[k]) continue;
+      log::warn("read-id index of {} names rows holding other reads (stale or damaged); scanning "
+                "the file; run `escpod index` again", inputs[k].string());
+      for (size_t b = 0; b < readers[k]->n_read_batches(); ++b) rescan.push_back({k, b, 0, ReadSlice::kWholeBatch});
+    }
+    std::unordered_set<pod5::ReadId, pod5::ReadIdHash> missing_now;
+    for (const auto& id : wanted)
+      if (!found.count(id)) missing_now.insert(id);
+    if (!rescan.empty() && !missing_now.empty()) {
+      still_missing = &missing_now;
+      std::fill(index_wrong.begin(), index_wrong.end(), false);
+      plan->indexed.assign(readers.size(), false);
+      ESCPOD_RETURN_IF_ERROR(stream_read_slices(readers, rescan, options.n_threads, select, consume,
+                                                &rep.n_reads_seen, copy_borrowed_by(*writer)));
+    }
+  } else {
+    ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &rep.n_reads_seen,
+                                        copy_borrowed_by(*writer)));
+  }
   // A damaged sidecar (a locator that disagrees with the POD5) fails the run: no output.
   if (by_annotation) ESCPOD_RETURN_IF_ERROR(by_annotation->error());
   if (c.ids) {

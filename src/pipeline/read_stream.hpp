@@ -144,16 +144,18 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
 // (opening validates each reads table, which dominates short commands over many files); errors
 // and warnings are reported in input order, so the first bad input named is always the same.
 // n_threads 0: all cores.
+// `options` (optional): how each input is opened (default: every batch validated).
 // With `skipped` (--skip-bad): each input is also checked for a readable signal table, and an
 // input that fails to open or validate is left out and listed in `skipped` with the reason
 // instead of failing; the readers of the others are returned in input order. Fails only when
 // every input is bad.
 inline Result<std::vector<std::unique_ptr<pod5::FileReader>>> open_readers(
     const std::vector<std::filesystem::path>& inputs, int n_threads = 0,
-    std::vector<std::pair<std::string, std::string>>* skipped = nullptr) {
+    std::vector<std::pair<std::string, std::string>>* skipped = nullptr,
+    const std::vector<pod5::OpenOptions>* options = nullptr) {
   std::vector<std::optional<Result<std::unique_ptr<pod5::FileReader>>>> opened(inputs.size());
   auto open_one = [&](size_t i) {
-    auto r = pod5::FileReader::open(inputs[i]);
+    auto r = options ? pod5::FileReader::open(inputs[i], (*options)[i]) : pod5::FileReader::open(inputs[i]);
     if (skipped && r.is_ok()) {
       if (auto sig = (*r)->signal_table_info(); !sig.is_ok()) {
         opened[i].emplace(sig.status());

@@ -183,10 +183,21 @@ struct FileReader::Impl {
   mutable SignalTableInfo signal_info;
   mutable std::vector<SignalBatchView> signal_batches;
   mutable std::vector<uint64_t> signal_batch_first;  // prefix sums, size n_batches + 1
+  // Lazy signal (files opened without validate_all_batches): the batches' row counts come from
+  // the Arrow IPC metadata alone, and each batch is loaded and validated on first use.
+  bool lazy_signal = false;
+  const uint8_t* signal_table_begin = nullptr;
+  size_t signal_table_size = 0;
+  mutable bool lazy_ready = false;
+  mutable std::unique_ptr<std::once_flag[]> batch_once;
+  mutable std::unique_ptr<Status[]> batch_status;
+  mutable std::once_flag samples_once;
+  mutable Status samples_status;
   std::vector<RunInfo> run_infos;
   std::vector<std::string> pore_types, end_reasons, run_info_ids;
   DictMaps dict;
   bool legacy_struct_columns = false;  // V0-V2
+  bool validated_at_open = true;        // OpenOptions::validate_all_batches
   // Column indices in the reads schema (-1 when absent).
   std::unordered_map<std::string, int> col;
   // The whole file's mapping, and how far drop_signal_pages has released it.
@@ -287,8 +298,15 @@ struct FileReader::Impl {
 
   Status open_signal(const detail::EmbeddedTable& t);
   Status check_signal_schema(const arrow::Schema& schema);
+  int n_signal_batches() const {
+    return signal_reader ? signal_reader->num_record_batches() : static_cast<int>(given_signal.size());
+  }
   Status ensure_signal() const;
   Status load_signal_batches() const;
+  Status make_signal_view(int b, SignalBatchView* v) const;
+  bool signal_layout_from_metadata() const;
+  // Batch b's view, loading it first in lazy mode; nullptr with *status set when it fails.
+  const SignalBatchView* batch_view(size_t b, Status* status) const;
   // A table's batches: from its Arrow file reader, or given (recovery).
   using BatchSource = std::function<arrow::Result<std::shared_ptr<arrow::RecordBatch>>(int)>;
   Status load_reads(const detail::EmbeddedTable& t);
@@ -298,11 +316,24 @@ struct FileReader::Impl {
   Status load_legacy_dictionaries();
   Status load_dictionaries();
   Status decode_batch(size_t batch_idx, ReadBatch* out) const;
-  const SignalBatchView* locate(uint64_t row, int64_t* row_in_batch) const;
+  Status decode_rows(size_t batch_idx, const arrow::RecordBatch& rb, uint64_t first_read_idx,
+                     ReadBatch* out) const;
+  // Validates `rb` (a reads batch or a slice of one) unless open already did.
+  Status check_batch(const arrow::RecordBatch& rb, size_t batch_idx) const {
+    if (validated_at_open) return Status::ok();
+    return from_arrow(rb.ValidateFull(), where() + ": reads batch " + std::to_string(batch_idx));
+  }
+  // The batch holding global signal row `row`; nullptr when out of range or (lazy) the batch
+  // fails to load (then *status says why, if given).
+  const SignalBatchView* locate(uint64_t row, int64_t* row_in_batch, Status* status = nullptr) const;
 };
 
 Status FileReader::Impl::open_signal(const detail::EmbeddedTable& t) {
   ESCPOD_ASSIGN_OR_RETURN(signal_reader, open_table(t, "signal"));
+  if (map_begin && t.offset >= 0 && static_cast<uint64_t>(t.offset) + static_cast<uint64_t>(t.length) <= map_size) {
+    signal_table_begin = map_begin + t.offset;
+    signal_table_size = static_cast<size_t>(t.length);
+  }
   return check_signal_schema(*signal_reader->schema());
 }
 
@@ -340,50 +371,190 @@ Status FileReader::Impl::check_signal_schema(const arrow::Schema& schema) {
 }
 
 Status FileReader::Impl::ensure_signal() const {
-  std::call_once(signal_once, [this] { signal_status = load_signal_batches(); });
+  std::call_once(signal_once, [this] {
+    if (lazy_signal && signal_layout_from_metadata()) {
+      lazy_ready = true;
+      signal_status = Status::ok();
+    } else {
+      signal_status = load_signal_batches();
+    }
+  });
   return signal_status;
+}
+
+namespace {
+
+// Minimal bounds-checked reading of the flatbuffers in an Arrow IPC file (footer and message
+// headers), enough to count each record batch's rows without materialising the batch.
+class FlatView {
+ public:
+  FlatView(const uint8_t* data, size_t size) : m_data(data), m_size(size) {}
+  template <typename T>
+  bool read(size_t pos, T* out) const {
+    if (pos > m_size || sizeof(T) > m_size - pos) return false;
+    std::memcpy(out, m_data + pos, sizeof(T));
+    return true;
+  }
+  // The table at the root of the buffer starting at `base`.
+  bool root(size_t base, size_t* table) const {
+    uint32_t off;
+    if (!read(base, &off)) return false;
+    *table = base + off;
+    return *table < m_size;
+  }
+  // Position of field `idx` of `table` (0 when absent).
+  bool field(size_t table, int idx, size_t* pos) const {
+    int32_t soff;
+    if (!read(table, &soff)) return false;
+    const int64_t vt = static_cast<int64_t>(table) - soff;
+    uint16_t vt_size;
+    if (vt < 0 || !read(static_cast<size_t>(vt), &vt_size)) return false;
+    const size_t entry = 4 + 2 * static_cast<size_t>(idx);
+    if (entry + 2 > vt_size) {
+      *pos = 0;
+      return true;
+    }
+    uint16_t off;
+    if (!read(static_cast<size_t>(vt) + entry, &off)) return false;
+    *pos = off ? table + off : 0;
+    return true;
+  }
+  // Follows the offset stored at `pos` (a table, vector or string).
+  bool deref(size_t pos, size_t* out) const {
+    uint32_t off;
+    if (!read(pos, &off)) return false;
+    *out = pos + off;
+    return *out < m_size;
+  }
+
+ private:
+  const uint8_t* m_data;
+  size_t m_size;
+};
+
+}  // namespace
+
+// Row counts of the signal batches from the IPC metadata only (footer blocks, each message's
+// RecordBatch.length). False when anything is not as expected: the caller then loads every
+// batch the usual way.
+bool FileReader::Impl::signal_layout_from_metadata() const {
+  if (!signal_table_begin || signal_table_size < 18) return false;
+  const FlatView f(signal_table_begin, signal_table_size);
+  const size_t n = signal_table_size;
+  if (std::memcmp(signal_table_begin + n - 6, "ARROW1", 6) != 0) return false;
+  int32_t footer_len;
+  if (!f.read(n - 10, &footer_len) || footer_len <= 0 || static_cast<size_t>(footer_len) > n - 10) return false;
+  const size_t footer = n - 10 - static_cast<size_t>(footer_len);
+  size_t table, pos, vec;
+  if (!f.root(footer, &table) || !f.field(table, 3, &pos) || pos == 0 || !f.deref(pos, &vec)) return false;
+  uint32_t n_blocks;
+  if (!f.read(vec, &n_blocks) || static_cast<int>(n_blocks) != signal_reader->num_record_batches()) return false;
+  std::vector<uint64_t> first{0};
+  for (uint32_t b = 0; b < n_blocks; ++b) {
+    const size_t block = vec + 4 + 24 * static_cast<size_t>(b);  // {int64 offset, int32 len, pad, int64 body}
+    int64_t offset;
+    if (!f.read(block, &offset) || offset < 0) return false;
+    auto msg = static_cast<size_t>(offset);
+    uint32_t word;
+    if (!f.read(msg, &word)) return false;
+    msg += word == 0xFFFFFFFFu ? 8 : 4;  // continuation marker (current format), then the length
+    size_t mtable, hpos, htype_pos, rb;
+    uint8_t htype = 0;
+    if (!f.root(msg, &mtable) || !f.field(mtable, 1, &htype_pos) || htype_pos == 0 ||
+        !f.read(htype_pos, &htype) || htype != 3 /* RecordBatch */ || !f.field(mtable, 2, &hpos) ||
+        hpos == 0 || !f.deref(hpos, &rb)) {
+      return false;
+    }
+    size_t len_pos;
+    int64_t rows = 0;
+    if (!f.field(rb, 0, &len_pos)) return false;
+    if (len_pos != 0 && !f.read(len_pos, &rows)) return false;
+    if (rows < 0) return false;
+    first.push_back(first.back() + static_cast<uint64_t>(rows));
+  }
+  // The headers read above are spread over the whole table (and the kernel maps pages around
+  // each): release them, or every batch's neighbourhood stays resident.
+  drop_pages(signal_table_begin, signal_table_begin + signal_table_size);
+  signal_batch_first = std::move(first);
+  signal_batches.assign(n_blocks, SignalBatchView{});
+  batch_once = std::make_unique<std::once_flag[]>(n_blocks);
+  batch_status = std::make_unique<Status[]>(n_blocks);
+  signal_info.n_batches = n_blocks;
+  signal_info.n_rows = signal_batch_first.back();
+  const uint64_t stride = n_blocks > 0 ? signal_batch_first[1] : 0;
+  for (uint32_t b = 1; b < n_blocks; ++b) {
+    const uint64_t rows = signal_batch_first[b + 1] - signal_batch_first[b];
+    if ((b + 1 < n_blocks && rows != stride) || (b + 1 == n_blocks && rows > stride)) signal_info.uniform = false;
+  }
+  return true;
+}
+
+const SignalBatchView* FileReader::Impl::batch_view(size_t b, Status* status) const {
+  if (!lazy_ready) return &signal_batches[b];
+  std::call_once(batch_once[b], [&] {
+    SignalBatchView v;
+    Status s = make_signal_view(static_cast<int>(b), &v);
+    if (s.is_ok() && static_cast<uint64_t>(v.n_rows) != signal_batch_first[b + 1] - signal_batch_first[b]) {
+      s = Status::corrupt(where() + ": signal batch " + std::to_string(b) + " holds " + std::to_string(v.n_rows) +
+                          " rows, its metadata says " + std::to_string(signal_batch_first[b + 1] - signal_batch_first[b]));
+    }
+    if (s.is_ok()) signal_batches[b] = std::move(v);
+    batch_status[b] = std::move(s);
+  });
+  if (!batch_status[b].is_ok()) {
+    if (status) *status = batch_status[b];
+    return nullptr;
+  }
+  return &signal_batches[b];
+}
+
+// Loads signal batch b and checks it (offsets, sizes) into direct pointers.
+Status FileReader::Impl::make_signal_view(int b, SignalBatchView* out) const {
+  auto batch = signal_reader ? signal_reader->ReadRecordBatch(b)
+                             : arrow::Result<std::shared_ptr<arrow::RecordBatch>>(
+                                   given_signal[static_cast<size_t>(b)]);
+  const std::string ctx = where() + ": signal batch " + std::to_string(b) + " of " +
+                          std::to_string(n_signal_batches());
+  if (!batch.ok()) return from_arrow(batch.status(), ctx);
+  ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+  SignalBatchView& v = *out;
+  v.batch = *batch;
+  v.n_rows = v.batch->num_rows();
+  auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(storage_of(v.batch->column(id_col)));
+  v.read_ids = ids->raw_values();
+  auto sig = storage_of(v.batch->column(sig_col));
+  if (info.is_vbz) {
+    auto bin = std::static_pointer_cast<arrow::LargeBinaryArray>(sig);
+    v.offsets = bin->raw_value_offsets();
+    v.vbz_data = bin->value_data() ? bin->value_data()->data() : nullptr;
+    v.data_size = bin->value_data() ? bin->value_data()->size() : 0;
+    v.bytes_begin = v.vbz_data;
+    v.bytes_end = v.vbz_data + v.data_size;
+  } else {
+    auto list = std::static_pointer_cast<arrow::LargeListArray>(sig);
+    v.offsets = list->raw_value_offsets();
+    auto values = std::static_pointer_cast<arrow::Int16Array>(list->values());
+    v.raw_values = values->raw_values();
+    v.data_size = values->length();
+    v.bytes_begin = reinterpret_cast<const uint8_t*>(v.raw_values);
+    v.bytes_end = v.bytes_begin + v.data_size * 2;
+  }
+  v.samples = std::static_pointer_cast<arrow::UInt32Array>(v.batch->column(n_col))->raw_values();
+  v.region_begin = std::min({v.read_ids, reinterpret_cast<const uint8_t*>(v.offsets),
+                             reinterpret_cast<const uint8_t*>(v.samples),
+                             v.bytes_begin ? v.bytes_begin : v.read_ids});
+  return Status::ok();
 }
 
 // Reads every signal batch's metadata and validates it (offsets, sizes). Done on first signal
 // access only: commands that never touch signal (view, most of inspect) skip it entirely.
 Status FileReader::Impl::load_signal_batches() const {
-  const int n_batches =
-      signal_reader ? signal_reader->num_record_batches() : static_cast<int>(given_signal.size());
+  const int n_batches = n_signal_batches();
   signal_batch_first.push_back(0);
   ScanRelease release(*this);
   for (int b = 0; b < n_batches; ++b) {
-    auto batch = signal_reader ? signal_reader->ReadRecordBatch(b)
-                               : arrow::Result<std::shared_ptr<arrow::RecordBatch>>(given_signal[b]);
-    const std::string ctx = where() + ": signal batch " + std::to_string(b) + " of " +
-                            std::to_string(n_batches);
-    if (!batch.ok()) return from_arrow(batch.status(), ctx);
-    ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
     SignalBatchView v;
-    v.batch = *batch;
-    v.n_rows = v.batch->num_rows();
-    auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(storage_of(v.batch->column(id_col)));
-    v.read_ids = ids->raw_values();
-    auto sig = storage_of(v.batch->column(sig_col));
-    if (info.is_vbz) {
-      auto bin = std::static_pointer_cast<arrow::LargeBinaryArray>(sig);
-      v.offsets = bin->raw_value_offsets();
-      v.vbz_data = bin->value_data() ? bin->value_data()->data() : nullptr;
-      v.data_size = bin->value_data() ? bin->value_data()->size() : 0;
-      v.bytes_begin = v.vbz_data;
-      v.bytes_end = v.vbz_data + v.data_size;
-    } else {
-      auto list = std::static_pointer_cast<arrow::LargeListArray>(sig);
-      v.offsets = list->raw_value_offsets();
-      auto values = std::static_pointer_cast<arrow::Int16Array>(list->values());
-      v.raw_values = values->raw_values();
-      v.data_size = values->length();
-      v.bytes_begin = reinterpret_cast<const uint8_t*>(v.raw_values);
-      v.bytes_end = v.bytes_begin + v.data_size * 2;
-    }
-    v.samples = std::static_pointer_cast<arrow::UInt32Array>(v.batch->column(n_col))->raw_values();
-    v.region_begin = std::min({v.read_ids, reinterpret_cast<const uint8_t*>(v.offsets),
-                               reinterpret_cast<const uint8_t*>(v.samples),
-                               v.bytes_begin ? v.bytes_begin : v.read_ids});
+    ESCPOD_RETURN_IF_ERROR(make_signal_view(b, &v));
     if (b > 0 && b + 1 < n_batches &&
         v.n_rows != signal_batches.front().n_rows) {
       signal_info.uniform = false;
@@ -523,7 +694,10 @@ Status FileReader::Impl::load_reads(const arrow::Schema& schema, int n_batches,
     auto batch = get_batch(b);
     const std::string ctx = where() + ": reads batch " + std::to_string(b);
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
-    ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+    // The last batch holds the complete dictionaries the string tables come from: always checked.
+    if (validated_at_open || b + 1 == n_batches) {
+      ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+    }
     // Validation read the whole batch: release what it read as the scan goes, so opening a
     // huge file keeps a small resident set too.
     const auto [lo, hi] = batch_span(**batch);
@@ -621,10 +795,21 @@ Status FileReader::Impl::load_legacy_dictionaries() {
 
 Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
   const arrow::RecordBatch& rb = *read_batches[batch_idx];
+  ESCPOD_RETURN_IF_ERROR(check_batch(rb, batch_idx));
+  ESCPOD_RETURN_IF_ERROR(decode_rows(batch_idx, rb, read_batch_first[batch_idx], out));
+  // Every value is copied into `out`: the batch's pages are not needed again.
+  drop_batch_pages(rb);
+  return Status::ok();
+}
+
+// Decodes `rb`, reads batch `batch_idx` or a slice of it (Arrow's raw accessors honour the
+// slice offset).
+Status FileReader::Impl::decode_rows(size_t batch_idx, const arrow::RecordBatch& rb,
+                                     uint64_t first_read_idx, ReadBatch* out) const {
   const int64_t n = rb.num_rows();
   const auto rows = static_cast<size_t>(n);
   out->batch_idx = batch_idx;
-  out->first_read_idx = read_batch_first[batch_idx];
+  out->first_read_idx = first_read_idx;
 
   auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(column(rb, "read_id"));
   out->read_id.resize(rows);
@@ -728,7 +913,9 @@ Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
       uint64_t total = 0;
       for (uint64_t row : out->rows_of(i)) {
         int64_t in_batch = 0;
-        const SignalBatchView* v = locate(row, &in_batch);
+        Status located;
+        const SignalBatchView* v = locate(row, &in_batch, &located);
+        if (!located.is_ok()) return located;
         if (!v) {
           return Status::corrupt(where() + ": read " + out->read_id[i].to_string() +
                                  " refers to signal row " + std::to_string(row) + " of " +
@@ -739,12 +926,10 @@ Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
       out->num_samples[i] = total;
     }
   }
-  // Every value is copied into `out`: the batch's pages are not needed again.
-  drop_batch_pages(rb);
   return Status::ok();
 }
 
-const SignalBatchView* FileReader::Impl::locate(uint64_t row, int64_t* row_in_batch) const {
+const SignalBatchView* FileReader::Impl::locate(uint64_t row, int64_t* row_in_batch, Status* status) const {
   if (row >= signal_info.n_rows) return nullptr;
   // Uniform files (the norm) resolve with one division; others by binary search.
   size_t b;
@@ -756,13 +941,20 @@ const SignalBatchView* FileReader::Impl::locate(uint64_t row, int64_t* row_in_ba
                             signal_batch_first.begin()) - 1;
   }
   *row_in_batch = static_cast<int64_t>(row - signal_batch_first[b]);
-  return &signal_batches[b];
+  return batch_view(b, status);
 }
 
 Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path& path) {
+  return open(path, OpenOptions{});
+}
+
+Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path& path,
+                                                     const OpenOptions& options) {
   detail::register_extension_types();
   auto impl = std::make_unique<Impl>();
   impl->info.path = path;
+  impl->validated_at_open = options.validate_all_batches;
+  impl->lazy_signal = !options.validate_all_batches;
   ESCPOD_ASSIGN_OR_RETURN(detail::Footer footer, detail::read_footer(path, &impl->info.file_size));
   impl->info.file_identifier = footer.file_identifier;
   impl->info.software = footer.software;
@@ -835,6 +1027,24 @@ Result<std::unique_ptr<FileReader>> FileReader::open_recovered(detail::Recovered
 
 Result<SignalTableInfo> FileReader::signal_table_info() const {
   ESCPOD_RETURN_IF_ERROR(m_impl->ensure_signal());
+  if (m_impl->lazy_ready) {
+    // Lazy files count their samples on this first request (every batch loaded).
+    const Impl& im = *m_impl;
+    std::call_once(im.samples_once, [&im] {
+      uint64_t total = 0;
+      for (size_t b = 0; b < im.signal_batches.size(); ++b) {
+        Status st;
+        const SignalBatchView* v = im.batch_view(b, &st);
+        if (!v) {
+          im.samples_status = st;
+          return;
+        }
+        for (int64_t r = 0; r < v->n_rows; ++r) total += v->samples[r];
+      }
+      im.signal_info.n_samples = total;
+    });
+    ESCPOD_RETURN_IF_ERROR(im.samples_status);
+  }
   return m_impl->signal_info;
 }
 
@@ -846,6 +1056,44 @@ Result<ReadBatch> FileReader::read_batch(size_t batch_idx) const {
   ReadBatch batch;
   ESCPOD_RETURN_IF_ERROR(m_impl->decode_batch(batch_idx, &batch));
   return batch;
+}
+
+size_t FileReader::batch_rows(size_t batch_idx) const {
+  if (batch_idx >= m_impl->read_batches.size()) return 0;
+  return static_cast<size_t>(m_impl->read_batches[batch_idx]->num_rows());
+}
+
+Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row, size_t n_rows) const {
+  const size_t n_batch = batch_rows(batch_idx);
+  if (batch_idx >= m_impl->read_batches.size() || first_row > n_batch || n_rows > n_batch - first_row) {
+    return Status::invalid_argument(m_impl->where() + ": rows " + std::to_string(first_row) + "+" +
+                                    std::to_string(n_rows) + " of reads batch " + std::to_string(batch_idx) +
+                                    " (" + std::to_string(n_batch) + " rows, " +
+                                    std::to_string(m_impl->read_batches.size()) + " batches)");
+  }
+  auto slice = m_impl->read_batches[batch_idx]->Slice(static_cast<int64_t>(first_row),
+                                                      static_cast<int64_t>(n_rows));
+  ESCPOD_RETURN_IF_ERROR(m_impl->check_batch(*slice, batch_idx));
+  ReadBatch batch;
+  ESCPOD_RETURN_IF_ERROR(
+      m_impl->decode_rows(batch_idx, *slice, m_impl->read_batch_first[batch_idx] + first_row, &batch));
+  return batch;
+}
+
+Result<std::vector<ReadId>> FileReader::read_batch_ids(size_t batch_idx) const {
+  if (batch_idx >= m_impl->read_batches.size()) {
+    return Status::invalid_argument(m_impl->where() + ": reads batch " + std::to_string(batch_idx) +
+                                    " of " + std::to_string(m_impl->read_batches.size()));
+  }
+  const arrow::RecordBatch& rb = *m_impl->read_batches[batch_idx];
+  auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(m_impl->column(rb, "read_id"));
+  if (!m_impl->validated_at_open) {
+    ESCPOD_RETURN_IF_ERROR(from_arrow(ids->ValidateFull(), m_impl->where() + ": reads batch " +
+                                                               std::to_string(batch_idx) + " read_id"));
+  }
+  std::vector<ReadId> out(static_cast<size_t>(ids->length()));
+  if (!out.empty()) std::memcpy(out.data(), ids->raw_values(), out.size() * 16);
+  return out;
 }
 
 ReadRecord FileReader::record(const ReadBatch& b, size_t i) const {
@@ -936,7 +1184,9 @@ Result<ReadRecord> FileReader::find_read(const ReadId& id) const {
 Result<SignalChunk> FileReader::signal_chunk(uint64_t row) const {
   ESCPOD_RETURN_IF_ERROR(m_impl->ensure_signal());
   int64_t r = 0;
-  const SignalBatchView* v = m_impl->locate(row, &r);
+  Status located;
+  const SignalBatchView* v = m_impl->locate(row, &r, &located);
+  if (!located.is_ok()) return located;
   if (!v) {
     return Status::corrupt(m_impl->where() + ": signal row " + std::to_string(row) +
                            " out of range (" + std::to_string(m_impl->signal_info.n_rows) + " rows)");
@@ -955,7 +1205,8 @@ Result<SignalChunk> FileReader::signal_chunk(uint64_t row) const {
 }
 
 void FileReader::drop_signal_pages(uint64_t end_row, const ReleaseHook& before) const {
-  if (!m_impl->ensure_signal().is_ok()) return;
+  // Files read lazily (random access) hold only the batches they touched: nothing to stream past.
+  if (!m_impl->ensure_signal().is_ok() || m_impl->lazy_ready) return;
   const Impl& im = *m_impl;
   const auto& batches = im.signal_batches;
   if (batches.empty()) return;
@@ -991,7 +1242,9 @@ Result<uint64_t> FileReader::count_samples(std::span<const uint64_t> rows) const
   uint64_t total = 0;
   for (uint64_t row : rows) {
     int64_t r = 0;
-    const SignalBatchView* v = m_impl->locate(row, &r);
+    Status located;
+    const SignalBatchView* v = m_impl->locate(row, &r, &located);
+    if (!located.is_ok()) return located;
     if (!v) {
       return Status::corrupt(m_impl->where() + ": signal row " + std::to_string(row) +
                              " out of range (" + std::to_string(m_impl->signal_info.n_rows) + " rows)");

@@ -82,6 +82,23 @@ using BeforeRelease = std::function<Status(const void* lo, const void* hi)>;
 Status stream_reads(const std::vector<std::unique_ptr<pod5::FileReader>>& readers, int n_threads,
                     const ReadSelector& select, const PreparedConsumer& consume,
                     uint64_t* n_reads_seen = nullptr, const BeforeRelease& before_release = nullptr);
+// Part of one input's reads table: rows [first_row, first_row + n_rows) of reads batch
+// batch_idx of readers[file]; n_rows kWholeBatch: every row of the batch.
+struct ReadSlice {
+  static constexpr size_t kWholeBatch = SIZE_MAX;
+  size_t file = 0;
+  size_t batch_idx = 0;
+  size_t first_row = 0;
+  size_t n_rows = kWholeBatch;
+};
+// stream_reads over the given slices only, in the order given (input order keeps the release of
+// mapped pages effective): only those rows are decoded (FileReader::read_batch_rows), so pulling
+// a few reads located by an index costs what those reads cost.
+Status stream_read_slices(const std::vector<std::unique_ptr<pod5::FileReader>>& readers,
+                          const std::vector<ReadSlice>& slices, int n_threads,
+                          const ReadSelector& select, const PreparedConsumer& consume,
+                          uint64_t* n_reads_seen = nullptr,
+                          const BeforeRelease& before_release = nullptr);
 // The BeforeRelease of a stream copying into `writer` alone.
 inline BeforeRelease copy_borrowed_by(pod5::FileWriter& writer) {
   return [&writer](const void* lo, const void* hi) { return writer.copy_borrowed_in(lo, hi); };
@@ -90,11 +107,25 @@ inline BeforeRelease copy_borrowed_by(pod5::FileWriter& writer) {
 struct RepackOptions {
   pod5::WriterOptions writer;
   int n_threads = 1;  // files repacked in parallel
+  // Splitting (either > 0): each input goes to numbered files `<stem>_00001.pod5`,
+  // `<stem>_00002.pod5`, ... (5 digits, more past 99999) in out_dir, reads in input order, a new
+  // file started before a read that would take the current one past reads_per_file reads or
+  // max_file_bytes bytes. The byte limit is kept with an estimate that over-counts the tables'
+  // overhead (repack_size_estimate); a single read larger than the limit gets a file of its own
+  // (with a warning).
+  uint64_t reads_per_file = 0;
+  uint64_t max_file_bytes = 0;
 };
 
-// Rewrites each input through our writer into `out_dir` under the input's file name. Safe when
-// out_dir holds an input (each output is staged and renamed over it only when complete).
-// Two inputs with the same file name are refused up front.
+// Bytes a file written by FileWriter takes at most, for the reads added so far: `base` once per
+// file (n_run_infos run infos), then `per_read(signal bytes, chunks)` for each read. Upper bounds
+// measured on our writer's layout with margin.
+uint64_t repack_size_base(size_t n_run_infos);
+uint64_t repack_size_per_read(uint64_t signal_bytes, size_t n_chunks);
+
+// Rewrites each input through our writer into `out_dir` under the input's file name (or split,
+// see RepackOptions). Safe when out_dir holds an input (each output is staged and renamed over it
+// only when complete). Two inputs with the same file name are refused up front.
 Status repack_files(const std::vector<std::filesystem::path>& inputs,
                     const std::filesystem::path& out_dir, const RepackOptions& options,
                     CopyStats* total);

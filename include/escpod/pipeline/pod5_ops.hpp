@@ -54,6 +54,9 @@ struct FilterOptions {
   int n_threads = 1;  // reads batches prepared in parallel (stream_reads)
   bool missing_ok = false;  // listed ids absent from every input are a warning, not an error
   bool skip_bad = false;  // leave out inputs that fail to open or validate (report.skipped)
+  // With ids: use read-id indexes beside the inputs (plan_id_lookup in read_lookup.hpp), so that
+  // only the rows holding listed ids are decoded. The output is the same either way.
+  bool use_index = true;
 };
 
 struct FilterReport {
@@ -61,10 +64,13 @@ struct FilterReport {
   uint64_t n_reads_seen = 0;
   std::vector<pod5::ReadId> missing_ids;  // listed but not found
   SkippedInputs skipped;  // skip_bad: inputs left out, with the reason
+  size_t n_files_indexed = 0;  // inputs located through a read-id index (not scanned)
 };
 
-// Writes the reads of `inputs` that meet every criterion to `output`. Fails (and writes nothing)
-// when listed ids are missing, unless missing_ok. At least one criterion is required.
+// Writes the reads of `inputs` that meet every criterion to `output`, in input order. Fails (and
+// writes nothing) when listed ids are missing, unless missing_ok. At least one criterion is
+// required. With ids and an index, n_reads_seen counts only the rows decoded; an index whose
+// rows do not hold the ids it names is reported and the file scanned in full for those ids.
 Status filter_files(const std::vector<std::filesystem::path>& inputs,
                     const std::filesystem::path& output, const FilterCriteria& criteria,
                     const FilterOptions& options, FilterReport* report);

@@ -93,6 +93,18 @@ struct SignalChunk {
   ReadId read_id;  // the owner recorded in the signal table
 };
 
+// How much FileReader::open checks up front.
+struct OpenOptions {
+  // true: every reads batch is validated at open (a damaged reads table fails the open).
+  // false: only the footer, the schemas and the last reads batch (dictionaries) are checked at
+  // open; each other batch is validated when it is decoded (read_batch, read_batch_rows,
+  // read_batch_ids). The signal batches' row counts are then taken from the Arrow IPC metadata
+  // alone and each signal batch is loaded and validated on first use (signal_table_info loads
+  // them all; drop_signal_pages does nothing), so pulling a few reads costs the same whatever
+  // the file size. Random access by id (the read-id index) opens files this way.
+  bool validate_all_batches = true;
+};
+
 class FileReader {
  public:
   ~FileReader();
@@ -103,6 +115,8 @@ class FileReader {
   // kCorrupt (not a POD5, truncated, bad footer, table not matching its schema), kUnsupported
   // (unknown version or table type).
   static Result<std::unique_ptr<FileReader>> open(const std::filesystem::path& path);
+  static Result<std::unique_ptr<FileReader>> open(const std::filesystem::path& path,
+                                                  const OpenOptions& options);
 
   // A reader over tables salvaged from a damaged file (pod5/recover.hpp builds them): the same
   // API, over whatever complete batches recovery found. The reads table and the run-info table
@@ -128,6 +142,14 @@ class FileReader {
   size_t n_read_batches() const;
   // Decodes reads-table batch `batch_idx` (< n_read_batches()). Thread-safe.
   Result<ReadBatch> read_batch(size_t batch_idx) const;
+  // Rows [first_row, first_row + n_rows) of reads batch `batch_idx` only, as a ReadBatch of
+  // n_rows rows (batch_idx kept, first_read_idx the file-wide index of first_row); decodes and
+  // touches only those rows. kInvalidArgument when the range is outside the batch. Thread-safe.
+  Result<ReadBatch> read_batch_rows(size_t batch_idx, size_t first_row, size_t n_rows) const;
+  // Rows in reads batch `batch_idx` (no decoding).
+  size_t batch_rows(size_t batch_idx) const;
+  // The read ids of reads batch `batch_idx`, in row order (the id column only). Thread-safe.
+  Result<std::vector<ReadId>> read_batch_ids(size_t batch_idx) const;
   // Row `i` of `batch` as a self-contained record (strings resolved).
   ReadRecord record(const ReadBatch& batch, size_t i) const;
 

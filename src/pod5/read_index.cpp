@@ -1,0 +1,769 @@
+#include "escpod/pod5/read_index.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <mutex>
+#include <queue>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "escpod/core/log.hpp"
+#include "escpod/core/staged_file.hpp"
+#include "escpod/pod5/file_reader.hpp"
+#include "escpod/pod5/inputs.hpp"
+#include "pod5/container.hpp"
+
+namespace escpod::pod5 {
+namespace fs = std::filesystem;
+
+static_assert(std::endian::native == std::endian::little, "the index format is little-endian");
+
+namespace {
+
+constexpr char kMagic[8] = {'E', 'S', 'C', 'P', 'I', 'D', 'X', 0};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 32;
+constexpr uint32_t kMaxBucketBits = 24;
+constexpr size_t kTargetBucketRecords = 128;
+constexpr size_t kMaxSegments = 8;
+constexpr const char* kManifestMagic = "escpod-read-index 1";
+
+struct Rec {
+  std::array<uint8_t, 16> id;
+  uint32_t slot, batch, row;
+};
+static_assert(sizeof(Rec) == 28);
+constexpr uint32_t kRecordBytes = sizeof(Rec);
+
+bool rec_less(const Rec& a, const Rec& b) {
+  if (int c = std::memcmp(a.id.data(), b.id.data(), 16); c != 0) return c < 0;
+  if (a.slot != b.slot) return a.slot < b.slot;
+  if (a.batch != b.batch) return a.batch < b.batch;
+  return a.row < b.row;
+}
+
+uint32_t bucket_of(const uint8_t* id, uint32_t bits) {
+  if (bits == 0) return 0;
+  const uint32_t top = (uint32_t{id[0]} << 24) | (uint32_t{id[1]} << 16) | (uint32_t{id[2]} << 8) | id[3];
+  return top >> (32 - bits);
+}
+
+uint32_t bits_for(uint64_t n_records) {
+  uint32_t bits = 0;
+  while (bits < kMaxBucketBits && (n_records >> bits) > kTargetBucketRecords) ++bits;
+  return bits;
+}
+
+// CRC-32 (IEEE 802.3, reflected), table driven.
+const std::array<uint32_t, 256>& crc_table() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  return table;
+}
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+  const auto& t = crc_table();
+  const auto* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = t[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+uint32_t crc32(const void* data, size_t n) { return crc32_update(0, data, n); }
+
+size_t segment_bytes(uint64_t n, uint32_t bits) {
+  const size_t b = size_t{1} << bits;
+  return kHeaderBytes + 8 * (b + 1) + 4 * b + static_cast<size_t>(n) * kRecordBytes;
+}
+
+// ---- segments -----------------------------------------------------------------------------
+
+// A read-only mapping of one segment file, its header checked.
+class SegmentMap {
+ public:
+  static Result<std::unique_ptr<SegmentMap>> open(const fs::path& path) {
+    auto s = std::unique_ptr<SegmentMap>(new SegmentMap);
+    s->m_path = path;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::corrupt(path.string() + ": index segment missing: " + std::strerror(errno));
+    struct stat st{};
+    if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(kHeaderBytes)) {
+      ::close(fd);
+      return Status::corrupt(path.string() + ": index segment shorter than its header");
+    }
+    s->m_size = static_cast<size_t>(st.st_size);
+    void* p = ::mmap(nullptr, s->m_size, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return Status::io_error(path.string() + ": cannot map the index segment");
+    s->m_base = static_cast<const uint8_t*>(p);
+    uint32_t version, rec_bytes, hcrc;
+    std::memcpy(&version, s->m_base + 8, 4);
+    std::memcpy(&rec_bytes, s->m_base + 12, 4);
+    std::memcpy(&s->m_n, s->m_base + 16, 8);
+    std::memcpy(&s->m_bits, s->m_base + 24, 4);
+    std::memcpy(&hcrc, s->m_base + 28, 4);
+    if (std::memcmp(s->m_base, kMagic, 8) != 0 || crc32(s->m_base, 28) != hcrc) {
+      return Status::corrupt(path.string() + ": index segment header damaged");
+    }
+    if (version != kVersion || rec_bytes != kRecordBytes || s->m_bits > kMaxBucketBits) {
+      return Status::unsupported(path.string() + ": index segment version " + std::to_string(version) +
+                                 " (record " + std::to_string(rec_bytes) + " bytes) not supported");
+    }
+    if (s->m_n > (uint64_t{1} << 40) || segment_bytes(s->m_n, s->m_bits) != s->m_size) {
+      return Status::corrupt(path.string() + ": index segment is " + std::to_string(s->m_size) +
+                             " bytes, its header says " + std::to_string(segment_bytes(s->m_n, s->m_bits)));
+    }
+    const size_t buckets = size_t{1} << s->m_bits;
+    s->m_first = s->m_base + kHeaderBytes;
+    s->m_crcs = s->m_first + 8 * (buckets + 1);
+    s->m_records = s->m_crcs + 4 * buckets;
+    return s;
+  }
+  ~SegmentMap() {
+    if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
+  }
+  uint64_t n_records() const { return m_n; }
+  uint32_t bits() const { return m_bits; }
+  const fs::path& path() const { return m_path; }
+  Rec record(uint64_t i) const {
+    Rec r;
+    std::memcpy(&r, m_records + i * kRecordBytes, kRecordBytes);
+    return r;
+  }
+  // Records [lo, hi) of bucket b, after checking its bounds and checksum.
+  Status bucket(uint32_t b, uint64_t* lo, uint64_t* hi) const {
+    std::memcpy(lo, m_first + 8 * size_t{b}, 8);
+    std::memcpy(hi, m_first + 8 * (size_t{b} + 1), 8);
+    uint32_t want;
+    std::memcpy(&want, m_crcs + 4 * size_t{b}, 4);
+    if (*lo > *hi || *hi > m_n ||
+        crc32(m_records + *lo * kRecordBytes, static_cast<size_t>(*hi - *lo) * kRecordBytes) != want) {
+      return Status::corrupt(m_path.string() + ": index bucket " + std::to_string(b) + " damaged (checksum)");
+    }
+    return Status::ok();
+  }
+  // Checks every bucket (used before a segment is merged into another).
+  Status verify() const {
+    uint64_t end = 0;
+    for (uint32_t b = 0; b < (uint32_t{1} << m_bits); ++b) {
+      uint64_t lo, hi;
+      ESCPOD_RETURN_IF_ERROR(bucket(b, &lo, &hi));
+      if (lo != end) return Status::corrupt(m_path.string() + ": index buckets not contiguous at " + std::to_string(b));
+      end = hi;
+    }
+    if (end != m_n) return Status::corrupt(m_path.string() + ": index buckets do not cover the records");
+    return Status::ok();
+  }
+
+ private:
+  SegmentMap() = default;
+  fs::path m_path;
+  const uint8_t* m_base = nullptr;
+  size_t m_size = 0;
+  uint64_t m_n = 0;
+  uint32_t m_bits = 0;
+  const uint8_t* m_first = nullptr;
+  const uint8_t* m_crcs = nullptr;
+  const uint8_t* m_records = nullptr;
+};
+
+// Writes `n` sorted records, pushed one at a time, as a segment (staged, renamed in place on
+// finish()). Memory: the bucket tables (12 bytes per ~128 records).
+class SegmentWriter {
+ public:
+  static Result<std::unique_ptr<SegmentWriter>> create(const fs::path& path, uint64_t n) {
+    auto w = std::unique_ptr<SegmentWriter>(new SegmentWriter);
+    ESCPOD_ASSIGN_OR_RETURN(StagedFile staged, StagedFile::create(path, true));
+    w->m_staged.emplace(std::move(staged));
+    w->m_path = path;
+    w->m_n = n;
+    w->m_bits = bits_for(n);
+    const size_t buckets = size_t{1} << w->m_bits;
+    w->m_first.assign(buckets + 1, 0);
+    w->m_crcs.assign(buckets, 0);
+    w->m_file = std::fopen(w->m_staged->staging_path().c_str(), "wb");
+    if (!w->m_file) return Status::io_error(w->m_staged->staging_path().string() + ": " + std::strerror(errno));
+    w->m_buffer.resize(1 << 20);
+    std::setvbuf(w->m_file, w->m_buffer.data(), _IOFBF, w->m_buffer.size());
+    const size_t tables = kHeaderBytes + 8 * (buckets + 1) + 4 * buckets;
+    w->m_ok = std::fseek(w->m_file, static_cast<long>(tables), SEEK_SET) == 0;
+    return w;
+  }
+  ~SegmentWriter() {
+    if (m_file) std::fclose(m_file);
+  }
+  void add(const Rec& r) {
+    const uint32_t b = bucket_of(r.id.data(), m_bits);
+    while (m_cur < b) m_first[++m_cur] = m_written;  // buckets before b end here
+    m_crcs[b] = crc32_update(m_crcs[b], &r, kRecordBytes);
+    m_ok = m_ok && std::fwrite(&r, kRecordBytes, 1, m_file) == 1;
+    ++m_written;
+  }
+  Status finish() {
+    const size_t buckets = m_crcs.size();
+    while (m_cur < buckets) m_first[++m_cur] = m_written;
+    if (m_written != m_n) {
+      return Status::internal(m_path.string() + ": " + std::to_string(m_written) + " records written, " +
+                              std::to_string(m_n) + " expected");
+    }
+    std::array<uint8_t, kHeaderBytes> header{};
+    std::memcpy(header.data(), kMagic, 8);
+    std::memcpy(header.data() + 8, &kVersion, 4);
+    std::memcpy(header.data() + 12, &kRecordBytes, 4);
+    std::memcpy(header.data() + 16, &m_n, 8);
+    std::memcpy(header.data() + 24, &m_bits, 4);
+    const uint32_t hcrc = crc32(header.data(), 28);
+    std::memcpy(header.data() + 28, &hcrc, 4);
+    bool ok = m_ok && std::fseek(m_file, 0, SEEK_SET) == 0 &&
+              std::fwrite(header.data(), header.size(), 1, m_file) == 1 &&
+              std::fwrite(m_first.data(), 8, m_first.size(), m_file) == m_first.size() &&
+              std::fwrite(m_crcs.data(), 4, m_crcs.size(), m_file) == m_crcs.size();
+    ok = (std::fclose(m_file) == 0) && ok;
+    m_file = nullptr;
+    if (!ok) return Status::io_error(m_staged->staging_path().string() + ": write failed (disk full?)");
+    return m_staged->commit(FsyncMode::kFile);
+  }
+
+ private:
+  SegmentWriter() = default;
+  std::optional<StagedFile> m_staged;
+  fs::path m_path;
+  FILE* m_file = nullptr;
+  std::vector<char> m_buffer;
+  uint64_t m_n = 0, m_written = 0;
+  uint32_t m_bits = 0, m_cur = 0;
+  std::vector<uint64_t> m_first;
+  std::vector<uint32_t> m_crcs;
+  bool m_ok = true;
+};
+
+// ---- building: sorted runs spilled to disk, merged k ways ---------------------------------
+
+// Reads records back from a spilled run, 1 MiB at a time.
+class RunCursor {
+ public:
+  explicit RunCursor(const fs::path& path) : m_file(std::fopen(path.c_str(), "rb")), m_buffer(1 << 20) {
+    if (m_file) std::setvbuf(m_file, m_buffer.data(), _IOFBF, m_buffer.size());
+  }
+  ~RunCursor() {
+    if (m_file) std::fclose(m_file);
+  }
+  RunCursor(const RunCursor&) = delete;
+  RunCursor& operator=(const RunCursor&) = delete;
+  bool ok() const { return m_file != nullptr; }
+  bool next(Rec* r) { return m_file && std::fread(r, kRecordBytes, 1, m_file) == 1; }
+
+ private:
+  FILE* m_file;
+  std::vector<char> m_buffer;
+};
+
+// Collects records, holding at most `cap` in memory: beyond that, sorted runs go to scratch files
+// beside the index. Not thread-safe (callers serialise add()).
+class RunSorter {
+ public:
+  RunSorter(fs::path near, size_t cap) : m_near(std::move(near)), m_cap(std::max<size_t>(cap, 64)) {}
+  Status add(std::span<const Rec> recs) {
+    for (const Rec& r : recs) {
+      m_buffer.push_back(r);
+      ++m_total;
+      if (m_buffer.size() >= m_cap) ESCPOD_RETURN_IF_ERROR(spill());
+    }
+    return Status::ok();
+  }
+  uint64_t total() const { return m_total; }
+  size_t n_runs() const { return m_runs.size(); }
+  // Streams every record added, sorted, to `sink`.
+  Status merge(const std::function<Status(const Rec&)>& sink) {
+    std::sort(m_buffer.begin(), m_buffer.end(), rec_less);
+    if (m_runs.empty()) {
+      for (const Rec& r : m_buffer) ESCPOD_RETURN_IF_ERROR(sink(r));
+      return Status::ok();
+    }
+    std::vector<std::unique_ptr<RunCursor>> cursors;
+    for (const auto& run : m_runs) {
+      cursors.push_back(std::make_unique<RunCursor>(run.path()));
+      if (!cursors.back()->ok()) return Status::io_error(run.path().string() + ": cannot read back");
+    }
+    // Source k == cursors.size() is the in-memory tail.
+    size_t mem_pos = 0;
+    auto pull = [&](size_t k, Rec* r) {
+      if (k < cursors.size()) return cursors[k]->next(r);
+      if (mem_pos == m_buffer.size()) return false;
+      *r = m_buffer[mem_pos++];
+      return true;
+    };
+    using Item = std::pair<Rec, size_t>;
+    auto greater = [](const Item& a, const Item& b) { return rec_less(b.first, a.first); };
+    std::priority_queue<Item, std::vector<Item>, decltype(greater)> heap(greater);
+    for (size_t k = 0; k <= cursors.size(); ++k) {
+      Rec r;
+      if (pull(k, &r)) heap.emplace(r, k);
+    }
+    uint64_t n = 0;
+    while (!heap.empty()) {
+      auto [r, k] = heap.top();
+      heap.pop();
+      ESCPOD_RETURN_IF_ERROR(sink(r));
+      ++n;
+      Rec nr;
+      if (pull(k, &nr)) heap.emplace(nr, k);
+    }
+    if (n != m_total) {
+      return Status::io_error("index build: " + std::to_string(n) + " records read back from sorted runs, " +
+                              std::to_string(m_total) + " written");
+    }
+    return Status::ok();
+  }
+
+ private:
+  Status spill() {
+    std::sort(m_buffer.begin(), m_buffer.end(), rec_less);
+    ESCPOD_ASSIGN_OR_RETURN(ScratchPath run, ScratchPath::create(m_near, ".run"));
+    FILE* f = std::fopen(run.path().c_str(), "wb");
+    if (!f) return Status::io_error(run.path().string() + ": " + std::strerror(errno));
+    bool ok = std::fwrite(m_buffer.data(), kRecordBytes, m_buffer.size(), f) == m_buffer.size();
+    ok = (std::fclose(f) == 0) && ok;
+    if (!ok) return Status::io_error(run.path().string() + ": write failed (disk full?)");
+    m_runs.push_back(std::move(run));
+    m_buffer.clear();
+    return Status::ok();
+  }
+  fs::path m_near;
+  size_t m_cap;
+  std::vector<Rec> m_buffer;
+  std::vector<ScratchPath> m_runs;
+  uint64_t m_total = 0;
+};
+
+// ---- manifest ----------------------------------------------------------------------------
+
+struct Manifest {
+  uint32_t next_slot = 0;
+  uint32_t next_segment = 0;
+  std::map<std::string, uint64_t> segments;  // name -> records
+  std::vector<IndexedFile> files;
+};
+
+Result<Manifest> read_manifest(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found(path.string() + ": no index manifest");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bad = [&](const std::string& why) { return Status::corrupt(path.string() + ": index manifest damaged: " + why); };
+  const size_t end_pos = text.rfind("end ");
+  if (end_pos == std::string::npos || (end_pos > 0 && text[end_pos - 1] != '\n') ||
+      text.size() != end_pos + 13 || text.back() != '\n') {
+    return bad("no end line, or text after it");
+  }
+  uint32_t want = 0;
+  {
+    std::istringstream e(text.substr(end_pos + 4));
+    e >> std::hex >> want;
+    if (!e) return bad("end line unreadable");
+  }
+  if (crc32(text.data(), end_pos) != want) return bad("checksum mismatch");
+  Manifest m;
+  std::istringstream lines(text.substr(0, end_pos));
+  std::string line;
+  if (!std::getline(lines, line) || line != kManifestMagic) return bad("first line is not '" + std::string(kManifestMagic) + "'");
+  while (std::getline(lines, line)) {
+    std::istringstream f(line);
+    std::string kind;
+    f >> kind;
+    if (kind == "next_slot") {
+      f >> m.next_slot;
+    } else if (kind == "next_segment") {
+      f >> m.next_segment;
+    } else if (kind == "segment") {
+      std::string name;
+      uint64_t n = 0;
+      f >> name >> n;
+      m.segments[name] = n;
+    } else if (kind == "file") {
+      IndexedFile e;
+      f >> e.slot >> e.size >> e.mtime_ns >> e.file_identifier >> e.n_reads >> e.n_batches >> e.segment;
+      f.get();  // the single space before the path
+      std::getline(f, e.path);
+      if (e.path.empty()) return bad("file line without a path");
+      if (e.segment != "-" && !m.segments.count(e.segment)) return bad("file " + e.path + " names unknown segment " + e.segment);
+      m.files.push_back(std::move(e));
+    } else {
+      return bad("unknown line '" + line + "'");
+    }
+    if (!f && !f.eof()) return bad("line '" + line + "'");
+  }
+  return m;
+}
+
+Status write_manifest(const fs::path& path, const Manifest& m) {
+  std::string text = std::string(kManifestMagic) + "\n";
+  text += "next_slot " + std::to_string(m.next_slot) + "\n";
+  text += "next_segment " + std::to_string(m.next_segment) + "\n";
+  for (const auto& [name, n] : m.segments) text += "segment " + name + " " + std::to_string(n) + "\n";
+  for (const auto& e : m.files) {
+    text += "file " + std::to_string(e.slot) + " " + std::to_string(e.size) + " " + std::to_string(e.mtime_ns) +
+            " " + e.file_identifier + " " + std::to_string(e.n_reads) + " " + std::to_string(e.n_batches) + " " +
+            e.segment + " " + e.path + "\n";
+  }
+  char end[32];
+  std::snprintf(end, sizeof end, "end %08x\n", crc32(text.data(), text.size()));
+  text += end;
+  ESCPOD_ASSIGN_OR_RETURN(StagedFile staged, StagedFile::create(path, true));
+  {
+    std::ofstream out(staged.staging_path(), std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) return Status::io_error(staged.staging_path().string() + ": write failed");
+  }
+  return staged.commit(FsyncMode::kFile);
+}
+
+struct FileStat {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+Result<FileStat> stat_file(const fs::path& p) {
+  struct stat st{};
+  if (::stat(p.c_str(), &st) != 0) return Status::not_found(p.string() + ": " + std::strerror(errno));
+  return FileStat{static_cast<uint64_t>(st.st_size),
+                  static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+// Holds an exclusive flock on the index folder's lock file.
+class IndexLock {
+ public:
+  static Result<IndexLock> take(const fs::path& dir) {
+    IndexLock l;
+    l.m_fd = ::open((dir / "lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (l.m_fd < 0) return Status::io_error((dir / "lock").string() + ": " + std::strerror(errno));
+    if (::flock(l.m_fd, LOCK_EX | LOCK_NB) != 0) {
+      return Status::io_error(dir.string() + ": another `escpod index` is updating this index");
+    }
+    return l;
+  }
+  IndexLock(IndexLock&& o) noexcept : m_fd(o.m_fd) { o.m_fd = -1; }
+  IndexLock& operator=(IndexLock&&) = delete;
+  ~IndexLock() {
+    if (m_fd >= 0) ::close(m_fd);
+  }
+
+ private:
+  IndexLock() = default;
+  int m_fd = -1;
+};
+
+// Absolute and lexically normal, without a trailing separator; symlinks are kept as named, so
+// that an index root and the files below it compare as paths.
+fs::path normal_path(const fs::path& p) {
+  fs::path out = fs::absolute(p).lexically_normal();
+  if (out.filename().empty() && out.has_parent_path()) out = out.parent_path();
+  return out;
+}
+
+std::string segment_name(uint32_t k) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "seg-%06u.idx", k);
+  return buf;
+}
+
+}  // namespace
+
+// ---- build -------------------------------------------------------------------------------------
+
+Status build_read_index(const fs::path& root_in, const IndexBuildOptions& options, IndexBuildReport* report) {
+  std::error_code ec;
+  const fs::path root = normal_path(root_in);
+  if (!fs::is_directory(root, ec)) return Status::invalid_argument(root_in.string() + ": not a folder");
+  const fs::path dir = root / kReadIndexDirName;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::io_error(dir.string() + ": cannot create: " + ec.message());
+  ESCPOD_ASSIGN_OR_RETURN(IndexLock lock, IndexLock::take(dir));
+  IndexBuildReport local;
+  IndexBuildReport& rep = report ? *report : local;
+  rep = IndexBuildReport{};
+
+  Manifest old;
+  if (!options.rebuild && fs::exists(dir / "manifest")) {
+    auto m = read_manifest(dir / "manifest");
+    if (m.is_ok()) {
+      old = std::move(m).value();
+    } else {
+      log::warn("{}; rebuilding the index", m.status().message());
+    }
+  }
+  // Segments of the previous index that still open; files in a damaged one are scanned again.
+  std::map<std::string, std::unique_ptr<SegmentMap>> segs;
+  for (const auto& [name, n] : old.segments) {
+    auto s = SegmentMap::open(dir / name);
+    if (s.is_ok() && (*s)->n_records() == n) {
+      segs[name] = std::move(s).value();
+    } else {
+      log::warn("{}: {}; its files are indexed again", (dir / name).string(),
+                s.is_ok() ? "record count differs from the manifest" : s.status().message());
+    }
+  }
+  std::unordered_map<std::string, const IndexedFile*> old_by_path;
+  for (const auto& e : old.files) old_by_path[e.path] = &e;
+
+  ESCPOD_ASSIGN_OR_RETURN(auto paths, collect_pod5_inputs({root.string()}));
+  Manifest m;
+  m.next_slot = old.next_slot;
+  m.next_segment = old.next_segment;
+  std::vector<size_t> to_scan;  // indices into m.files
+  std::vector<fs::path> scan_paths;
+  std::set<std::string> kept_paths;
+  for (const auto& p : paths) {
+    IndexedFile e;
+    e.path = normal_path(p).lexically_relative(root).generic_string();
+    if (e.path.find_first_of("\n\r") != std::string::npos) {
+      log::warn("{}: not indexed (a line break in its name)", p.string());
+      continue;
+    }
+    ESCPOD_ASSIGN_OR_RETURN(FileStat st, stat_file(p));
+    auto it = old_by_path.find(e.path);
+    if (it != old_by_path.end() && it->second->size == st.size && it->second->mtime_ns == st.mtime_ns &&
+        (it->second->segment == "-" || segs.count(it->second->segment))) {
+      uint64_t size = 0;
+      auto footer = detail::read_footer(p, &size);
+      if (footer.is_ok() && footer->file_identifier == it->second->file_identifier) {
+        m.files.push_back(*it->second);
+        kept_paths.insert(e.path);
+        ++rep.n_files_unchanged;
+        continue;
+      }
+    }
+    if (it != old_by_path.end()) log::info("index: {} changed since it was indexed; indexing it again", e.path);
+    e.slot = m.next_slot++;
+    e.size = st.size;
+    e.mtime_ns = st.mtime_ns;
+    to_scan.push_back(m.files.size());
+    scan_paths.push_back(p);
+    m.files.push_back(std::move(e));
+  }
+  for (const auto& e : old.files)
+    if (!kept_paths.count(e.path)) ++rep.n_files_removed;
+
+  // Scan new and changed files into sorted runs.
+  RunSorter sorter(dir / "run", std::max<size_t>(options.memory_bytes / kRecordBytes, 64));
+  std::mutex mutex;
+  Status first_error;
+  auto scan_one = [&](size_t k) -> Status {
+    IndexedFile& e = m.files[to_scan[k]];
+    ESCPOD_ASSIGN_OR_RETURN(auto reader, FileReader::open(scan_paths[k], OpenOptions{.validate_all_batches = false}));
+    ESCPOD_ASSIGN_OR_RETURN(FileStat st, stat_file(scan_paths[k]));
+    if (st.size != e.size || st.mtime_ns != e.mtime_ns) {
+      return Status::io_error(scan_paths[k].string() + ": changed while it was being indexed");
+    }
+    e.file_identifier = reader->info().file_identifier;
+    e.n_batches = reader->n_read_batches();
+    std::vector<Rec> recs;
+    for (size_t b = 0; b < reader->n_read_batches(); ++b) {
+      if (interrupted()) return Status::cancelled("interrupted");
+      ESCPOD_ASSIGN_OR_RETURN(auto ids, reader->read_batch_ids(b));
+      recs.resize(ids.size());
+      for (size_t r = 0; r < ids.size(); ++r) {
+        recs[r].id = ids[r].bytes;
+        recs[r].slot = e.slot;
+        recs[r].batch = static_cast<uint32_t>(b);
+        recs[r].row = static_cast<uint32_t>(r);
+      }
+      e.n_reads += ids.size();
+      std::lock_guard guard(mutex);
+      ESCPOD_RETURN_IF_ERROR(sorter.add(recs));
+    }
+    return Status::ok();
+  };
+  tbb::task_arena arena(std::max(1, options.n_threads));
+  arena.execute([&] {
+    tbb::parallel_for(size_t{0}, to_scan.size(), [&](size_t k) {
+      {
+        std::lock_guard guard(mutex);
+        if (!first_error.is_ok()) return;
+      }
+      Status s = scan_one(k);
+      if (!s.is_ok()) {
+        std::lock_guard guard(mutex);
+        if (first_error.is_ok()) first_error = std::move(s);
+      }
+    });
+  });
+  ESCPOD_RETURN_IF_ERROR(first_error);
+  rep.n_files_scanned = to_scan.size();
+  rep.n_spilled_runs = sorter.n_runs();
+  rep.n_reads_added = sorter.total();
+
+  std::vector<std::string> new_segments;
+  if (sorter.total() > 0) {
+    const std::string name = segment_name(m.next_segment++);
+    ESCPOD_ASSIGN_OR_RETURN(auto writer, SegmentWriter::create(dir / name, sorter.total()));
+    ESCPOD_RETURN_IF_ERROR(sorter.merge([&](const Rec& r) {
+      writer->add(r);
+      return Status::ok();
+    }));
+    ESCPOD_RETURN_IF_ERROR(writer->finish());
+    m.segments[name] = sorter.total();
+    for (size_t k : to_scan)
+      if (m.files[k].n_reads > 0) m.files[k].segment = name; else m.files[k].segment = "-";
+    new_segments.push_back(name);
+  } else {
+    for (size_t k : to_scan) m.files[k].segment = "-";
+  }
+  // Old segments still holding a live file's records.
+  for (const auto& e : m.files) {
+    if (e.segment != "-" && !m.segments.count(e.segment)) m.segments[e.segment] = old.segments.at(e.segment);
+  }
+
+  // Compact: merge every segment into one when there are too many or most records are dead.
+  uint64_t live = 0, stored = 0;
+  for (const auto& e : m.files) live += e.n_reads;
+  for (const auto& [name, n] : m.segments) stored += n;
+  if (m.segments.size() > kMaxSegments || (m.segments.size() > 1 && stored - live > live)) {
+    std::vector<std::unique_ptr<SegmentMap>> inputs;
+    for (const auto& [name, n] : m.segments) {
+      auto opened = SegmentMap::open(dir / name);
+      Status checked = opened.is_ok() ? (*opened)->verify() : opened.status();
+      if (!checked.is_ok()) {
+        return Status(checked.code(), checked.message() + " (while merging segments; `escpod index --rebuild` "
+                                                          "reads every file again)");
+      }
+      inputs.push_back(std::move(opened).value());
+    }
+    std::set<uint32_t> live_slots;
+    for (const auto& e : m.files) live_slots.insert(e.slot);
+    std::vector<uint64_t> pos(inputs.size(), 0);
+    using Item = std::pair<Rec, size_t>;
+    auto greater = [](const Item& a, const Item& b) { return rec_less(b.first, a.first); };
+    std::priority_queue<Item, std::vector<Item>, decltype(greater)> heap(greater);
+    auto advance = [&](size_t k) {
+      while (pos[k] < inputs[k]->n_records()) {
+        Rec r = inputs[k]->record(pos[k]++);
+        if (live_slots.count(r.slot)) {
+          heap.emplace(r, k);
+          return;
+        }
+      }
+    };
+    for (size_t k = 0; k < inputs.size(); ++k) advance(k);
+    const std::string name = segment_name(m.next_segment++);
+    ESCPOD_ASSIGN_OR_RETURN(auto writer, SegmentWriter::create(dir / name, live));
+    while (!heap.empty()) {
+      auto [top, k] = heap.top();
+      heap.pop();
+      writer->add(top);
+      advance(k);
+    }
+    ESCPOD_RETURN_IF_ERROR(writer->finish());
+    m.segments.clear();
+    m.segments[name] = live;
+    for (auto& e : m.files) e.segment = e.n_reads > 0 ? name : "-";
+    rep.compacted = true;
+  }
+  ESCPOD_RETURN_IF_ERROR(write_manifest(dir / "manifest", m));
+  // Segments no longer referenced go once the new manifest is in place.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string fname = entry.path().filename().string();
+    if (fname.rfind("seg-", 0) == 0 && !m.segments.count(fname)) fs::remove(entry.path(), ec);
+  }
+  rep.n_files = m.files.size();
+  rep.n_reads = live;
+  rep.n_segments = m.segments.size();
+  return Status::ok();
+}
+
+// ---- lookup ------------------------------------------------------------------------------------
+
+struct ReadIndex::Impl {
+  fs::path root;
+  Manifest manifest;
+  std::vector<std::unique_ptr<SegmentMap>> segments;
+  std::unordered_map<uint32_t, size_t> live_slots;       // slot -> manifest file
+  std::unordered_map<std::string, size_t> by_path;       // relative path -> manifest file
+};
+
+ReadIndex::ReadIndex(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+ReadIndex::~ReadIndex() = default;
+
+Result<std::unique_ptr<ReadIndex>> ReadIndex::open(const fs::path& root_in) {
+  auto impl = std::make_unique<Impl>();
+  impl->root = normal_path(root_in);
+  const fs::path dir = impl->root / kReadIndexDirName;
+  if (!fs::exists(dir / "manifest")) return Status::not_found(dir.string() + ": no read-id index");
+  ESCPOD_ASSIGN_OR_RETURN(impl->manifest, read_manifest(dir / "manifest"));
+  for (const auto& [name, n] : impl->manifest.segments) {
+    ESCPOD_ASSIGN_OR_RETURN(auto s, SegmentMap::open(dir / name));
+    if (s->n_records() != n) {
+      return Status::corrupt((dir / name).string() + ": holds " + std::to_string(s->n_records()) +
+                             " records, the manifest says " + std::to_string(n));
+    }
+    impl->segments.push_back(std::move(s));
+  }
+  for (size_t i = 0; i < impl->manifest.files.size(); ++i) {
+    impl->live_slots[impl->manifest.files[i].slot] = i;
+    impl->by_path[impl->manifest.files[i].path] = i;
+  }
+  return std::unique_ptr<ReadIndex>(new ReadIndex(std::move(impl)));
+}
+
+fs::path ReadIndex::find_root(const fs::path& file) {
+  std::error_code ec;
+  fs::path dir = normal_path(file).parent_path();
+  while (!dir.empty()) {
+    if (fs::exists(dir / kReadIndexDirName / "manifest", ec)) return dir;
+    if (dir == dir.root_path()) break;
+    dir = dir.parent_path();
+  }
+  return {};
+}
+
+const fs::path& ReadIndex::root() const { return m_impl->root; }
+const std::vector<IndexedFile>& ReadIndex::files() const { return m_impl->manifest.files; }
+
+const IndexedFile* ReadIndex::fresh_entry(const fs::path& file) const {
+  const fs::path abs = normal_path(file);
+  auto it = m_impl->by_path.find(abs.lexically_relative(m_impl->root).generic_string());
+  if (it == m_impl->by_path.end()) return nullptr;
+  const IndexedFile& e = m_impl->manifest.files[it->second];
+  auto st = stat_file(abs);
+  if (!st.is_ok() || st->size != e.size || st->mtime_ns != e.mtime_ns) return nullptr;
+  return &e;
+}
+
+Status ReadIndex::lookup(const ReadId& id, std::vector<IndexHit>* out) const {
+  for (const auto& seg : m_impl->segments) {
+    uint64_t lo = 0, end = 0;
+    ESCPOD_RETURN_IF_ERROR(seg->bucket(bucket_of(id.bytes.data(), seg->bits()), &lo, &end));
+    // First record with this id (records of a bucket are sorted by id).
+    uint64_t hi = end;
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (std::memcmp(seg->record(mid).id.data(), id.bytes.data(), 16) < 0) lo = mid + 1; else hi = mid;
+    }
+    for (uint64_t i = lo; i < end; ++i) {
+      const Rec r = seg->record(i);
+      if (std::memcmp(r.id.data(), id.bytes.data(), 16) != 0) break;
+      if (m_impl->live_slots.count(r.slot)) out->push_back({r.slot, r.batch, r.row});
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace escpod::pod5
