@@ -35,6 +35,8 @@
 #                                                       (not a Debian package; configured only
 #                                                       with -DESCPOD_ENABLE_CUDA=ON)
 #   Arrow C++ and Parquet headers/libraries             pyarrow wheel (requirements.txt)
+#   tmux (progress-bar test in a real terminal)         tmux
+#   headless browser (report screenshot test)          chromium
 #   official pod5 (conformance), escapepod (bench),     requirements.txt, in .venv
 #   pytest, numpy, h5py
 set -euo pipefail
@@ -46,6 +48,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libflatbuffers-dev zlib1g-dev flatbuffers-compiler
   clang libclang-rt-14-dev ccache
   libonnx-dev libprotobuf-dev libdnnl-dev ocl-icd-opencl-dev libsvm-dev
+  tmux chromium
 )
 
 missing=()

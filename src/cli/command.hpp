@@ -17,6 +17,7 @@ namespace escpod::cli {
 struct GlobalOptions {
   int verbosity = 0;      // -q: -1, default 0, -v: 1
   int n_threads = 0;      // --threads; 0 = default (min(16, CPUs available))
+  std::string command_line;  // argv joined (reports record it)
 };
 
 // A command's body: runs after parsing; its Status becomes the exit code (0 ok, 1 failure).
@@ -53,5 +54,6 @@ void register_summary(CLI::App& app, GlobalOptions& global);
 void register_simulate(CLI::App& app, GlobalOptions& global);
 void register_demux(CLI::App& app, GlobalOptions& global);
 void register_model(CLI::App& app, GlobalOptions& global);  // nn engine (weak: optional)
+void register_report(CLI::App& app, GlobalOptions& global);
 
 }  // namespace escpod::cli
