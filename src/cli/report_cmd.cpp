@@ -72,7 +72,8 @@ void register_report(CLI::App& app, GlobalOptions& global) {
   sub->add_option("inputs", o->inputs, "POD5 files or directories the classifications came from (optional)");
   sub->add_option("--classifications", o->classifications,
                   "Classifications CSV from `escpod demux` (repeat for shards)")
-      ->required();
+      ->required()
+      ->allow_extra_args(false);
   sub->add_option("-o,--output", o->output, "HTML report path")->required();
   sub->add_option("--json", o->json, "JSON path (default: OUT.json)");
   sub->add_option("--multiqc", o->multiqc, "MultiQC file prefix (default: OUT)");

@@ -58,6 +58,7 @@ Histogram make_hist(double lo, double hi, size_t n, bool log10) {
 Histogram confidence_hist() { return make_hist(0, 1, 20, false); }
 Histogram samples_hist() { return make_hist(2, 7, 50, true); }      // 100 .. 10M samples
 Histogram duration_hist() { return make_hist(-1, 3, 40, true); }    // 0.1 .. 1000 s
+constexpr double kTimeSlotS = 10;  // resolution of read start times over the run
 
 void merge_into(Histogram& into, const Histogram& from) {
   for (size_t i = 0; i < into.counts.size() && i < from.counts.size(); ++i) into.counts[i] += from.counts[i];
@@ -198,7 +199,7 @@ Result<ReportData> collect_report(const ReportOptions& options) {
 
   std::mutex mutex;
   std::vector<SignalStats> per_label(labels.size() + 1);  // last: reads not in the CSVs
-  std::vector<uint64_t> per_minute;
+  std::vector<uint64_t> per_slot;
   progress::Task progress(n_total, 0);
   for (const auto& reader : readers) {
     // Sample rates by run-info index of this file.
@@ -210,7 +211,7 @@ Result<ReportData> collect_report(const ReportOptions& options) {
     ESCPOD_RETURN_IF_ERROR(reader->for_each_batch(options.n_threads, [&](const pod5::ReadBatch& b) -> Status {
       std::vector<SignalStats> local(per_label.size());
       Histogram dur = duration_hist(), samples = samples_hist();
-      std::vector<uint64_t> minutes;
+      std::vector<uint64_t> slots;
       double last_end_h = 0;
       for (size_t i = 0; i < b.size(); ++i) {
         const auto it = std::lower_bound(ids.begin(), ids.end(), b.read_id[i],
@@ -232,10 +233,10 @@ Result<ReportData> collect_report(const ReportOptions& options) {
         samples.add(static_cast<double>(n));
         dur.add(secs);
         const double start_s = static_cast<double>(b.start_sample[i]) / rate;
-        const auto minute = static_cast<size_t>(start_s / 60);
-        if (minute < (1u << 20)) {  // ignore absurd start times (two years of run)
-          if (minutes.size() <= minute) minutes.resize(minute + 1, 0);
-          ++minutes[minute];
+        const auto slot = static_cast<size_t>(start_s / kTimeSlotS);
+        if (slot < (1u << 23)) {  // ignore absurd start times (over two years into the run)
+          if (slots.size() <= slot) slots.resize(slot + 1, 0);
+          ++slots[slot];
         }
         last_end_h = std::max(last_end_h, (start_s + secs) / 3600);
       }
@@ -249,8 +250,8 @@ Result<ReportData> collect_report(const ReportOptions& options) {
       }
       merge_into(d.duration_s, dur);
       merge_into(d.signal_samples, samples);
-      if (per_minute.size() < minutes.size()) per_minute.resize(minutes.size(), 0);
-      for (size_t k = 0; k < minutes.size(); ++k) per_minute[k] += minutes[k];
+      if (per_slot.size() < slots.size()) per_slot.resize(slots.size(), 0);
+      for (size_t k = 0; k < slots.size(); ++k) per_slot[k] += slots[k];
       d.run_hours = std::max(d.run_hours, last_end_h);
       return Status::ok();
     }));
@@ -272,12 +273,12 @@ Result<ReportData> collect_report(const ReportOptions& options) {
     merge_into(b.signal_samples, s.hist);
   }
   for (size_t i = 0; i < ids.size(); ++i) d.n_csv_reads_without_signal += found[i].load(std::memory_order_relaxed) == 0;
-  // Reads over run time: at most ~60 bins of whole minutes.
-  const size_t n_min = std::max<size_t>(1, per_minute.size());
-  const size_t per_bin = (n_min + 59) / 60;
-  const size_t n_bins = (n_min + per_bin - 1) / per_bin;
-  d.reads_over_time = make_hist(0, static_cast<double>(n_bins * per_bin) / 60.0, n_bins, false);
-  for (size_t k = 0; k < per_minute.size(); ++k) d.reads_over_time.counts[k / per_bin] += per_minute[k];
+  // Reads over run time: at most ~60 bins of whole time slots.
+  const size_t n_slots = std::max<size_t>(1, per_slot.size());
+  const size_t per_bin = (n_slots + 59) / 60;
+  const size_t n_bins = (n_slots + per_bin - 1) / per_bin;
+  d.reads_over_time = make_hist(0, static_cast<double>(n_bins * per_bin) * kTimeSlotS / 3600.0, n_bins, false);
+  for (size_t k = 0; k < per_slot.size(); ++k) d.reads_over_time.counts[k / per_bin] += per_slot[k];
   return d;
 }
 
@@ -454,10 +455,10 @@ std::string num(double v) {
 }
 
 std::string short_num(double v) {
-  if (v >= 1e9) return fmt::format("{:g}G", v / 1e9);
-  if (v >= 1e6) return fmt::format("{:g}M", v / 1e6);
-  if (v >= 1e3) return fmt::format("{:g}k", v / 1e3);
-  return fmt::format("{:g}", v);
+  if (v >= 1e9) return fmt::format("{:.3g}G", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.3g}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.3g}k", v / 1e3);
+  return fmt::format("{:.3g}", v);
 }
 
 double nice_ceil(double v) {
@@ -483,7 +484,7 @@ std::string svg_bars(const std::string& id, const std::vector<std::string>& cats
   const int pw = W - left - right, ph = H - top - bottom;
   double vmax = 0;
   for (double v : vals) vmax = std::max(vmax, v);
-  const double ymax = nice_ceil(vmax);
+  const double ymax = 4 * nice_ceil(std::max(vmax, 1.0) / 4);
   std::string s = fmt::format(
       R"X(<svg id="{}" class="plot" xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" viewBox="0 0 {} {}" role="img">)X",
       id, W, H, W, H);
@@ -517,8 +518,8 @@ std::string svg_bars(const std::string& id, const std::vector<std::string>& cats
     }
   }
   if (gapless && tick_labels) {
-    const size_t every = std::max<size_t>(1, tick_labels->size() / 8);
-    for (size_t i = 0; i < tick_labels->size(); i += every) {
+    for (size_t i = 0; i < tick_labels->size(); ++i) {
+      if ((*tick_labels)[i].empty()) continue;
       const double x = left + slot * static_cast<double>(i);
       s += fmt::format(R"X(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" stroke="#333"/>)X", x, x, top + ph, top + ph + 4);
       s += fmt::format(R"X(<text x="{:.1f}" y="{}" text-anchor="middle" font-size="11">{}</text>)X", x, top + ph + 16,
@@ -536,9 +537,14 @@ std::string svg_bars(const std::string& id, const std::vector<std::string>& cats
 std::string svg_hist(const std::string& id, const Histogram& h, const std::string& xlab, const std::string& unit) {
   std::vector<std::string> cats, ticks;
   std::vector<double> vals;
-  for (size_t i = 0; i < h.counts.size(); ++i) {
+  const size_t n = h.counts.size();
+  const size_t every = std::max<size_t>(1, n / 8);
+  for (size_t i = 0; i < n; ++i) {
     cats.push_back(fmt::format("{}-{} {}", short_num(h.bin_lo(i)), short_num(h.bin_hi(i)), unit));
-    ticks.push_back(short_num(h.bin_lo(i)));
+    // Log axes: ticks at powers of ten; linear axes: about eight evenly spaced ticks.
+    const double edge = h.lo + (h.hi - h.lo) * static_cast<double>(i) / static_cast<double>(n);
+    const bool tick = h.log10 ? std::fabs(edge - std::round(edge)) < 1e-9 : i % every == 0;
+    ticks.push_back(tick ? short_num(h.bin_lo(i)) : std::string());
     vals.push_back(static_cast<double>(h.counts[i]));
   }
   return svg_bars(id, cats, vals, "Reads", xlab, /*gapless=*/true, &ticks);
