@@ -263,21 +263,9 @@ std::shared_ptr<Task::State> g_active;  // guarded by g_active_mutex: the task b
 
 Task::Task(uint64_t items_total, uint64_t bytes_total, TaskOptions options) {
   if (const char* env = std::getenv("ESCPOD_TEST_PROGRESS_DELAY_US")) m_delay_us = std::strtoull(env, nullptr, 10);
-  {
-    std::lock_guard lock(g_active_mutex);
-    if (g_active) {
-      m_state = g_active;
-    } else {
-      m_state = std::make_shared<State>();
-      m_owner = true;
-      g_active = m_state;
-    }
-  }
-  if (!m_owner) {
-    add_totals(items_total, bytes_total);
-    return;
-  }
-  State& st = *m_state;
+  // Fully built before it is published, so a task joining it from another thread sees it whole.
+  auto fresh = std::make_shared<State>();
+  State& st = *fresh;
   st.label = !options.label.empty() ? std::move(options.label) : g_default_label.empty() ? "escpod" : g_default_label;
   st.unit = std::move(options.unit);
   st.items_total = items_total;
@@ -288,7 +276,20 @@ Task::Task(uint64_t items_total, uint64_t bytes_total, TaskOptions options) {
   if (m == Mode::kAuto) m = ::isatty(STDERR_FILENO) ? Mode::kBar : Mode::kLines;
   st.mode = m;
   st.interval_s = env_interval_s();
-  if (m != Mode::kOff) st.renderer = std::thread([s = m_state] { s->render_loop(); });
+  {
+    std::lock_guard lock(g_active_mutex);
+    if (g_active) {
+      m_state = g_active;
+    } else {
+      m_state = g_active = std::move(fresh);
+      m_owner = true;
+    }
+  }
+  if (!m_owner) {
+    add_totals(items_total, bytes_total);
+    return;
+  }
+  if (m != Mode::kOff) m_state->renderer = std::thread([s = m_state] { s->render_loop(); });
 }
 
 Task::~Task() { finish(); }
