@@ -95,6 +95,7 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
     r.command_line = global.command_line;
     r.demux_seconds = report.seconds;
     r.demux_threads = d.n_threads;
+    r.model = o.model;
     ESCPOD_RETURN_IF_ERROR(write_run_report(report_paths(o.report), r, o.writer.force));
   }
   return Status::ok();

@@ -99,6 +99,7 @@ Result<ReportData> collect_report(const ReportOptions& options) {
   d.created_utc = utc_now();
   d.demux_seconds = options.demux_seconds;
   d.demux_threads = options.demux_threads;
+  d.model = options.model;
   d.signal_samples = samples_hist();
   d.duration_s = duration_hist();
   if (options.classifications.empty()) return Status::invalid_argument("report needs a classifications CSV");
@@ -350,6 +351,7 @@ std::string report_json(const ReportData& d) {
   if (d.demux_seconds > 0) {
     j["demux"] = {{"seconds", d.demux_seconds},
                   {"threads", d.demux_threads},
+                  {"model", d.model},
                   {"reads_per_second", static_cast<double>(d.n_reads) / d.demux_seconds}};
   }
   return j.dump(1) + "\n";
@@ -717,6 +719,7 @@ std::string report_html(const ReportData& d) {
   kv("escpod version", esc(d.version));
   kv("Command line", "<code>" + esc(d.command_line) + "</code>");
   kv("Created (UTC)", esc(d.created_utc));
+  if (!d.model.empty()) kv("Model", "<code>" + esc(d.model) + "</code>");
   std::string list;
   for (const auto& c : d.classifications) list += "<code>" + esc(c) + "</code><br>";
   kv("Classifications", list);

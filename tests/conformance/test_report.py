@@ -123,6 +123,7 @@ def test_report_numbers_equal_the_csv_and_pod5(escpod, demux_run):
     demux_doc = json.load(open(d / "demux_report.json"))
     check_json(demux_doc, d / "calls.csv", d / "in")
     assert demux_doc["demux"]["seconds"] > 0 and demux_doc["command_line"].split()[1] == "demux"
+    assert demux_doc["demux"]["model"] == str(d / "model.json")
     # MultiQC custom content: one section per file, same numbers.
     mqc = json.load(open(d / "r_reads_per_barcode_mqc.json"))
     assert mqc["plot_type"] == "bargraph" and mqc["parent_id"] == "escpod"

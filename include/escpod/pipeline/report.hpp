@@ -74,6 +74,7 @@ struct ReportData {
   std::vector<std::string> writers;          // POD5 writing software and format versions
   double demux_seconds = 0;       // wall time of the demux that made the CSV (0: unknown)
   int demux_threads = 0;
+  std::string model;              // the demux model, when known
 };
 
 struct ReportOptions {
@@ -84,6 +85,7 @@ struct ReportOptions {
   std::string command_line;
   double demux_seconds = 0;
   int demux_threads = 0;
+  std::string model;  // the demux model path (demux --report), shown as given
 };
 
 // Reads the CSVs and (if any) the POD5 inputs. Errors name the file and line: a missing column,
