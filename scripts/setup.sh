@@ -40,6 +40,8 @@
 #                                                       (not a Debian package; configured only
 #                                                       with -DESCPOD_ENABLE_CUDA=ON)
 #   Arrow C++ and Parquet headers/libraries             pyarrow wheel (requirements.txt)
+#   tmux (progress-bar test in a real terminal)         tmux
+#   headless browser (report screenshot test)          chromium
 #   official pod5 (conformance), escapepod (bench),     requirements.txt, in .venv
 #   pytest, numpy, h5py, pysam (bam-filter tests)
 set -euo pipefail
@@ -53,6 +55,7 @@ DEB_PACKAGES=(
   libonnx-dev libprotobuf-dev libdnnl-dev ocl-icd-opencl-dev libsvm-dev
   libhdf5-dev libvbz-hdf-plugin-dev
   libhts-dev samtools
+  tmux chromium
 )
 
 missing=()

@@ -20,6 +20,7 @@ namespace escpod::cli {
 struct GlobalOptions {
   int verbosity = 0;      // -q: -1, default 0, -v: 1
   int n_threads = 0;      // --threads; 0 = default (min(16, CPUs available))
+  std::string command_line;  // argv joined (reports record it)
 };
 
 // A command's body: runs after parsing; its Status becomes the exit code (0 ok, 1 failure).
@@ -72,5 +73,6 @@ void add_skip_bad_flag(CLI::App* sub, bool& skip_bad);
 void report_skipped_inputs(const std::vector<std::pair<std::string, std::string>>& skipped);
 // The exit status of a successful run: 0, or kExitSkippedInputs after report_skipped_inputs.
 int success_exit_code();
+void register_report(CLI::App& app, GlobalOptions& global);
 
 }  // namespace escpod::cli

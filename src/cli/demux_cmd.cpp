@@ -4,6 +4,7 @@
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "escpod/core/staged_file.hpp"
@@ -15,6 +16,7 @@
 #include "escpod/pod5/inputs.hpp"
 
 #include "cli/demux_stages_cmd.hpp"
+#include "cli/report_cmd.hpp"
 
 #if __has_include("cli/demux_train_cmd.hpp")
 #include "cli/demux_train_cmd.hpp"
@@ -31,6 +33,7 @@ struct DemuxCliOptions {
   std::vector<std::string> inputs;
   std::string model, cnn_model, method, out_dir, classifications, prefix = "barcode";
   std::string dtw_precision = "float32";
+  std::string report;  // HTML report path (with its JSON and MultiQC files beside it)
   bool info = false, annotate = false;
   int64_t memory_mib = 256;
   WriterFlags writer;
@@ -44,9 +47,10 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
     return Status::ok();
   }
   if (o.inputs.empty()) return Status::invalid_argument("demux needs POD5 inputs");
-  if (o.out_dir.empty() && o.classifications.empty() && !o.annotate) {
+  if (o.out_dir.empty() && o.classifications.empty() && !o.annotate && o.report.empty()) {
     return Status::invalid_argument("demux needs -d OUTDIR (per-barcode POD5 files), --annotate "
-                                    "(barcode column in each input's .p5s sidecar) and/or --classifications CSV");
+                                    "(barcode column in each input's .p5s sidecar), --report HTML "
+                                    "and/or --classifications CSV");
   }
   pipeline::DemuxOptions d;
   d.model_path = o.model;
@@ -58,9 +62,18 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   d.out_dir = o.out_dir;
   d.prefix = o.prefix;
   d.classifications_csv = o.classifications;
+  // The report is built from the classifications: without --classifications they go to a
+  // scratch file beside the report, removed afterwards.
+  std::optional<ScratchPath> report_csv;
+  if (!o.report.empty() && o.classifications.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(auto scratch, ScratchPath::create(o.report, ".classifications.csv"));
+    report_csv.emplace(std::move(scratch));
+    d.classifications_csv = report_csv->path();
+    std::error_code ec;
+    std::filesystem::remove(report_csv->path(), ec);  // the CSV is staged and renamed onto it
+  }
   d.n_threads = resolve_threads(global);
   d.signal_memory_budget = o.memory_mib << 20;
-  d.progress = true;
   d.annotate = o.annotate;
   d.annotate_writer = std::string("escpod ") + ESCPOD_VERSION;
   ESCPOD_ASSIGN_OR_RETURN(d.writer, writer_options(o.writer));
@@ -78,6 +91,18 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   for (const auto& [reason, n] : report.unclassified_reasons) log::info("unclassified, {}: {}", reason, n);
   log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", report.n_reads, report.seconds,
             static_cast<double>(report.n_reads) / std::max(report.seconds, 1e-9), d.n_threads);
+  if (!o.report.empty()) {
+    pipeline::ReportOptions r;
+    r.classifications = {d.classifications_csv};
+    r.pod5_inputs = files;
+    r.n_threads = d.n_threads;
+    r.version = ESCPOD_VERSION;
+    r.command_line = global.command_line;
+    r.demux_seconds = report.seconds;
+    r.demux_threads = d.n_threads;
+    r.model = o.model;
+    ESCPOD_RETURN_IF_ERROR(write_run_report(report_paths(o.report), r, o.writer.force));
+  }
   return Status::ok();
 }
 
@@ -307,6 +332,9 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
   sub->add_option("--classifications", opts->classifications,
                   "CSV: read_id,barcode,confidence,adapter_start,adapter_end,detector,reason,p..");
   sub->add_option("--prefix", opts->prefix, "Output file prefix (default barcode)");
+  sub->add_option("--report", opts->report,
+                  "HTML report of the run (as `escpod report` writes it, with REPORT.json and\n"
+                  "REPORT_<section>_mqc.json beside it)");
   sub->add_option("--memory-mib", opts->memory_mib,
                   "Pending output signal held in memory, all outputs together (default 256)")
       ->check(CLI::PositiveNumber);

@@ -6,6 +6,7 @@
 
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
 
 namespace escpod::cli {
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("escpod ") + ESCPOD_VERSION);
   app.require_subcommand(1);
   cli::GlobalOptions global;
+  for (int i = 0; i < argc; ++i) global.command_line += (i ? " " : "") + std::string(argv[i]);
 
   cli::register_inspect(app, global);
   cli::register_view(app, global);
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   cli::register_summary(app, global);
   cli::register_annotate(app, global);
   cli::register_index(app, global);
+  cli::register_report(app, global);
   cli::register_simulate(app, global);
   cli::register_recover(app, global);
 #if defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)
@@ -57,6 +60,15 @@ int main(int argc, char** argv) {
   log::set_level(global.verbosity < 0   ? log::Level::kError
                  : global.verbosity > 0 ? log::Level::kDebug
                                         : log::Level::kInfo);
+  // Progress on stderr for long runs (a bar on a terminal, plain lines otherwise), labelled with
+  // the command path ("demux detect"); -q turns it off.
+  progress::set_mode(global.verbosity < 0 ? progress::Mode::kOff : progress::Mode::kAuto);
+  std::string label;
+  for (const CLI::App* a = &app; !a->get_subcommands().empty();) {
+    a = a->get_subcommands().front();
+    label += (label.empty() ? "" : " ") + a->get_name();
+  }
+  progress::set_default_label(label);
   cli::CommandBody* body = cli::selected_body();
   if (body == nullptr) return 2;
   Status status = (*body)();

@@ -22,6 +22,7 @@
 #include "escpod/pod5/sidecar.hpp"
 #include "escpod/signal/calibration.hpp"
 #include "escpod/signal/fingerprint.hpp"
+#include "escpod/pipeline/report.hpp"
 #include "pipeline/csv_text.hpp"
 #include "pipeline/read_stream.hpp"
 
@@ -198,7 +199,7 @@ class Router {
     ++report.n_reads;
     report.n_samples_decoded += t.out.n_decoded;
     ++report.reads_per_label[label];
-    if (!t.out.reason.empty()) ++report.unclassified_reasons[reason_key(t.out.reason)];
+    if (!t.out.reason.empty()) ++report.unclassified_reasons[unclassified_reason_group(t.out.reason)];
     ++report.detector_used[t.out.bounds.method.empty() ? "none" : t.out.bounds.method];
     if (m_options.annotate) {
       auto [pos, inserted] = m_label_index.emplace(label, static_cast<uint32_t>(m_label_names.size()));
@@ -272,15 +273,6 @@ class Router {
   }
 
  private:
-  // Reasons carry details after ": " (a decode error's text); group the counts by their head.
-  static std::string reason_key(const std::string& reason) {
-    auto second = reason.find(": ");
-    if (reason.rfind("boundary detection failed: ", 0) == 0 || reason.rfind("no fingerprint: ", 0) == 0) {
-      return reason;
-    }
-    return second == std::string::npos ? reason : reason.substr(0, second);
-  }
-
   const DemuxOptions& m_options;
   const Engine& m_engine;
   pod5::WriterOptions m_writer_options;
@@ -326,8 +318,6 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
   ESCPOD_ASSIGN_OR_RETURN(Engine engine, make_engine(options));
   ESCPOD_ASSIGN_OR_RETURN(auto readers, detail::open_readers(inputs, options.n_threads));
   if (options.annotate) ESCPOD_RETURN_IF_ERROR(check_sidecars_writable(inputs));
-  uint64_t n_total = 0;
-  for (const auto& r : readers) n_total += r->info().n_reads;
   if (!options.out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.out_dir, ec);
@@ -338,7 +328,6 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
   DemuxReport local;
   DemuxReport& rep = report ? *report : local;
 
-  auto last_progress = std::chrono::steady_clock::now();
   // One read per block: per-read work stealing (a slow read never holds up others).
   Status s = detail::for_each_read_ordered<DemuxRead, WorkerScratch>(
       readers, options.n_threads, /*block_size=*/1,
@@ -352,19 +341,7 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
       [&engine](detail::ReadBlock<DemuxRead>& block, WorkerScratch& w) {
         for (ReadTask& t : block.reads) classify_read(engine, t, w);
       },
-      [&](const ReadTask& t) -> Status {
-        ESCPOD_RETURN_IF_ERROR(router.route(t, rep));
-        if (options.progress) {
-          auto now = std::chrono::steady_clock::now();
-          if (now - last_progress > std::chrono::seconds(5)) {
-            last_progress = now;
-            const double secs = std::chrono::duration<double>(now - t0).count();
-            log::info("{} / {} reads ({:.0f} reads/s)", rep.n_reads, n_total,
-                      static_cast<double>(rep.n_reads) / secs);
-          }
-        }
-        return Status::ok();
-      });
+      [&](const ReadTask& t) -> Status { return router.route(t, rep); });
   ESCPOD_RETURN_IF_ERROR(s);
   ESCPOD_RETURN_IF_ERROR(router.finish());
   ESCPOD_RETURN_IF_ERROR(router.write_annotations(readers, rep));

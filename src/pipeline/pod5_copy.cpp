@@ -10,6 +10,7 @@
 #include <set>
 
 #include "escpod/core/log.hpp"
+#include "read_stream.hpp"
 
 namespace escpod::pipeline {
 
@@ -94,6 +95,7 @@ Status detail_stream(const std::vector<std::unique_ptr<pod5::FileReader>>& reade
   Status first_error;      // written by the serial sink only
   std::atomic<bool> failed{false};  // read by the source and the workers while the sink runs
   size_t file = 0, batch_idx = 0;
+  const auto progress = detail::start_read_progress(readers);
   tbb::task_arena arena(threads);
   arena.execute([&] {
     tbb::parallel_pipeline(
@@ -179,6 +181,8 @@ Status detail_stream(const std::vector<std::unique_ptr<pod5::FileReader>>& reade
                   }
                   reader.drop_signal_pages_behind(b->batch, hook);
                   if (!hook_status.is_ok()) return fail(std::move(hook_status));
+                  progress->add(b->batch.size(),
+                                detail::input_bytes_of(reader, b->batch.first_read_idx, b->batch.size()));
                 }));
   });
   if (failed) return first_error;
@@ -228,6 +232,14 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
     std::filesystem::create_directories(out_dir, ec);
     if (ec) return Status::io_error("cannot create output folder " + out_dir.string() + ": " + ec.message());
   }
+  // Files are repacked in parallel, each by its own stream_reads, whose progress joins this one:
+  // bytes are known now, reads as each file is opened.
+  uint64_t n_bytes = 0;
+  for (const auto& in : inputs) {
+    const auto size = std::filesystem::file_size(in, ec);
+    if (!ec) n_bytes += size;
+  }
+  progress::Task progress(0, n_bytes);
   std::mutex mutex;
   Status first_error;
   auto repack_one = [&](const std::filesystem::path& in) -> Status {

@@ -12,6 +12,9 @@
 #include <memory>
 #include <type_traits>
 
+#include "escpod/core/progress.hpp"
+#include "read_stream.hpp"
+
 namespace escpod::pipeline {
 namespace {
 
@@ -142,6 +145,7 @@ Status write_read_table(const std::vector<std::filesystem::path>& files,
     std::string text;
     Status status;
     std::shared_ptr<const SidecarLookup> lookup;
+    uint64_t first_read = 0, n_reads = 0;  // of the batch (progress)
   };
   std::vector<std::shared_ptr<const pod5::FileReader>> opened;
   std::vector<std::shared_ptr<const SidecarLookup>> lookups;
@@ -149,6 +153,14 @@ Status write_read_table(const std::vector<std::filesystem::path>& files,
   Status first_error;
   const int n_threads = std::max(1, n_threads_wanted);
   bool consumer_done = false;
+  // Files are opened one after another: bytes are known now, reads as each file opens.
+  uint64_t n_bytes = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(f, ec);
+    if (!ec) n_bytes += size;
+  }
+  progress::Task progress(0, n_bytes);
   tbb::task_arena arena(n_threads);
   arena.execute([&] {
     tbb::parallel_pipeline(
@@ -178,6 +190,7 @@ Status write_read_table(const std::vector<std::filesystem::path>& files,
                                              lookup = std::move(*l);
                                            }
                                            lookups.push_back(std::move(lookup));
+                                           progress.add_totals(opened.back()->info().n_reads, 0);
                                          }
                                          if (batch_idx == opened[file_idx]->n_read_batches()) {
                                            opened[file_idx].reset();  // unmaps once its jobs are done
@@ -196,6 +209,8 @@ Status write_read_table(const std::vector<std::filesystem::path>& files,
                                              job->status = batch.status();
                                              return job;
                                            }
+                                           job->first_read = batch->first_read_idx;
+                                           job->n_reads = batch->size();
                                            std::string& s = job->text;
                                            for (size_t i = 0; i < batch->size(); ++i) {
                                              if (wanted && !wanted->count(batch->read_id[i])) continue;
@@ -221,6 +236,7 @@ Status write_read_table(const std::vector<std::filesystem::path>& files,
               }
               if (!first_error.is_ok()) return;
               if (!write(job->text)) consumer_done = true;
+              progress.add(job->n_reads, detail::input_bytes_of(*job->file, job->first_read, job->n_reads));
             }));
   });
   return first_error;

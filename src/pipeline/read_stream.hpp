@@ -18,11 +18,41 @@
 #include <vector>
 
 #include "escpod/core/log.hpp"
+#include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/core/status.hpp"
 #include "escpod/pod5/file_reader.hpp"
 
 namespace escpod::pipeline::detail {
+
+// ---- progress over POD5 inputs -----------------------------------------------------------------
+
+// Input bytes counted once the first `reads_done` reads of `reader` are done: the file's size
+// apportioned to its reads, so a file's bytes are all counted with its last read (exact totals,
+// no per-read signal lookups).
+inline uint64_t input_bytes_through(const pod5::FileReader& reader, uint64_t reads_done) {
+  const uint64_t n = reader.info().n_reads;
+  const uint64_t size = reader.info().file_size;
+  if (n == 0 || reads_done >= n) return n == 0 ? 0 : size;
+  // size * reads_done / n without overflow (r * reads_done < n^2, fine below 4e9 reads a file).
+  return size / n * reads_done + size % n * reads_done / n;
+}
+// Bytes of reads [first, first + count) of `reader`.
+inline uint64_t input_bytes_of(const pod5::FileReader& reader, uint64_t first, uint64_t count) {
+  return input_bytes_through(reader, first + count) - input_bytes_through(reader, first);
+}
+
+// A progress task over every read of `readers`: totals from their footers and file sizes (files
+// without reads add no bytes, as none are ever counted for them).
+inline std::unique_ptr<progress::Task> start_read_progress(
+    const std::vector<std::unique_ptr<pod5::FileReader>>& readers) {
+  uint64_t n_reads = 0, n_bytes = 0;
+  for (const auto& r : readers) {
+    n_reads += r->info().n_reads;
+    if (r->info().n_reads > 0) n_bytes += r->info().file_size;
+  }
+  return std::make_unique<progress::Task>(n_reads, n_bytes);
+}
 
 // ---- ordered per-read pipeline over POD5 inputs -------------------------------------------------
 
@@ -39,6 +69,8 @@ struct ReadTask {
 template <class Payload>
 struct ReadBlock {
   std::vector<ReadTask<Payload>> reads;
+  uint64_t n_scanned = 0;      // input reads behind this block, selected or not (progress)
+  uint64_t bytes_scanned = 0;  // their input bytes (input_bytes_of)
 };
 
 // Runs `work(block, scratch)` on blocks of up to `block_size` consecutive reads that
@@ -69,6 +101,7 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
   const int threads = std::max(1, n_threads);
   const size_t tokens = static_cast<size_t>(4 * threads);
   const size_t per_block = std::max<size_t>(1, block_size);
+  const auto progress = start_read_progress(readers);
   tbb::task_arena arena(threads);
   arena.execute([&] {
     tbb::parallel_pipeline(
@@ -103,6 +136,8 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
                   if (batch->size() == 0) continue;
                 }
                 const size_t r = row++;
+                ++block->n_scanned;
+                block->bytes_scanned += input_bytes_of(reader, batch->first_read_idx + r, 1);
                 size_t tag = 0;
                 if (!select(*batch, r, &tag)) continue;
                 auto& t = block->reads.emplace_back();
@@ -112,6 +147,7 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
                 t.tag = tag;
               }
               if (block->reads.empty()) {
+                progress->add(block->n_scanned, block->bytes_scanned);
                 fc.stop();
                 return nullptr;
               }
@@ -134,6 +170,7 @@ Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>
                   emitted_file = t.file;
                 }
               }
+              progress->add(owned->n_scanned, owned->bytes_scanned);
             }));
   });
   if (failed) return first_error;

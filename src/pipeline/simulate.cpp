@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "escpod/core/log.hpp"
+#include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/pod5/vbz.hpp"
 
@@ -538,6 +539,8 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
   std::atomic<bool> failed{false};
   uint64_t next_index = 0, n_samples = 0;
   std::vector<pod5::SignalChunk> chunks;
+  // Bytes: compressed signal written (its total is not known in advance).
+  progress::Task progress(o.n_reads, 0);
 
   auto consume = [&](Work& w) {
     if (failed.load()) return;
@@ -566,6 +569,9 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
       return;
     }
     n_samples += w.record.num_samples;
+    uint64_t bytes = 0;
+    for (const auto& b : w.chunk_bytes) bytes += b.size();
+    progress.add(1, bytes);
   };
 
   const int n_threads = std::max(1, o.n_threads);

@@ -18,6 +18,14 @@ bool enabled(Level level);
 // Writes "escpod: <prefix><message>\n" to stderr.
 void write(Level level, std::string_view message);
 
+// For core/progress, which shares the one stderr with log lines. write_raw writes `text` as is
+// under the log lock. draw_status_line draws `line` (no newline) in place ("\r", line, erase to
+// the end of the line); with `then` empty the line stays the status line, which each log::write
+// erases first and redraws after its message; otherwise `then` is written after it (e.g.
+// "\n" plus a summary) and no status line remains.
+void write_raw(std::string_view text);
+void draw_status_line(const std::string& line, std::string_view then = {});
+
 template <typename... Args>
 void error(fmt::format_string<Args...> f, Args&&... args) {
   write(Level::kError, fmt::format(f, std::forward<Args>(args)...));
