@@ -138,6 +138,10 @@ Status inspect_read(const InspectOptions& opts, Output& out) {
     // Annotations come along when the file has a usable sidecar (a damaged one is named).
     auto sidecar = pod5::Sidecar::open(file);
     if (sidecar.is_ok()) {
+      // The sidecar's locator for this read must hold it (bounds- and id-checked): a damaged
+      // or stale sidecar is an error, never printed beside the wrong read.
+      auto loc = sidecar->locate(file, f.batch.read_id[0]);
+      if (!loc.is_ok() && loc.status().code() != StatusCode::kNotFound) return loc.status();
       if (auto row = sidecar->row_of(f.batch.read_id[0])) {
         for (const auto& c : sidecar->columns()) {
           fmt::format_to(std::back_inserter(s), "{:<28} {}\n", "p5s." + c.name, c.text(*row));

@@ -4,6 +4,7 @@
 #include "cli/command.hpp"
 #include "cli/output.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/core/progress.hpp"
 #include "escpod/pipeline/pod5_recover.hpp"
 #include "escpod/pod5/inputs.hpp"
 
@@ -29,7 +30,22 @@ Status run_recover(const RecoverCliOptions& opts) {
   }
   ESCPOD_ASSIGN_OR_RETURN(Output out, Output::open("-"));
   size_t n_failed = 0, n_recovered = 0, n_intact = 0;
+  uint64_t total_bytes = 0;
+  std::vector<uint64_t> sizes;
   for (const auto& f : files) {
+    std::error_code ec;
+    sizes.push_back(std::filesystem::file_size(f, ec));
+    if (ec) sizes.back() = 0;
+    total_bytes += sizes.back();
+  }
+  progress::Task task(files.size(), total_bytes, {.label = "recover", .unit = "files"});
+  for (size_t k = 0; k < files.size(); ++k) {
+    const auto& f = files[k];
+    struct Counted {  // counts the file as done however the iteration ends
+      progress::Task& t;
+      uint64_t bytes;
+      ~Counted() { t.add(1, bytes); }
+    } counted{task, sizes[k]};
     const auto dest = pipeline::recovered_path(f, opts.out_dir);
     auto rep = pipeline::recover_file(f, dest, ro);
     if (!rep.is_ok()) {

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "escpod/core/log.hpp"
+#include "escpod/core/progress.hpp"
 #include "escpod/fast5/fast5_file.hpp"
 #include "escpod/pod5/vbz.hpp"
 
@@ -144,6 +145,17 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
     return current;
   };
 
+  // Progress: reads against the totals of the files opened so far, bytes against all inputs.
+  std::vector<uint64_t> input_bytes;
+  uint64_t total_bytes = 0;
+  for (const auto& in : inputs) {
+    std::error_code ec;
+    input_bytes.push_back(fs::file_size(in, ec));
+    if (ec) input_bytes.back() = 0;
+    total_bytes += input_bytes.back();
+  }
+  progress::Task task(0, total_bytes, {.label = "convert fast5", .unit = "reads"});
+
   tbb::enumerable_thread_specific<Worker> workers;
   tbb::task_arena arena(threads);
   arena.execute([&] {
@@ -168,6 +180,7 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
                   }
                   file = std::move(opened).value();
                   read_idx = 0;
+                  task.add_totals(file->n_reads(), 0);
                   if (file->n_reads() == 0) log::warn("{}: no reads", inputs[file_idx].string());
                 }
                 if (read_idx < file->n_reads()) {
@@ -179,6 +192,7 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
                   return item;
                 }
                 file.reset();
+                task.add(0, input_bytes[file_idx]);
                 ++file_idx;
               }
               fc.stop();
@@ -241,6 +255,7 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
                                                  rec.read_id.to_string() + ": " + s.message());
                       }
                       ++local.n_reads;
+                      task.add(1);
                       local.n_samples += item->samples.size();
                     }
                   }

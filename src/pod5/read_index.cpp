@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "escpod/core/log.hpp"
+#include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/inputs.hpp"
@@ -592,6 +593,15 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
     }
     return Status::ok();
   };
+  uint64_t scan_bytes = 0;
+  std::vector<uint64_t> scan_sizes;
+  for (const auto& p : scan_paths) {
+    std::error_code size_ec;
+    scan_sizes.push_back(fs::file_size(p, size_ec));
+    if (size_ec) scan_sizes.back() = 0;
+    scan_bytes += scan_sizes.back();
+  }
+  progress::Task task(to_scan.size(), scan_bytes, {.label = "index", .unit = "files"});
   tbb::task_arena arena(std::max(1, options.n_threads));
   arena.execute([&] {
     tbb::parallel_for(size_t{0}, to_scan.size(), [&](size_t k) {
@@ -600,6 +610,7 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
         if (!first_error.is_ok()) return;
       }
       Status s = scan_one(k);
+      task.add(1, scan_sizes[k]);
       if (!s.is_ok()) {
         std::lock_guard guard(mutex);
         if (first_error.is_ok()) first_error = std::move(s);
