@@ -13,6 +13,7 @@
 #include "escpod/core/log.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/fast5/fast5_file.hpp"
+#include "escpod/pod5/inputs.hpp"
 #include "escpod/pod5/vbz.hpp"
 
 namespace escpod::pipeline {
@@ -20,34 +21,7 @@ namespace escpod::pipeline {
 namespace fs = std::filesystem;
 
 Result<std::vector<fs::path>> collect_fast5_inputs(const std::vector<std::string>& inputs) {
-  std::vector<fs::path> out;
-  std::set<fs::path> seen;
-  auto add = [&](const fs::path& p) {
-    std::error_code ec;
-    fs::path canonical = fs::weakly_canonical(p, ec);
-    if (ec) canonical = p;
-    if (seen.insert(canonical).second) out.push_back(p);
-  };
-  for (const auto& input : inputs) {
-    std::error_code ec;
-    const fs::path p(input);
-    const auto status = fs::status(p, ec);
-    if (ec || !fs::exists(status)) return Status::not_found(input + ": no such file or directory");
-    if (!fs::is_directory(status)) {
-      add(p);
-      continue;
-    }
-    std::vector<fs::path> found;
-    for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_regular_file() && it->path().extension() == ".fast5") found.push_back(it->path());
-    }
-    if (ec) return Status::io_error(input + ": cannot list: " + ec.message());
-    std::sort(found.begin(), found.end());
-    for (const auto& f : found) add(f);
-  }
-  if (out.empty()) return Status::invalid_argument("no FAST5 files found in the inputs given");
-  return out;
+  return pod5::collect_inputs(inputs, ".fast5", "FAST5");
 }
 
 namespace {

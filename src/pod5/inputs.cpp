@@ -5,7 +5,8 @@
 
 namespace escpod::pod5 {
 
-Result<std::vector<std::filesystem::path>> collect_pod5_inputs(const std::vector<std::string>& inputs) {
+Result<std::vector<std::filesystem::path>> collect_inputs(const std::vector<std::string>& inputs,
+                                                          std::string_view extension, std::string_view kind) {
   namespace fs = std::filesystem;
   std::vector<fs::path> out;
   std::set<fs::path> seen;
@@ -24,7 +25,7 @@ Result<std::vector<std::filesystem::path>> collect_pod5_inputs(const std::vector
       std::vector<fs::path> found;
       for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
            !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (it->is_regular_file() && it->path().extension() == ".pod5" &&
+        if (it->is_regular_file() && it->path().extension() == extension &&
             it->path().filename().string().rfind(".escpod-tmp-", 0) != 0) {
           found.push_back(it->path());
         }
@@ -36,8 +37,12 @@ Result<std::vector<std::filesystem::path>> collect_pod5_inputs(const std::vector
       add(p);
     }
   }
-  if (out.empty()) return Status::invalid_argument("no POD5 files found in the inputs given");
+  if (out.empty()) return Status::invalid_argument("no " + std::string(kind) + " files found in the inputs given");
   return out;
+}
+
+Result<std::vector<std::filesystem::path>> collect_pod5_inputs(const std::vector<std::string>& inputs) {
+  return collect_inputs(inputs, ".pod5", "POD5");
 }
 
 }  // namespace escpod::pod5

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "escpod/core/status.hpp"
@@ -14,6 +15,10 @@ namespace escpod::pod5 {
 // path) are dropped, keeping the first. kNotFound names a missing input; an input set that
 // yields no file is kInvalidArgument.
 Result<std::vector<std::filesystem::path>> collect_pod5_inputs(const std::vector<std::string>& inputs);
+// The same walk for files whose extension is `extension` (e.g. ".fast5"); `kind` names them in the
+// error for an input set that yields none. Our staging files (.escpod-tmp-*) are never listed.
+Result<std::vector<std::filesystem::path>> collect_inputs(const std::vector<std::string>& inputs,
+                                                          std::string_view extension, std::string_view kind);
 
 }  // namespace escpod::pod5
 
