@@ -4,6 +4,8 @@ demultiplexed with 2 cores, gives barcode by barcode the same reads (and signal)
 and the shards not yet run are redone."""
 import csv
 import os
+import shutil
+import uuid
 import pathlib
 import signal
 import subprocess
@@ -69,6 +71,33 @@ def test_workflow_equals_one_demux(escpod, sim_run):
     assert_same_as_single(escpod, d, out)
     # A second run has nothing to do.
     r = subprocess.run(snakemake_cmd(escpod, d, out), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, r.stderr[-4000:]
+
+
+def test_workflow_annotate_mode_equals_one_demux(escpod, sim_run, tmp_path):
+    """annotate=true: no copies; every input's sidecar holds, read by read, the barcode one
+    `escpod demux` over all files calls."""
+    d = sim_run
+    work = tmp_path / "annot"
+    shutil.copytree(d / "in", work / "in")
+    shutil.copy(d / "model.json", work / "model.json")
+    out = work / "out"
+    r = subprocess.run(snakemake_cmd(escpod, work, out, annotate="true"), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert not list(out.glob("*.pod5"))  # no per-barcode copies
+    assert sorted(p.name for p in (work / "in").glob("*.p5s")) == [f"run_{i}.pod5.p5s" for i in range(5)]
+    single = {uuid.UUID(r["read_id"]): r["barcode"] for r in csv.DictReader(open(d / "single.csv"))}
+    shown = run([escpod, "view", work / "in", "--include", "read_id,barcode"]).stdout.splitlines()
+    assert shown[0].split("\t") == ["read_id", "barcode"]
+    annotated = {uuid.UUID(line.split("\t")[0]): line.split("\t")[1] for line in shown[1:]}
+    assert annotated == single and len(single) == 200
+    assert len(set(single.values())) >= 3
+    rows = lambda p: sorted(tuple(r.values()) for r in csv.DictReader(open(p)))
+    assert rows(out / "classifications.csv") == rows(d / "single.csv")
+    assert (out / "report.html").stat().st_size > 0
+    r = subprocess.run(snakemake_cmd(escpod, work, out, annotate="true"), capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, r.stderr[-4000:]
 
 
