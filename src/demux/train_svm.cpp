@@ -3,6 +3,7 @@
 #include <svm.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "escpod/core/progress.hpp"
 #include "escpod/demux/dtw.hpp"
 #include "rna004_defaults.hpp"
 
@@ -85,6 +87,8 @@ KernelMatrix build_kernel(std::span<const double> rows, size_t n, size_t width,
   km.rows.resize(n);
   const DtwBank bank(rows, n, width);
   const DtwParams params{static_cast<size_t>(o.window), o.penalty};
+  // The n x n DTW distances are the long part of training (the SVM fit itself is quick).
+  progress::Task task(n, 0, {.label = "train: DTW kernel", .unit = "rows"});
   auto body = [&](const tbb::blocked_range<size_t>& range) {
     std::vector<double> scratch(bank.scratch_size());
     std::vector<double> dist(n);
@@ -100,6 +104,7 @@ KernelMatrix build_kernel(std::span<const double> rows, size_t n, size_t width,
       r[n + 1].index = -1;
       r[n + 1].value = 0.0;
     }
+    task.add(range.size());
   };
   if (o.n_threads > 0) {
     tbb::task_arena arena(o.n_threads);
