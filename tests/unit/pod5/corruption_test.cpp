@@ -66,6 +66,7 @@ TEST_P(Corruption, TruncatedAtManyOffsets) {
 TEST_P(Corruption, FlippedBytesNeverCrash) {
   auto src = test::shared_data(GetParam());
   auto bytes = slurp(src);
+  ASSERT_GT(bytes.size(), 64u) << src;  // missing shared data: fail here, not index past the end
   auto dst = test::scratch_dir("flip") / "flipped.pod5";
   auto try_flip = [&](size_t pos, char mask) {
     auto copy = bytes;
