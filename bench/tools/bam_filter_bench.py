@@ -23,21 +23,14 @@ import tempfile
 import time
 import uuid
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from run_pod5_bench import measure  # noqa: E402  (one timing helper for every bench script)
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv" / "bin"
 ALA = "tRNA-Ala-AGC-1-1-uncharged"
 
 
-def measure(cmd):
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - t0
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{cmd} failed:\n{err}")
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024}
 
 
 def replicate(shared, out_dir, scale, n_files=4):
