@@ -39,7 +39,6 @@ struct DemuxOptions {
   int n_threads = 1;
   int64_t signal_memory_budget = 256ll << 20;  // pending output signal held in memory, bytes
   pod5::WriterOptions writer;           // fsync, overwrite, compression of the outputs
-  bool progress = false;  // unused: progress is process-wide (core/progress.hpp, set by the CLI)
   // Write each read's label as the `barcode` label column of its input's .p5s sidecar (literal
   // `unclassified` included), for every input, only after the whole run succeeded. Inputs whose
   // existing sidecar is damaged or belongs to another file are refused before the run starts.
