@@ -21,6 +21,7 @@
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/dtw.hpp"
+#include "escpod/demux/model_file.hpp"
 #include "escpod/pod5/file_writer.hpp"
 
 namespace escpod::pipeline {
@@ -28,7 +29,9 @@ namespace escpod::pipeline {
 enum class DetectorChoice { kModelDefault, kCnn, kLlr };
 
 struct DemuxOptions {
-  std::filesystem::path model_path;     // WarpDemuX-format JSON model
+  // The model: a file or folder demux::load_head reads (DTW-SVM or GBM JSON, or a registered
+  // head kind's model).
+  std::filesystem::path model_path;
   std::filesystem::path cnn_model;      // boundary CNN (ONNX); empty: found beside the model
   DetectorChoice detector = DetectorChoice::kModelDefault;
   // DTW arithmetic of the DTW-SVM head (see ClassifyStageOptions::dtw).
@@ -61,10 +64,10 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
                  DemuxReport* report);
 
 // Barcode fingerprints of labelled reads, for training. The detector and fingerprint settings
-// come from `signal_processing_json` (a model's signal_processing block); `detector` may
-// override its detector as in DemuxOptions.
+// come from `signal_processing` (a model's signal_processing block); `detector` may override its
+// detector as in DemuxOptions.
 struct FingerprintOptions {
-  std::string signal_processing_json;
+  demux::SignalProcessing signal_processing = demux::SignalProcessing::rna004(true);
   std::filesystem::path cnn_model;  // needed when the CNN detects
   DetectorChoice detector = DetectorChoice::kModelDefault;
   int n_threads = 1;
@@ -87,10 +90,6 @@ struct FingerprintReport {
 Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
     const std::vector<std::filesystem::path>& inputs, const std::map<std::string, int32_t>& labels,
     const FingerprintOptions& options, FingerprintReport* report);
-
-// The RNA004 signal_processing block of the WarpDemuX 1.0 models (section 3.0 of the algorithm
-// notes), with the detector set to the CNN (`cnn`) or to LLR only (`llr`).
-std::string default_signal_processing_json(bool use_cnn);
 
 // Human-readable description of a model and the detector it pins (for `demux --info`).
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,

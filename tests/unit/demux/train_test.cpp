@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -327,19 +328,26 @@ TEST(TrainSvm, DeterministicForSeedAndThreadCount) {
 
 TEST(TrainSvm, TemplateSignalProcessingIsCopied) {
   const TrainingSet t = synthetic(9, 2);
+  const auto dir = std::filesystem::temp_directory_path() / "escpod_train_template";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "template.json";
+  std::ofstream(path) << R"({"chemistry": "RNA999", "signal_processing": {"x": 1},
+                            "signal_processing_config_name": "custom"})";
+  auto tmpl = load_model_template(path);
+  ASSERT_TRUE(tmpl.is_ok()) << tmpl.status().to_string();
   SvmTrainOptions o;
-  o.template_json = R"({"chemistry": "RNA999", "signal_processing": {"x": 1},
-                        "signal_processing_config_name": "custom"})";
+  apply_template(*tmpl, o);
   auto text = train_warpdemux_svm(t.fps, t.width, t.labels, o, "tmpl");
   ASSERT_TRUE(text.is_ok()) << text.status().to_string();
   const json j = json::parse(*text);
   EXPECT_EQ(j["chemistry"], "RNA999");
   EXPECT_EQ(j["signal_processing"], json({{"x", 1}}));
   EXPECT_EQ(j["signal_processing_config_name"], "custom");
-  o.template_json = "[1, 2";
-  auto bad = train_warpdemux_svm(t.fps, t.width, t.labels, o, "tmpl");
+  std::ofstream(path, std::ios::trunc) << "[1, 2";
+  auto bad = load_model_template(path);
   ASSERT_FALSE(bad.is_ok());
-  EXPECT_NE(bad.status().message().find("template"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("template.json"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 void expect_error(const Result<std::string>& r, const std::string& needle) {
