@@ -1,10 +1,12 @@
-// The fused demultiplexer: POD5 reads -> adapter boundaries -> barcode fingerprint -> DTW-SVM
-// classification -> one POD5 per label (+ `unclassified`) and an optional classifications CSV,
-// in one streaming pass with no intermediate files.
+// The fused demultiplexer: POD5 reads -> adapter boundaries -> what the model's head asks for (a
+// barcode fingerprint, or a signal window; demux/head.hpp) -> the head's call (DTW-SVM, GBM, or a
+// registered head kind) -> one POD5 per label (+ `unclassified`) and an optional classifications
+// CSV (the head's extra columns appended), in one streaming pass with no intermediate files.
 //
-// Work is per read with work stealing (oneTBB pipeline): a serial reader hands out reads in
-// input order, workers (each with its own scratch) decode only the signal prefix the detector
-// needs and classify, and a serial writer consumes results in input order, so outputs are
+// Work is per read with work stealing (oneTBB pipeline), or per head batch for heads that ask
+// for batches: a serial reader hands out reads in input order, workers (each with its own
+// scratch) decode only the signal prefix the detector needs and classify, and a serial writer
+// consumes results in input order, so outputs are
 // identical for any thread count. Memory is bounded by the number of reads in flight (4 a thread)
 // and one shared budget for pending output signal (SignalMemoryBudget), whatever the input size
 // or the number of labels. Every input read ends in exactly one output; a read that cannot be
