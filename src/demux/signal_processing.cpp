@@ -280,13 +280,13 @@ std::string serialize_signal_processing(const SignalProcessing& s) {
   return detail::signal_processing_json(s).dump();
 }
 
-Json detail::signal_processing_json(const SignalProcessing& s) {
-  // Section and key order of the compact block: that of the WarpDemuX 1.0 RNA004 models.
+namespace {
+
+// core, cnn_boundaries, llr_boundaries: part of the compact block.
+void write_compact_detector_sections(const SignalProcessing& s, BlockWriter& w) {
   const SignalProcessing d;
   const signal::BoundaryConfig& c = s.boundaries;
   const signal::BoundaryConfig& dc = d.boundaries;
-  Json block = s.source ? s.source->block : Json::object();
-  BlockWriter w(block, /*always=*/!s.source);
   w.put("core", "min_obs_adapter", c.min_obs_adapter, dc.min_obs_adapter);
   w.put("core", "max_obs_adapter", c.max_obs_adapter, dc.max_obs_adapter);
   w.put("core", "min_obs_polya", c.min_obs_polya, dc.min_obs_polya);
@@ -306,8 +306,11 @@ Json detail::signal_processing_json(const SignalProcessing& s) {
   w.put_fixed("llr_boundaries", "polya_peak_prominence", 1.0);
   w.put_fixed("llr_boundaries", "polya_peak_rel_height", 0.5);
   w.put_fixed("llr_boundaries", "polya_peak_width", 50);
-  // The remaining detector sections are written only when the source has them or they differ.
-  BlockWriter rest(block, /*always=*/false);
+}
+
+// mvs_polya, real_range: written only where the source has them or they differ from the defaults.
+void write_validation_sections(const signal::BoundaryConfig& c, BlockWriter& rest) {
+  const signal::BoundaryConfig dc;
   rest.put("mvs_polya", "mvs_detect_check", c.mvs_detect_check, dc.mvs_detect_check);
   rest.put("mvs_polya", "search_window", c.search_window, dc.search_window);
   rest.put("mvs_polya", "pA_mean_window", c.pA_mean_window, dc.pA_mean_window);
@@ -329,8 +332,11 @@ Json detail::signal_processing_json(const SignalProcessing& s) {
   rest.put("real_range", "max_obs_local_range", c.max_obs_local_range, dc.max_obs_local_range);
   rest.put_range("real_range", "local_range", c.local_range, dc.local_range);
   rest.put_range("real_range", "adapter_mad_range", c.adapter_mad_range, dc.adapter_mad_range);
-  const signal::FingerprintParams& f = s.fingerprint;
-  const signal::FingerprintParams& df = d.fingerprint;
+}
+
+// sig_extract, segmentation: part of the compact block.
+void write_fingerprint_sections(const signal::FingerprintParams& f, BlockWriter& w) {
+  const signal::FingerprintParams df;
   w.put("sig_extract", "padding", f.padding_samples, df.padding_samples);
   w.put_fixed("sig_extract", "normalization", std::string("none"));
   w.put("segmentation", "num_events", f.num_events, df.num_events);
@@ -340,9 +346,23 @@ Json detail::signal_processing_json(const SignalProcessing& s) {
   w.put_fixed("segmentation", "normalization", std::string("mean"));
   w.put("segmentation", "barcode_num_events", f.barcode_num_events, df.barcode_num_events);
   w.put_fixed("segmentation", "consensus_refinement", false);
+}
+
+}  // namespace
+
+Json detail::signal_processing_json(const SignalProcessing& s) {
+  // Section and key order of the compact block: that of the WarpDemuX 1.0 RNA004 models.
+  Json block = s.source ? s.source->block : Json::object();
+  BlockWriter compact(block, /*always=*/!s.source);
+  BlockWriter rest(block, /*always=*/false);
+  write_compact_detector_sections(s, compact);
+  write_validation_sections(s.boundaries, rest);
+  write_fingerprint_sections(s.fingerprint, compact);
   // A source's derived.sig_preload_size follows the keys it is derived from.
-  if (auto it = block.find("derived"); it != block.end() && it->is_object() && it->contains("sig_preload_size"))
-    (*it)["sig_preload_size"] = c.sig_preload_size();
+  if (auto it = block.find("derived");
+      it != block.end() && it->is_object() && it->contains("sig_preload_size")) {
+    (*it)["sig_preload_size"] = s.boundaries.sig_preload_size();
+  }
   return block;
 }
 
