@@ -39,7 +39,8 @@ struct HeadInput {
   // kFingerprint: the fingerprint length the head accepts; 0 = the head checks the length itself.
   size_t fingerprint_length = 0;
   // kSignalWindow: samples [adapter_end + window_begin, adapter_end + window_end), clipped to
-  // the read's decoded samples (a read that ends early gives a shorter window).
+  // the samples the engine decoded: the detector's prefix (11 500 for RNA004 with the CNN, the
+  // whole read with LLR). A read that ends early gives a shorter window, never an error.
   int64_t window_begin = 0;
   int64_t window_end = 0;
   // Reads per classify() call the head works best with (1: per read; an encoder: its batch).
