@@ -1,8 +1,11 @@
-// `escpod model info|run|bench`: inspect, run and time an ONNX signal model on the nn engine.
+// `escpod model info|run|bench`: inspect, run and time an ONNX signal model on the nn engine, or
+// the CTC-CRF encoder of a model folder (SeqTagger/bonito folder or escapepod CRF bundle).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <filesystem>
+#include <memory>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -14,6 +17,7 @@
 
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/demux/crf_model.hpp"
 #include "escpod/nn/model.hpp"
 #include "escpod/nn/npy.hpp"
 
@@ -61,18 +65,29 @@ Result<std::vector<int64_t>> parse_shape(const std::string& text) {
   return shape;
 }
 
-Result<nn::Model> load(const ModelOptions& o) {
+// An ONNX file, or a CRF model folder whose encoder is loaded (or built) with every load check.
+Result<std::shared_ptr<const nn::Model>> load(const ModelOptions& o) {
   if (o.isa != "default") {
     const nn::Isa isa = o.isa == "avx2" ? nn::Isa::kAvx2 : nn::Isa::kAvx512;
     ESCPOD_RETURN_IF_ERROR(nn::set_max_isa(isa));
   }
+  const nn::Backend backend = o.reference ? nn::Backend::kReference : nn::Backend::kOptimised;
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.model, ec)) {
+    demux::CrfLoadOptions co;
+    co.backend = backend;
+    ESCPOD_ASSIGN_OR_RETURN(demux::CrfModel crf, demux::load_crf_model(o.model, co));
+    return crf.encoder;
+  }
   nn::LoadOptions lo;
-  lo.backend = o.reference ? nn::Backend::kReference : nn::Backend::kOptimised;
-  return nn::Model::load(o.model, lo);
+  lo.backend = backend;
+  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, nn::Model::load(o.model, lo));
+  return std::shared_ptr<const nn::Model>(std::make_shared<nn::Model>(std::move(model)));
 }
 
 Status run_info(const ModelOptions& o) {
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load(o));
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<const nn::Model> model_ptr, load(o));
+  const nn::Model& model = *model_ptr;
   const nn::ModelInfo& info = model.info();
   std::printf("model:      %s\n", info.source.c_str());
   std::printf("producer:   %s (IR %lld, opset %lld)\n", info.producer.c_str(),
@@ -95,7 +110,8 @@ Status run_info(const ModelOptions& o) {
 }
 
 Status run_model(const ModelOptions& o, int n_threads) {
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load(o));
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<const nn::Model> model_ptr, load(o));
+  const nn::Model& model = *model_ptr;
   ESCPOD_ASSIGN_OR_RETURN(nn::NpyArray in, nn::read_npy(o.input));
   ESCPOD_ASSIGN_OR_RETURN(auto out_shape, model.output_shape(in.shape));
   int64_t n = 1;
@@ -107,7 +123,8 @@ Status run_model(const ModelOptions& o, int n_threads) {
 }
 
 Status run_bench(const ModelOptions& o, int n_threads) {
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load(o));
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<const nn::Model> model_ptr, load(o));
+  const nn::Model& model = *model_ptr;
   const nn::ValueInfo& in = model.info().inputs[0];
   std::vector<int64_t> shape = in.dims;
   if (shape.empty()) return Status::invalid_argument("the model's input has no declared shape");
@@ -218,19 +235,19 @@ void add_model_flags(CLI::App* sub, ModelOptions& o) {
 }  // namespace
 
 void register_model(CLI::App& app, GlobalOptions& global) {
-  auto* cmd = app.add_subcommand("model", "Inspect, run and time ONNX signal models on the built-in engine");
+  auto* cmd = app.add_subcommand("model", "Inspect, run and time ONNX signal models (or CRF model folders) on the built-in engine");
   cmd->require_subcommand(1);
   auto opts = std::make_shared<ModelOptions>();
 
   auto* info = cmd->add_subcommand("info", "Inputs, outputs, operators and parameter count of a model");
-  info->add_option("MODEL", opts->model, "ONNX file (.onnx or .onnx.gz)")->required()->check(CLI::ExistingFile);
+  info->add_option("MODEL", opts->model, "ONNX file (.onnx or .onnx.gz) or CRF model folder")->required()->check(CLI::ExistingPath);
   info->add_option("--shape", opts->shape, "Also print the execution plan for this input shape, e.g. 1,1,2000");
   add_model_flags(info, *opts);
   add_common_flags(info, global);
   set_body(info, [opts] { return run_info(*opts); });
 
   auto* run = cmd->add_subcommand("run", "Run a model on a float32 .npy tensor");
-  run->add_option("MODEL", opts->model, "ONNX file")->required()->check(CLI::ExistingFile);
+  run->add_option("MODEL", opts->model, "ONNX file or CRF model folder")->required()->check(CLI::ExistingPath);
   run->add_option("INPUT", opts->input, "Input .npy (float32, C order, the model's input shape)")
       ->required()->check(CLI::ExistingFile);
   run->add_option("-o,--output", opts->output, "Output .npy")->required();
@@ -239,7 +256,7 @@ void register_model(CLI::App& app, GlobalOptions& global) {
   set_body(run, [opts, &global] { return run_model(*opts, resolve_threads(global)); });
 
   auto* bench = cmd->add_subcommand("bench", "Windows per second on random input");
-  bench->add_option("MODEL", opts->model, "ONNX file")->required()->check(CLI::ExistingFile);
+  bench->add_option("MODEL", opts->model, "ONNX file or CRF model folder")->required()->check(CLI::ExistingPath);
   bench->add_option("--batch", opts->batch, "Windows per call")->check(CLI::PositiveNumber);
   bench->add_option("--length", opts->length, "Value of a symbolic input length (e.g. 2000)")
       ->check(CLI::PositiveNumber);
