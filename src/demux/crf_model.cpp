@@ -258,6 +258,7 @@ Result<nn::Model> build_bonito_encoder(const nn::TorchStateDict& state, const Cr
   x = b.reshape(x, {0, 0, c.n_states(), c.n_base});
   x = b.pad(x, {0, 0, 0, 1, 0, 0, 0, 0}, c.blank_score);
   x = b.reshape(x, {0, 0, c.n_scores()});
+  b.describe_output("scores", {-1, -1, c.n_scores()}, {"steps", "batch", ""});
   nn::LoadOptions lo;
   lo.backend = backend;
   const std::array<int64_t, 3> probe{1, 1, c.chunk};

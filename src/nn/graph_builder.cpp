@@ -148,10 +148,15 @@ GraphBuilder::Value GraphBuilder::linear(Value x, const FloatTensor& weight, con
   return bias.values.empty() ? y : node("Add", {y, constant(bias)});
 }
 
+void GraphBuilder::describe_output(std::string name, std::vector<int64_t> dims, std::vector<std::string> dim_params) {
+  dim_params.resize(dims.size());
+  m_output_info = ValueInfo{std::move(name), std::move(dims), std::move(dim_params)};
+}
+
 Result<Model> GraphBuilder::finish(Value output, const LoadOptions& options, std::span<const int64_t> probe_shape) {
   detail::Graph& g = *m_graph;
   g.output = output;
-  g.info.outputs.push_back(ValueInfo{g.values[static_cast<size_t>(output)].name, {}, {}});
+  g.info.outputs.push_back(m_output_info ? *m_output_info : ValueInfo{g.values[static_cast<size_t>(output)].name, {}, {}});
   std::map<std::string, int> counts;
   for (const detail::Node& n : g.nodes) ++counts[n.op];
   for (const auto& [op, n] : counts) g.info.op_counts.emplace_back(op, n);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,6 +71,9 @@ class GraphBuilder {
   // y = x * W^T + b over the last axis, W [out, in] (torch.nn.Linear layout), b [out] or empty.
   Value linear(Value x, const FloatTensor& weight, const FloatTensor& bias);
 
+  // How ModelInfo describes the output (default: the producing node's name, no shape).
+  void describe_output(std::string name, std::vector<int64_t> dims, std::vector<std::string> dim_params);
+
   // Finishes the graph with `output` as its result and returns the model. When `probe_shape` is
   // not empty, the plan for that input shape is built now (reporting shape errors here).
   Result<Model> finish(Value output, const LoadOptions& options, std::span<const int64_t> probe_shape = {});
@@ -80,6 +84,7 @@ class GraphBuilder {
   Value node(const std::string& op, std::vector<Value> inputs);
   std::unique_ptr<detail::Graph> m_graph;
   int m_next_node = 0;
+  std::optional<ValueInfo> m_output_info;
 };
 
 }  // namespace escpod::nn
