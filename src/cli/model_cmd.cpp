@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <sstream>
 #include <string>
@@ -167,7 +168,15 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   struct Tally {
     long calls = 0;
     double seconds = 0;
+    double cpu_seconds = 0;  // the worker thread's CPU time over its timed calls
     Status status;
+  };
+  // CPU time of the calling thread: on a loaded machine wall time also counts the time the
+  // worker waited for a core; this does not (for calls whose kernels run on that thread).
+  auto thread_cpu = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   };
   std::vector<Tally> tally(static_cast<size_t>(workers));
   auto worker = [&](int w) {
@@ -182,6 +191,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
     }
     while (!start.load() && !stop.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = thread_cpu();
     while (!stop.load(std::memory_order_relaxed)) {
       t.status = model.run(ws, input, shape, out);
       if (!t.status.is_ok()) {
@@ -190,6 +200,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
       }
       ++t.calls;
       t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      t.cpu_seconds = thread_cpu() - cpu0;
     }
   };
   std::vector<std::thread> threads;
@@ -211,18 +222,20 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   stop = true;
   for (auto& t : threads) t.join();
   double n_calls = 0, rate = 0, secs = 0;  // rate: calls per second, all workers together
+  double cpu_per_call = 0;                  // mean over workers of CPU seconds per call
   for (const Tally& t : tally) {
     ESCPOD_RETURN_IF_ERROR(t.status);
+    if (t.calls > 0) cpu_per_call += t.cpu_seconds / static_cast<double>(t.calls) / workers;
     n_calls += static_cast<double>(t.calls);
     if (t.seconds > 0) rate += static_cast<double>(t.calls) / t.seconds;
     secs = std::max(secs, t.seconds);
   }
   const double windows = rate * static_cast<double>(o.batch);
   std::printf("model=%s batch=%lld length=%lld threads=%d mode=%s backend=%s isa=%s calls=%.0f seconds=%.3f "
-              "windows_per_s=%.2f ms_per_call=%.3f gflops=%.2f\n",
+              "windows_per_s=%.2f ms_per_call=%.3f gflops=%.2f cpu_ms_per_call=%.3f\n",
               o.model.c_str(), static_cast<long long>(o.batch), static_cast<long long>(shape.back()), n_threads,
               o.mode.c_str(), o.reference ? "reference" : "optimised", o.reference ? "scalar" : nn::effective_isa_name().c_str(),
-              n_calls, secs, windows, rate > 0 ? 1e3 * workers / rate : 0.0, rate * flops / 1e9);
+              n_calls, secs, windows, rate > 0 ? 1e3 * workers / rate : 0.0, rate * flops / 1e9, cpu_per_call * 1e3);
   return Status::ok();
 }
 
