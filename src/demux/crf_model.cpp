@@ -34,6 +34,10 @@ int64_t CrfConfig::steps(int64_t window) const { return stride > 0 ? (window + s
 
 namespace {
 
+// Longest window a model may declare (samples): far above any CRF chunk in use (2000-6000), low
+// enough that the load-time zero-window run cannot be made to allocate gigabytes.
+constexpr int64_t kMaxChunk = 1'000'000;
+
 Result<std::string> read_text(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return Status::not_found(fmt::format("{}: no such file", path.string()));
@@ -112,7 +116,7 @@ Result<std::vector<CrfReference>> read_fasta(const fs::path& path) {
 
 // bonito's convention: the folder's weights_N.tar with the largest N (the last epoch saved).
 Result<fs::path> find_weights(const fs::path& dir) {
-  static const std::regex kName(R"(weights_(\d+)\.tar)");
+  static const std::regex kName(R"(weights_(\d{1,9})\.tar)");
   fs::path best;
   long long best_n = -1;
   std::error_code ec;
@@ -169,7 +173,7 @@ Result<CrfConfig> parse_bonito_config(const fs::path& path) {
   ESCPOD_ASSIGN_OR_RETURN(int64_t state_len, toml_get<int64_t>(t, "global_norm.state_len", where));
   c.state_len = static_cast<int>(state_len);
   ESCPOD_ASSIGN_OR_RETURN(c.chunk, toml_get<int64_t>(t, "basecaller.chunksize", where));
-  if (c.stride < 1 || c.chunk < 1 || c.state_len < 1 || c.state_len > 8) {
+  if (c.stride < 1 || c.chunk < 1 || c.chunk > kMaxChunk || c.state_len < 1 || c.state_len > 8) {
     return Status::corrupt(fmt::format("{}: stride {}, chunksize {}, state_len {} out of range", where, c.stride, c.chunk, c.state_len));
   }
   if (auto v = t.at_path("basecaller.max_chunksize").value<int64_t>()) c.max_chunk = *v;
@@ -329,8 +333,9 @@ Status parse_bundle_crf(const json& j, CrfConfig& c, const std::string& where) {
   c.standardise = true;
   ESCPOD_ASSIGN_OR_RETURN(c.chunk, json_get<int64_t>(j["signal"], "chunk", where, "signal.chunk"));
   ESCPOD_ASSIGN_OR_RETURN(c.stride, json_get<int64_t>(j["signal"], "stride", where, "signal.stride"));
-  if (c.chunk < 1 || c.stride < 1 || c.chunk % c.stride != 0) {
-    return Status::corrupt(fmt::format("{}: signal.chunk {} must be a positive multiple of signal.stride {}", where, c.chunk, c.stride));
+  if (c.chunk < 1 || c.chunk > kMaxChunk || c.stride < 1 || c.chunk % c.stride != 0) {
+    return Status::corrupt(fmt::format("{}: signal.chunk {} must be a positive multiple of signal.stride {} (at most {})", where,
+                                       c.chunk, c.stride, kMaxChunk));
   }
   ESCPOD_ASSIGN_OR_RETURN(int64_t state_len, json_get<int64_t>(j["crf"], "state_len", where, "crf.state_len"));
   ESCPOD_ASSIGN_OR_RETURN(int64_t n_base, json_get<int64_t>(j["crf"], "n_base", where, "crf.n_base"));

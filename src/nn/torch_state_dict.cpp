@@ -377,6 +377,11 @@ class Unpickler {
     const int64_t offset = a[1]->i, numel_storage = a[0]->i;
     int64_t last = offset, count = 1;
     for (size_t d = 0; d < size->size(); ++d) {
+      // Bounded before multiplying: no view of a state_dict is larger than its storage.
+      if ((*size)[d] > numel_storage || (*stride)[d] > numel_storage ||
+          ((*size)[d] > 0 && count > numel_storage / (*size)[d])) {
+        return bad(fmt::format("tensor view of size/stride beyond its storage of {} floats", numel_storage));
+      }
       count *= (*size)[d];
       if ((*size)[d] > 0) last += ((*size)[d] - 1) * (*stride)[d];
     }
