@@ -52,10 +52,10 @@ def _weights(folder):
     return max(folder.glob("weights_*.tar"), key=lambda p: int(p.stem.split("_")[1]))
 
 
-def _run_encoder(escpod, model, windows, tmp_path):
+def _run_encoder(escpod, model, windows, tmp_path, *flags):
     inp, out = tmp_path / "in.npy", tmp_path / "out.npy"
     np.save(inp, windows[:, None, :].astype(np.float32))
-    run([escpod, "model", "run", model, inp, "-o", out])
+    run([escpod, "model", "run", *flags, model, inp, "-o", out])
     return np.load(out)
 
 
@@ -85,6 +85,16 @@ def test_seqtagger_odd_window_length_matches_reference(escpod, seqtagger_dir, rn
     ours = _run_encoder(escpod, folder, x, tmp_path)
     ref = crf_reference.encoder(crf_reference.load_state_dict(_weights(folder)), x)
     assert ours.shape == (235, 2, 1280) == ref.shape
+    assert np.abs(ours - ref).max() <= TOLERANCE
+
+
+def test_seqtagger_scalar_reference_backend_matches_too(escpod, seqtagger_dir, rna_pod5, tmp_path):
+    # The same built graph on the scalar kernels (no oneDNN): an independent check of the
+    # graph itself, not only of the optimised kernels.
+    folder = seqtagger_dir / "b96_RNA004"
+    x = crf_reference.real_windows(rna_pod5, 2, 2000, [3000], None)
+    ours = _run_encoder(escpod, folder, x, tmp_path, "--reference")
+    ref = crf_reference.encoder(crf_reference.load_state_dict(_weights(folder)), x)
     assert np.abs(ours - ref).max() <= TOLERANCE
 
 
