@@ -120,14 +120,16 @@ struct BeamCandidate {
 // score + beta_{t+1}[state] (the log-semiring backward "guide" over the same scores) and the
 // beam keeps the best beam_width of those within log(beam_cut) of the best (exact top-k; ties to
 // the earlier candidate: parents in beam order, each parent's moves by base, then the stays).
-// The first step always counts as a move (moves[0] = 1: the first state's newest base is emitted
-// even when the first step stayed), as bonito's decoders do.
+// By default the first step always counts as a move (moves[0] = 1: the first state's newest base
+// is emitted even when the first step stayed), as dorado's published decoder does.
 struct BeamOptions {
-  int beam_width = 32;       // 1..4096
-  float beam_cut = 100.0f;   // <= 0 or infinite: no score cut
-  float blank_score = 2.0f;  // stay score used everywhere (guides, posteriors, beam), as koi does
-  float q_scale = 1.0f;      // qscore = raw * q_scale + q_shift, clamped to [1, 90]
+  int beam_width = 32;            // 1..4096
+  float beam_cut = 100.0f;        // candidates more than log(beam_cut) below the best are cut;
+                                  // <= 0 or infinite: no cut
+  float blank_score = 2.0f;       // stay score used everywhere (guides, posteriors, beam), as koi
+  float q_scale = 1.0f;           // qscore = raw * q_scale + q_shift, clamped to [1, 90]
   float q_shift = 0.0f;
+  bool force_first_move = true;   // false: moves and sequence are exactly the winning hypothesis'
 };
 
 struct BeamCall {
@@ -136,6 +138,7 @@ struct BeamCall {
   std::vector<uint8_t> moves;    // per step: 1 = a base was emitted at this step
   float baseq = 0.0f;            // mean of `quality` (0 for an empty call)
   float score = 0.0f;            // log-score of the winning hypothesis (all its merged paths)
+  float log_partition = 0.0f;    // logZ of the scores (with the blank score), for lattice scoring
   int32_t initial_state = 0;     // the winning hypothesis' state before step 0
 };
 
@@ -162,9 +165,10 @@ class CrfBeamSearch {
   CrfGeometry m_geometry;
   BeamOptions m_options;
   CrfBackend m_backend;
-  std::vector<float> m_alpha, m_beta, m_work, m_step;
-  std::vector<int32_t> m_states;
-  std::vector<float> m_block_prob;
+  float m_log_z = 0.0f;
+  std::vector<float> m_alpha, m_beta, m_work;
+  std::vector<int32_t> m_states;  // per step: the winning path's state after the step
+  std::vector<int32_t> m_order;   // candidate indices during selection
   std::vector<detail::BeamElement> m_history;  // beam_width per step: the back-pointers
   std::vector<detail::BeamCandidate> m_front, m_next;
 };
