@@ -1,6 +1,11 @@
 // Vectorised CRF lattice passes (n_base 4, state_len 3..8) on GCC vector types, compiled for
-// AVX2 and AVX-512 through target attributes; the arithmetic is the scalar reference's
-// (crf_decode.cpp) with a polynomial exp/log (relative error ~2e-7).
+// AVX2 and AVX-512 through target attributes, with a polynomial exp/log (relative error ~2e-7).
+// forward_backward (beam search guides) runs the scalar reference's log-domain recursions. The
+// posterior decode runs its first pass in a scaled probability domain instead: exp(score) once
+// per score, alpha/beta rows renormalised to a maximum of 1 each step (logZ = sum of the logs of
+// the normalisers), edge posteriors as products: 1 exp + 1 log per edge and step instead of
+// 3 exp + 1.4 log (see bench/results/crf_decode.md). Reads with |score| > 60, where exp could
+// overflow or a row vanish, take the log-domain recursions.
 //
 // Layout: each step's n_scores floats are transposed once into planes P[e][c] (e = edge, c =
 // destination state), so every pass works on contiguous destination lanes. The two index
@@ -269,6 +274,79 @@ struct Pass {
     return idx;
   }
 
+  // Scaled probability domain (posterior decode): E = exp(P) planes; rows are normalised to a
+  // maximum of 1 after each step, and the normaliser is returned (its logs sum to logZ).
+  ESCPOD_INLINE void exp_step(float* P) const {
+    for (int64_t i = 0; i < 5 * S; i += W) store<W>(P + i, vexp<W>(load<W>(P + i)));
+  }
+  ESCPOD_INLINE float max_abs(const float* P, int64_t n) const {
+    vf<W> mv{};
+    for (int64_t i = 0; i < n; i += W) {
+      const vf<W> x = load<W>(P + i);
+      mv = vmax<W>(mv, vmax<W>(x, -x));
+      mv = x != x ? splat<W>(std::numeric_limits<float>::infinity()) : mv;  // NaN: not in range
+    }
+    return hmax<W>(mv);
+  }
+  ESCPOD_INLINE float normalise(float* out, vf<W> mv) const {
+    const float m = hmax<W>(mv);
+    const float inv = 1.0f / m;
+    for (int64_t c0 = 0; c0 < S; c0 += W) store<W>(out + c0, load<W>(out + c0) * inv);
+    return m;
+  }
+  ESCPOD_INLINE float prob_forward(const float* E, const float* a, float* out) const {
+    vf<W> mv{};
+    for (int64_t c0 = 0; c0 < S; c0 += W) {
+      vf<W> v = load<W>(a + c0) * load<W>(E + c0);
+      v = v + bcast4<W>(mk, a + c0 / 4) * load<W>(E + S + c0);
+      v = v + bcast4<W>(mk, a + Q + c0 / 4) * load<W>(E + 2 * S + c0);
+      v = v + bcast4<W>(mk, a + 2 * Q + c0 / 4) * load<W>(E + 3 * S + c0);
+      v = v + bcast4<W>(mk, a + 3 * Q + c0 / 4) * load<W>(E + 4 * S + c0);
+      store<W>(out + c0, v);
+      mv = vmax<W>(mv, v);
+    }
+    return normalise(out, mv);
+  }
+  ESCPOD_INLINE float prob_backward(const float* E, const float* next, float* cur) const {
+    vf<W> mv{};
+    for (int64_t s0 = 0; s0 < S; s0 += W) {
+      const int64_t j = s0 / Q, dest0 = 4 * (s0 % Q);
+      const float* em = E + (1 + j) * S + dest0;
+      const float* bn = next + dest0;
+      const vf<W> y0 = load<W>(em) * load<W>(bn), y1 = load<W>(em + W) * load<W>(bn + W),
+                  y2 = load<W>(em + 2 * W) * load<W>(bn + 2 * W), y3 = load<W>(em + 3 * W) * load<W>(bn + 3 * W);
+      vf<W> v = load<W>(E + s0) * load<W>(next + s0);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k)
+        v = v + __builtin_shuffle(__builtin_shuffle(y0, y1, mk.half[k]), __builtin_shuffle(y2, y3, mk.half[k]),
+                                  mk.join);
+      store<W>(cur + s0, v);
+      mv = vmax<W>(mv, v);
+    }
+    return normalise(cur, mv);
+  }
+
+  // Step t's E planes -> ln(q / sum(q) + 1e-8) in place, q = alpha~_t[src] * E * beta~_{t+1}, in
+  // float. The factors are normalised separately, so q can underflow; that changes nothing while
+  // sum(q) >= 1e-20 (a q lost to underflow has q / sum < 1e-18, below the 1e-8 floor's rounding).
+  // Returns false, with P clobbered, when the sum is smaller (the caller redoes the step in double).
+  ESCPOD_INLINE bool prob_posteriors(float* P, const float* a, const float* b) const {
+    vf<W> sv{};
+    for (int e = 0; e < 5; ++e) {
+      for (int64_t c0 = 0; c0 < S; c0 += W) {
+        float* p = P + e * S + c0;
+        const vf<W> q = (source(a, e, c0) * load<W>(p)) * load<W>(b + c0);
+        store<W>(p, q);
+        sv += q;
+      }
+    }
+    const float total = hsum<W>(sv);
+    if (!(total >= 1e-20f) || !(total <= std::numeric_limits<float>::max())) return false;
+    const float inv = 1.0f / total;
+    for (int64_t i = 0; i < 5 * S; i += W) store<W>(P + i, vlog<W>(load<W>(P + i) * inv + 1e-8f));
+    return true;
+  }
+
   ESCPOD_INLINE float log_forward_backward(const float* planar, int64_t T, float* alpha, float* beta) const {
     const int64_t C = 5 * S;
     std::fill(alpha, alpha + S, 0.0f);
@@ -282,6 +360,70 @@ struct Pass {
     for (int64_t t = 0; t < s.n_steps; ++t) transpose(s.data + t * s.step_stride, stay, planar + t * 5 * S);
   }
 };
+
+template <int H>
+struct VecD {
+  typedef double d __attribute__((vector_size(H * 8)));
+};
+
+// q = alpha~_t[src] * E * beta~_{t+1}[dest] of H edges, in double: the three factors may each be
+// far below 1 (they are normalised separately), so their float product could underflow.
+template <int H>
+ESCPOD_INLINE typename VecD<H>::d edge_product(const Masks<H>& mk, int64_t S, int64_t Q, const float* P,
+                                               const float* a, const float* b, int e, int64_t c0) {
+  using vd = typename VecD<H>::d;
+  const vf<H> src = e == 0 ? load<H>(a + c0) : bcast4<H>(mk, a + (e - 1) * Q + c0 / 4);
+  return (__builtin_convertvector(src, vd) * __builtin_convertvector(load<H>(P + e * S + c0), vd)) *
+         __builtin_convertvector(load<H>(b + c0), vd);
+}
+
+// The same in double (the fallback of Pass::prob_posteriors for steps whose float sum is tiny).
+template <int H>
+ESCPOD_INLINE void prob_posteriors(const Masks<H>& mk, int64_t S, int64_t Q, float* P, const float* a,
+                                   const float* b) {
+  using vd = typename VecD<H>::d;
+  vd sum{};
+  for (int e = 0; e < 5; ++e)
+    for (int64_t c0 = 0; c0 < S; c0 += H) sum += edge_product<H>(mk, S, Q, P, a, b, e, c0);
+  double total = 0.0;
+  for (int l = 0; l < H; ++l) total += sum[l];
+  const double inv = 1.0 / total;
+  for (int e = 0; e < 5; ++e)
+    for (int64_t c0 = 0; c0 < S; c0 += H)
+      store<H>(P + e * S + c0, __builtin_convertvector(edge_product<H>(mk, S, Q, P, a, b, e, c0) * inv, vf<H>));
+  // The logs at full width (2H floats).
+  for (int64_t i = 0; i < 5 * S; i += 2 * H) store<2 * H>(P + i, vlog<2 * H>(load<2 * H>(P + i) + 1e-8f));
+}
+
+// Forward/backward/posteriors in the scaled probability domain: one exp per score instead of
+// one per edge and pass, no log per state. Needs |score| <= kMaxProbScore (no overflow of exp,
+// rows never all zero); the caller falls back to the log domain otherwise.
+constexpr float kMaxProbScore = 60.0f;
+
+template <int W>
+ESCPOD_INLINE float prob_forward_backward_posteriors(const Pass<W>& pass, const CrfScoresView& scores,
+                                                     float* alpha, float* beta, float* work) {
+  const int64_t T = scores.n_steps;
+  const int64_t S = pass.S, C = 5 * S, row = pass.row;
+  for (int64_t t = 0; t < T; ++t) pass.exp_step(work + t * C);
+  std::fill(alpha, alpha + S, 1.0f);
+  double log_z = 0.0;
+  for (int64_t t = 0; t < T; ++t)
+    log_z += std::log(static_cast<double>(pass.prob_forward(work + t * C, alpha + t * row, alpha + (t + 1) * row)));
+  double last = 0.0;
+  for (int64_t s = 0; s < S; ++s) last += alpha[T * row + s];
+  log_z += std::log(last);
+  std::fill(beta + T * row, beta + T * row + S, 1.0f);
+  for (int64_t t = T - 1; t >= 0; --t) pass.prob_backward(work + t * C, beta + (t + 1) * row, beta + t * row);
+  for (int64_t t = 0; t < T; ++t) {
+    float* P = work + t * C;
+    if (pass.prob_posteriors(P, alpha + t * row, beta + (t + 1) * row)) continue;
+    pass.transpose(scores.data + t * scores.step_stride, nullptr, P);
+    pass.exp_step(P);
+    prob_posteriors<W / 2>(Masks<W / 2>(), S, pass.Q, P, alpha + t * row, beta + (t + 1) * row);
+  }
+  return static_cast<float>(log_z);
+}
 
 template <int W>
 ESCPOD_INLINE float forward_backward_impl(const CrfDims& d, const CrfScoresView& s, const float* stay,
@@ -297,8 +439,13 @@ ESCPOD_INLINE float posterior_decode_impl(const CrfDims& d, const CrfScoresView&
   const Pass<W> pass(d);
   const int64_t T = s.n_steps, C = d.n_scores, row = pass.row;
   pass.transpose_all(s, nullptr, work);
-  const float log_z = pass.log_forward_backward(work, T, alpha, beta);
-  for (int64_t t = 0; t < T; ++t) pass.log_posteriors(work + t * C, alpha + t * row, beta + (t + 1) * row);
+  float log_z;
+  if (pass.max_abs(work, T * C) <= kMaxProbScore) {
+    log_z = prob_forward_backward_posteriors<W>(pass, s, alpha, beta, work);
+  } else {
+    log_z = pass.log_forward_backward(work, T, alpha, beta);
+    for (int64_t t = 0; t < T; ++t) pass.log_posteriors(work + t * C, alpha + t * row, beta + (t + 1) * row);
+  }
   std::fill(alpha, alpha + d.n_states, 0.0f);
   for (int64_t t = 0; t < T; ++t) pass.template forward<false>(work + t * C, alpha + t * row, alpha + (t + 1) * row);
   float* next = beta;
