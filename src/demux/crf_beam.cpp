@@ -67,6 +67,9 @@ Status CrfBeamSearch::decode(const CrfScoresView& scores, BeamCall& out) {
   grow(m_next, (d.n_base + 1) * width);
   grow(m_order, (d.n_base + 1) * width);
   grow(m_states, std::max<int64_t>(T, d.n_states));
+  int64_t table = 1;
+  while (table < 2 * d.n_base * width) table *= 2;
+  if (static_cast<int64_t>(m_table.size()) != table) m_table.assign(static_cast<size_t>(table), -1);
   m_log_z = detail::crf_passes(m_backend).forward_backward(d, scores, &m_options.blank_score, m_alpha.data(),
                                                            m_beta.data(), m_work.data());
   out.log_partition = m_log_z;
@@ -103,9 +106,11 @@ void CrfBeamSearch::search(const CrfScoresView& scores, BeamCall& out) {
     int64_t nc = 0;
     for (int64_t i = 0; i < beam; ++i) {
       const detail::BeamCandidate& p = m_front[static_cast<size_t>(i)];
+      // Integer divisions once per parent, not per base (they dominated the step).
+      const int64_t dest0 = (p.state * n) % S, edge = 1 + p.state / d.n_prev;
       for (int64_t b = 0; b < n; ++b) {
-        const int64_t dest = (p.state * n) % S + b;
-        const float sc = p.score + step[dest * E + 1 + p.state / d.n_prev];
+        const int64_t dest = dest0 + b;
+        const float sc = p.score + step[dest * E + edge];
         m_next[static_cast<size_t>(nc++)] = {chain_hash(p.hash, dest), sc, sc + guide[dest], static_cast<int32_t>(dest),
                                              static_cast<int32_t>(i), p.length + 1, 0};
       }
@@ -116,12 +121,18 @@ void CrfBeamSearch::search(const CrfScoresView& scores, BeamCall& out) {
       m_next[static_cast<size_t>(nc++)] = {p.hash, sc, sc + guide[p.state], p.state, static_cast<int32_t>(i), p.length, 1};
     }
     // A stay and a move that reach the same hypothesis are one hypothesis: the lower-scored one
-    // folds into the other (the move survives ties).
+    // folds into the other (the move survives ties). Moves are found by hash (linear probing).
+    const uint64_t mask = m_table.size() - 1;
+    std::fill(m_table.begin(), m_table.end(), -1);
+    for (int64_t c = 0; c < n * beam; ++c) {
+      uint64_t slot = m_next[static_cast<size_t>(c)].hash & mask;
+      while (m_table[slot] >= 0) slot = (slot + 1) & mask;
+      m_table[slot] = static_cast<int32_t>(c);
+    }
     for (int64_t i = 0; i < beam; ++i) {
       detail::BeamCandidate& stay = m_next[static_cast<size_t>(n * beam + i)];
-      const int64_t b = stay.state % n;
-      for (int64_t k = 0; k < beam; ++k) {
-        detail::BeamCandidate& mv = m_next[static_cast<size_t>(k * n + b)];
+      for (uint64_t slot = stay.hash & mask; m_table[slot] >= 0; slot = (slot + 1) & mask) {
+        detail::BeamCandidate& mv = m_next[static_cast<size_t>(m_table[slot])];
         if (mv.hash != stay.hash || mv.state != stay.state || mv.length != stay.length || mv.score == kDead ||
             stay.score == kDead)
           continue;

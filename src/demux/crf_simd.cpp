@@ -425,12 +425,43 @@ ESCPOD_INLINE float prob_forward_backward_posteriors(const Pass<W>& pass, const 
   return static_cast<float>(log_z);
 }
 
+// Row of normalised values -> log(row) + offset, in place.
+template <int W>
+ESCPOD_INLINE void to_log(float* r, int64_t S, double offset) {
+  const auto off = static_cast<float>(offset);
+  for (int64_t i = 0; i < S; i += W) store<W>(r + i, vlog<W>(load<W>(r + i)) + off);
+}
+
 template <int W>
 ESCPOD_INLINE float forward_backward_impl(const CrfDims& d, const CrfScoresView& s, const float* stay,
                                           float* alpha, float* beta, float* work) {
   const Pass<W> pass(d);
+  const int64_t T = s.n_steps, S = d.n_states, C = d.n_scores, row = pass.row;
   pass.transpose_all(s, stay, work);
-  return pass.log_forward_backward(work, s.n_steps, alpha, beta);
+  if (pass.max_abs(work, T * C) > kMaxProbScore) return pass.log_forward_backward(work, T, alpha, beta);
+  // Scaled probability domain, then back to logs: log alpha_t = log(alpha~_t) + sum of the logs
+  // of the normalisers so far (a state below 1e-38 of its row's best reads about -87 + offset).
+  for (int64_t t = 0; t < T; ++t) pass.exp_step(work + t * C);
+  // A row turns into logs once the next one has been computed from it.
+  std::fill(alpha, alpha + S, 1.0f);
+  double offset = 0.0;
+  for (int64_t t = 0; t < T; ++t) {
+    const double next = offset + std::log(static_cast<double>(
+                                     pass.prob_forward(work + t * C, alpha + t * row, alpha + (t + 1) * row)));
+    to_log<W>(alpha + t * row, S, offset);
+    offset = next;
+  }
+  to_log<W>(alpha + T * row, S, offset);
+  std::fill(beta + T * row, beta + T * row + S, 1.0f);
+  offset = 0.0;
+  for (int64_t t = T - 1; t >= 0; --t) {
+    const double next = offset + std::log(static_cast<double>(
+                                     pass.prob_backward(work + t * C, beta + (t + 1) * row, beta + t * row)));
+    to_log<W>(beta + (t + 1) * row, S, offset);
+    offset = next;
+  }
+  to_log<W>(beta, S, offset);
+  return crf_logsumexp(alpha + T * row, static_cast<int>(S));
 }
 
 template <int W>

@@ -171,6 +171,7 @@ class CrfBeamSearch {
   std::vector<float> m_alpha, m_beta, m_work;
   std::vector<int32_t> m_states;  // per step: the winning path's state after the step
   std::vector<int32_t> m_order;   // candidate indices during selection
+  std::vector<int32_t> m_table;   // open-addressing hash -> move candidate (stay/move merging)
   std::vector<detail::BeamElement> m_history;  // beam_width per step: the back-pointers
   std::vector<detail::BeamCandidate> m_front, m_next;
 };
