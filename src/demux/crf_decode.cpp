@@ -137,6 +137,18 @@ float crf_logsumexp(const float* v, int n) {
   return m + std::log(sum);
 }
 
+void crf_lse_rows(CrfBackend backend, const float* planes, int n_planes, int64_t stride, int64_t n, float* out) {
+#if defined(__x86_64__)
+  if (backend == CrfBackend::kAvx512) return crf_lse_rows_avx512(planes, n_planes, stride, n, out);
+  if (backend == CrfBackend::kAvx2) return crf_lse_rows_avx2(planes, n_planes, stride, n, out);
+#endif
+  float v[16];
+  for (int64_t i = 0; i < n; ++i) {
+    for (int k = 0; k < n_planes; ++k) v[k] = planes[k * stride + i];
+    out[i] = crf_logsumexp(v, n_planes);
+  }
+}
+
 namespace {
 
 constexpr int kMaxEdges = 9;  // n_base <= 8

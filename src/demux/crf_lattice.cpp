@@ -28,15 +28,23 @@ struct TrieNode {
 
 }  // namespace
 
-Result<CrfRefScorer> CrfRefScorer::create(const CrfGeometry& geometry, std::span<const BarcodeRef> refs) {
-  return build(geometry, refs, false);
+Result<CrfRefScorer> CrfRefScorer::create(const CrfGeometry& geometry, std::span<const BarcodeRef> refs,
+                                          CrfBackend backend) {
+  return build(geometry, refs, false, backend);
 }
 
-Result<CrfRefScorer> CrfRefScorer::build(const CrfGeometry& g, std::span<const BarcodeRef> refs, bool allow_short) {
+Result<CrfRefScorer> CrfRefScorer::build(const CrfGeometry& g, std::span<const BarcodeRef> refs, bool allow_short,
+                                         CrfBackend backend) {
   ESCPOD_RETURN_IF_ERROR(validate_geometry(g));
+  const CrfBackend best = detail::crf_best_simd_backend();
+  if (backend == CrfBackend::kAuto) backend = best;
+  if (backend != CrfBackend::kScalar && backend != best && !(backend == CrfBackend::kAvx2 && best == CrfBackend::kAvx512))
+    return Status::invalid_argument(std::string("lattice scoring: backend ") + crf_backend_name(backend) +
+                                    " is not available on this CPU");
   const int64_t n = g.n_base, S = g.n_states(), sl = g.state_len;
   CrfRefScorer sc;
   sc.m_geometry = g;
+  sc.m_backend = backend;
   // Position 0: every state, stays only.
   for (int64_t s = 0; s < S; ++s) {
     sc.m_cell_state.push_back(static_cast<int32_t>(s));
@@ -105,23 +113,30 @@ Status CrfRefScorer::score(const CrfScoresView& scores, float log_partition, std
   if (logp.size() != n_refs())
     return Status::invalid_argument("lattice scoring: " + std::to_string(logp.size()) + " outputs for " +
                                     std::to_string(n_refs()) + " references");
-  const size_t n_cells = m_cell_state.size();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t S = m_geometry.n_states(), E = m_geometry.n_edges();
-  m_cur.assign(n_cells, -std::numeric_limits<float>::infinity());
-  m_next.resize(n_cells);
+  const int64_t n_cells = static_cast<int64_t>(m_cell_state.size()), M = n_cells - S;
+  const int64_t M_pad = (M + 15) / 16 * 16;
+  const int n_planes = static_cast<int>(E);
+  m_cur.assign(static_cast<size_t>(S + M_pad), kNegInf);
+  m_next.resize(static_cast<size_t>(S + M_pad));
+  m_terms.assign(static_cast<size_t>(n_planes * M_pad), kNegInf);  // unused terms stay -inf
   std::fill(m_cur.begin(), m_cur.begin() + S, 0.0f);
-  float v[9];
+  // Per step: roots only stay; every other cell's terms (its stay, its moves) go into planes,
+  // reduced by one vectorised log-sum-exp over all cells.
   for (int64_t t = 0; t < scores.n_steps; ++t) {
     const float* row = scores.data + t * scores.step_stride;
     for (int64_t i = 0; i < S; ++i) m_next[static_cast<size_t>(i)] = m_cur[static_cast<size_t>(i)] + row[i * E];
-    for (size_t i = static_cast<size_t>(S); i < n_cells; ++i) {
-      const float* sc = row + static_cast<int64_t>(m_cell_state[i]) * E;
-      v[0] = m_cur[i] + sc[0];
-      int k = 1;
-      for (int32_t m = m_in_begin[i]; m < m_in_begin[i + 1]; ++m)
-        v[k++] = m_cur[static_cast<size_t>(m_in_src[static_cast<size_t>(m)])] + sc[m_in_edge[static_cast<size_t>(m)]];
-      m_next[i] = detail::crf_logsumexp(v, k);
+    for (int64_t j = 0; j < M; ++j) {
+      const auto cell = static_cast<size_t>(S + j);
+      const float* sc = row + static_cast<int64_t>(m_cell_state[cell]) * E;
+      m_terms[static_cast<size_t>(j)] = m_cur[cell] + sc[0];
+      int64_t k = 1;
+      for (int32_t m = m_in_begin[cell]; m < m_in_begin[cell + 1]; ++m, ++k)
+        m_terms[static_cast<size_t>(k * M_pad + j)] =
+            m_cur[static_cast<size_t>(m_in_src[static_cast<size_t>(m)])] + sc[m_in_edge[static_cast<size_t>(m)]];
     }
+    detail::crf_lse_rows(m_backend, m_terms.data(), n_planes, M_pad, M_pad, m_next.data() + S);
     std::swap(m_cur, m_next);
   }
   for (size_t r = 0; r < n_refs(); ++r) {

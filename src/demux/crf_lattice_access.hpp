@@ -8,7 +8,7 @@ namespace escpod::demux::detail {
 
 struct CrfRefScorerAccess {
   static Result<CrfRefScorer> build_any_length(const CrfGeometry& g, std::span<const BarcodeRef> refs) {
-    return CrfRefScorer::build(g, refs, true);
+    return CrfRefScorer::build(g, refs, true, CrfBackend::kAuto);
   }
 };
 

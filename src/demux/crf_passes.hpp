@@ -51,6 +51,13 @@ bool crf_simd_geometry(const CrfDims& d);
 // log(sum exp(v[i])) with a max shift; a non-finite maximum is returned as is (scalar reference).
 float crf_logsumexp(const float* v, int n);
 
+// out[i] = logsumexp over k < n_planes of planes[k * stride + i], for i < n; n must be a multiple
+// of 16 (pad with -inf). -inf terms contribute nothing; all -inf gives -inf. `backend` kScalar
+// uses crf_logsumexp, kAvx2/kAvx512 the vector kernels (any geometry).
+void crf_lse_rows(CrfBackend backend, const float* planes, int n_planes, int64_t stride, int64_t n, float* out);
+void crf_lse_rows_avx2(const float* planes, int n_planes, int64_t stride, int64_t n, float* out);
+void crf_lse_rows_avx512(const float* planes, int n_planes, int64_t stride, int64_t n, float* out);
+
 // Scalar reference passes (crf_decode.cpp) and the vector ones (crf_simd.cpp).
 float crf_forward_backward_scalar(const CrfDims& d, const CrfScoresView& scores, const float* stay,
                                   float* alpha, float* beta, float* work);

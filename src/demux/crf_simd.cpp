@@ -492,6 +492,19 @@ ESCPOD_INLINE float posterior_decode_impl(const CrfDims& d, const CrfScoresView&
   return log_z;
 }
 
+// out[i] = logsumexp_k planes[k * stride + i] over n_planes planes, i < n (n a multiple of W).
+template <int W>
+ESCPOD_INLINE void lse_rows_impl(const float* planes, int n_planes, int64_t stride, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += W) {
+    vf<W> m = load<W>(planes + i);
+    for (int k = 1; k < n_planes; ++k) m = vmax<W>(m, load<W>(planes + k * stride + i));
+    vf<W> sum{};
+    for (int k = 0; k < n_planes; ++k) sum += vexp<W>(load<W>(planes + k * stride + i) - m);
+    const vi<W> finite = (m - m) == 0.0f;
+    store<W>(out + i, finite ? m + vlog<W>(sum) : m);
+  }
+}
+
 #undef ESCPOD_INLINE
 
 }  // namespace
@@ -515,6 +528,12 @@ ESCPOD_AVX2 float crf_forward_backward_avx2(const CrfDims& d, const CrfScoresVie
 ESCPOD_AVX2 float crf_posterior_decode_avx2(const CrfDims& d, const CrfScoresView& s, float* alpha, float* beta,
                                             float* work, int32_t* edge, float* value) {
   return posterior_decode_impl<8>(d, s, alpha, beta, work, edge, value);
+}
+ESCPOD_AVX512 void crf_lse_rows_avx512(const float* planes, int n_planes, int64_t stride, int64_t n, float* out) {
+  lse_rows_impl<16>(planes, n_planes, stride, n, out);
+}
+ESCPOD_AVX2 void crf_lse_rows_avx2(const float* planes, int n_planes, int64_t stride, int64_t n, float* out) {
+  lse_rows_impl<8>(planes, n_planes, stride, n, out);
 }
 #undef ESCPOD_AVX512
 #undef ESCPOD_AVX2

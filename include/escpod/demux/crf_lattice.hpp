@@ -34,7 +34,9 @@ class CrfRefScorer {
   // References in the emitted form the panel is matched in (case-insensitive symbols of the
   // geometry's alphabet, blank excluded). invalid_argument naming the reference when one is
   // shorter than state_len or holds another symbol; or for a bad geometry.
-  static Result<CrfRefScorer> create(const CrfGeometry& geometry, std::span<const BarcodeRef> refs);
+  // `backend` picks the log-sum-exp kernel (kAuto: the widest this CPU runs; any geometry).
+  static Result<CrfRefScorer> create(const CrfGeometry& geometry, std::span<const BarcodeRef> refs,
+                                     CrfBackend backend = CrfBackend::kAuto);
 
   // logp[r] = log P(ref r | scores) for every reference, given the read's logZ over the same raw
   // scores (PosteriorCall::log_partition). Must run on the raw scores, never on posteriors.
@@ -48,14 +50,16 @@ class CrfRefScorer {
  private:
   friend struct detail::CrfRefScorerAccess;
   static Result<CrfRefScorer> build(const CrfGeometry& geometry, std::span<const BarcodeRef> refs,
-                                    bool allow_short);
+                                    bool allow_short, CrfBackend backend);
   CrfGeometry m_geometry;
+  CrfBackend m_backend = CrfBackend::kScalar;
   std::vector<int32_t> m_cell_state;  // state of each cell; cells of a trie node are contiguous
   std::vector<int32_t> m_in_begin;    // incoming moves of cell i: [m_in_begin[i], m_in_begin[i + 1])
   std::vector<int32_t> m_in_src;      // source cell of each incoming move
   std::vector<int32_t> m_in_edge;     // its edge index (1 + dropped base)
   std::vector<int32_t> m_final_begin, m_final_end;  // cells of each reference's last position
   std::vector<float> m_cur, m_next;
+  std::vector<float> m_terms;  // per step: n_base + 1 planes of the non-root cells' terms
 };
 
 // The per-read lattice columns for the reference chosen by edit distance.

@@ -132,6 +132,12 @@ TEST(CrfLattice, RealGeometryPanel) {
     EXPECT_LE(lp, 1e-4f);
     EXPECT_TRUE(std::isfinite(lp));
   }
+  // The scalar log-sum-exp kernel gives the same values.
+  auto scalar = CrfRefScorer::create(g, refs, CrfBackend::kScalar);
+  ASSERT_TRUE(scalar.is_ok());
+  std::vector<float> ref_logp(refs.size());
+  ASSERT_TRUE(scalar->score(test::view_of(s, g), call.log_partition, ref_logp).is_ok());
+  for (size_t r = 0; r < refs.size(); ++r) EXPECT_NEAR(logp[r], ref_logp[r], 1e-5 * std::abs(call.log_partition));
   std::vector<float> wrong(3);
   EXPECT_FALSE(scorer->score(test::view_of(s, g), call.log_partition, wrong).is_ok());
 }
