@@ -4,8 +4,8 @@
 // posterior decode runs its first pass in a scaled probability domain instead: exp(score) once
 // per score, alpha/beta rows renormalised to a maximum of 1 each step (logZ = sum of the logs of
 // the normalisers), edge posteriors as products: 1 exp + 1 log per edge and step instead of
-// 3 exp + 1.4 log (see bench/results/crf_decode.md). Reads with |score| > 60, where exp could
-// overflow or a row vanish, take the log-domain recursions.
+// 3 exp + 1.4 log (see bench/results/crf_decode.md). Reads whose scores could spread a row over
+// more than float's range (|score| > max_prob_score: 9.2 for state_len 4) take the log domain.
 //
 // Layout: each step's n_scores floats are transposed once into planes P[e][c] (e = edge, c =
 // destination state), so every pass works on contiguous destination lanes. The two index
@@ -396,9 +396,14 @@ ESCPOD_INLINE void prob_posteriors(const Masks<H>& mk, int64_t S, int64_t Q, flo
 }
 
 // Forward/backward/posteriors in the scaled probability domain: one exp per score instead of
-// one per edge and pass, no log per state. Needs |score| <= kMaxProbScore (no overflow of exp,
-// rows never all zero); the caller falls back to the log domain otherwise.
-constexpr float kMaxProbScore = 60.0f;
+// one per edge and pass, no log per state. Every state is state_len moves from any other, so with
+// |score| <= L the log-values of one alpha or beta row span at most state_len (2L + ln 5) nats;
+// keeping that below 80 keeps every normalised value a normal float (>= e^-87), so nothing is
+// lost to underflow. Beyond that bound the caller uses the log domain.
+inline float max_prob_score(const CrfDims& d) {
+  const auto sl = static_cast<float>(d.state_len);
+  return (80.0f - sl * 1.6094379f) / (2.0f * sl);
+}
 
 template <int W>
 ESCPOD_INLINE float prob_forward_backward_posteriors(const Pass<W>& pass, const CrfScoresView& scores,
@@ -438,7 +443,7 @@ ESCPOD_INLINE float forward_backward_impl(const CrfDims& d, const CrfScoresView&
   const Pass<W> pass(d);
   const int64_t T = s.n_steps, S = d.n_states, C = d.n_scores, row = pass.row;
   pass.transpose_all(s, stay, work);
-  if (pass.max_abs(work, T * C) > kMaxProbScore) return pass.log_forward_backward(work, T, alpha, beta);
+  if (pass.max_abs(work, T * C) > max_prob_score(d)) return pass.log_forward_backward(work, T, alpha, beta);
   // Scaled probability domain, then back to logs: log alpha_t = log(alpha~_t) + sum of the logs
   // of the normalisers so far (a state below 1e-38 of its row's best reads about -87 + offset).
   for (int64_t t = 0; t < T; ++t) pass.exp_step(work + t * C);
@@ -471,7 +476,7 @@ ESCPOD_INLINE float posterior_decode_impl(const CrfDims& d, const CrfScoresView&
   const int64_t T = s.n_steps, C = d.n_scores, row = pass.row;
   pass.transpose_all(s, nullptr, work);
   float log_z;
-  if (pass.max_abs(work, T * C) <= kMaxProbScore) {
+  if (pass.max_abs(work, T * C) <= max_prob_score(d)) {
     log_z = prob_forward_backward_posteriors<W>(pass, s, alpha, beta, work);
   } else {
     log_z = pass.log_forward_backward(work, T, alpha, beta);

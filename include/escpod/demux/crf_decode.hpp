@@ -72,10 +72,10 @@ struct PosteriorCall {
 //      alpha'_t[src] + LP_t + beta'_{t+1}[dest], ties to the lowest flat index; moves emit their
 //      symbol, stays nothing (no repeat collapsing);
 //   4. path_score = the largest winning value over steps; mean_logpost = path_score / T.
-// Reproduces crf_golden.json on every backend. The vector backends compute step 1-2 in a scaled
-// probability domain with polynomial exp/log (log domain for reads with |score| > 60), so their
-// intermediate values differ from kScalar's in the last float bits (path_score by ~2e-5
-// relative); ties are broken the same way.
+// Reproduces crf_golden.json on every backend. The vector backends compute steps 1-2 in a scaled
+// probability domain with polynomial exp/log (the log domain for reads with |score| > 9.2 at
+// state_len 4, whose rows could underflow float), so their intermediate values differ from
+// kScalar's in the last float bits (path_score by ~2e-5 relative); ties break the same way.
 // Owns its scratch (sized on first use to the longest read seen): one decoder per worker thread;
 // not thread-safe; movable.
 class CrfPosteriorDecoder {

@@ -152,7 +152,7 @@ TEST(CrfPosteriorDecode, SimdMatchesScalarOnRandomReads) {
   EXPECT_GT(compared, 0);
 }
 
-// Scores beyond the vector kernels' scaled-probability range (|score| > 60) take their
+// Scores beyond the vector kernels' scaled-probability range (|score| > 9.2) take their
 // log-domain path: still the scalar reference's call.
 TEST(CrfPosteriorDecode, SimdLogDomainPathForHugeScores) {
   const CrfGeometry g;
