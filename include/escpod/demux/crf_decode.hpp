@@ -144,9 +144,9 @@ struct BeamCall {
   int32_t initial_state = 0;     // the winning hypothesis' state before step 0
 };
 
-// Per-base quality (dorado's published CPU formula): at each step, the state posterior of the
-// path's state plus those of its predecessor and successor k-mers (homopolymer state counted
-// once), clamped to [0, 1] and raised to 0.4; averaged over the steps a base spans (its move and
+// Per-base quality (dorado's published CPU formula): at each step, the state posterior
+// exp(alpha_t + beta_t - logZ) of the path's state plus those of its predecessor and successor
+// k-mers (homopolymer state counted once), clamped to [0, 1] and raised to 0.4; averaged over the steps a base spans (its move and
 // the stays after it); q = -10 log10(1 - mean), then scale/shift and clamp [1, 90], rounded.
 // Owns scratch like CrfPosteriorDecoder: one per worker; not thread-safe.
 class CrfBeamSearch {

@@ -177,6 +177,24 @@ TEST(CrfPosteriorDecode, SimdLogDomainPathForHugeScores) {
   EXPECT_GT(compared, 0);
 }
 
+// Exact ties break to the lowest flat index on every backend: with every score equal, every edge
+// of every step ties, so each step picks edge 0 of state 0 (a stay) and nothing is emitted.
+TEST(CrfPosteriorDecode, ExactTiesBreakToTheLowestFlatIndex) {
+  const CrfGeometry g;
+  const std::vector<float> s(static_cast<size_t>(50 * g.n_scores()), 2.0f);
+  for (const CrfBackend backend : all_backends()) {
+    if (!crf_backend_available(backend, g)) continue;
+    auto decoder = CrfPosteriorDecoder::create(g, backend);
+    ASSERT_TRUE(decoder.is_ok());
+    PosteriorCall call;
+    ASSERT_TRUE(decoder->decode(test::view_of(s, g), call).is_ok());
+    EXPECT_EQ(call.sequence, "") << crf_backend_name(backend);
+    EXPECT_EQ(call.step_edge, std::vector<int32_t>(50, 0)) << crf_backend_name(backend);
+    // logZ = T * (2 + ln 5) + ln 256: every state has 5 equal edges.
+    EXPECT_NEAR(call.log_partition, 50 * (2.0 + std::log(5.0)) + std::log(256.0), 1e-3) << crf_backend_name(backend);
+  }
+}
+
 // The max-semiring path over log-posteriors against brute force on a tiny lattice: the winning
 // value is the best path's total, and the per-step edges form that path.
 TEST(CrfPosteriorDecode, TinyLatticeEdgesFormTheBestPath) {
