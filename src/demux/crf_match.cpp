@@ -293,16 +293,24 @@ Result<BarcodePanel> BarcodePanel::create(std::vector<BarcodeRef> refs, PanelFor
 }
 
 BarcodeMatch BarcodePanel::match(std::string_view call) const {
+  BarcodeMatch m;
 #if defined(__x86_64__)
-  if (m_kernel == CrfBackend::kAvx512) return match_avx512(m_group_words.data(), m_refs.size(), call);
-  if (m_kernel == CrfBackend::kAvx2) return match_avx2(m_group_words.data(), m_refs.size(), call);
+  if (m_kernel == CrfBackend::kAvx512) {
+    m = match_avx512(m_group_words.data(), m_refs.size(), call);
+  } else if (m_kernel == CrfBackend::kAvx2) {
+    m = match_avx2(m_group_words.data(), m_refs.size(), call);
+  } else
 #endif
-  Selection sel;
-  for (size_t r = 0; r < m_refs.size(); ++r) {
-    const int64_t cap = sel.second == std::numeric_limits<int32_t>::max() ? INT32_MAX - 1 : sel.second - 1;
-    sel.offer(myers_distance(m_peq[r].data(), m_refs[r].sequence.size(), call, cap), static_cast<int32_t>(r));
+  {
+    Selection sel;
+    for (size_t r = 0; r < m_refs.size(); ++r) {
+      const int64_t cap = sel.second == std::numeric_limits<int32_t>::max() ? INT32_MAX - 1 : sel.second - 1;
+      sel.offer(myers_distance(m_peq[r].data(), m_refs[r].sequence.size(), call, cap), static_cast<int32_t>(r));
+    }
+    m = sel.result(m_refs.size());
   }
-  return sel.result(m_refs.size());
+  m.form = m_form;
+  return m;
 }
 
 }  // namespace escpod::demux

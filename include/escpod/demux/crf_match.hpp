@@ -45,6 +45,7 @@ struct BarcodeMatch {
   int32_t best_idx = -1;     // index into the panel
   int32_t best_dist = 0;     // its edit distance
   int32_t second_dist = -1;  // runner-up distance; -1 with a single-reference panel
+  PanelForm form = PanelForm::kAsGiven;  // the form of the references the call was matched to
   bool has_second() const { return second_dist >= 0; }
   int32_t margin() const { return has_second() ? second_dist - best_dist : -1; }  // -1: absent
 };

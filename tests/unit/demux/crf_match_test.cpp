@@ -163,6 +163,7 @@ TEST(CrfMatch, ValidatesReferences) {
   EXPECT_FALSE(BarcodePanel::create({{"x", ""}}).is_ok());
   auto lower = BarcodePanel::create({{"x", "acgt"}});
   ASSERT_TRUE(lower.is_ok());
+  EXPECT_EQ(lower->match("ACGT").form, PanelForm::kAsGiven);
   EXPECT_EQ(lower->ref(0).sequence, "ACGT");
   EXPECT_EQ(lower->match("ACGT").best_dist, 0);
   EXPECT_EQ(lower->match("acgt").best_dist, 0);
@@ -179,6 +180,7 @@ TEST(CrfMatch, SeqTaggerEmittedFormIsReversedWithoutLastStateLenBases) {
   ASSERT_TRUE(p.is_ok());
   EXPECT_STREQ(panel_form_name(p->form()), "seqtagger_emitted");
   EXPECT_EQ(p->match("CCGGAA").best_idx, 0);
+  EXPECT_EQ(p->match("CCGGAA").form, PanelForm::kSeqTaggerEmitted);
   auto short_ref = seqtagger_emitted_form(std::vector<BarcodeRef>{{"s", "ACGT"}}, 4);
   ASSERT_FALSE(short_ref.is_ok());
   EXPECT_NE(short_ref.status().message().find("(s)"), std::string::npos);
