@@ -11,6 +11,7 @@ std::string_view call_status_reason(CallStatus status) {
     case CallStatus::kNoise: return "noise class";
     case CallStatus::kInvalidInput: return "invalid fingerprint";
     case CallStatus::kNoFingerprint: return "no fingerprint";
+    case CallStatus::kNoWindow: return "no usable barcode window";
   }
   return "unknown";
 }

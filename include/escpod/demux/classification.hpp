@@ -19,6 +19,7 @@ enum class CallStatus : uint8_t {
   kNoise,            // best class is the model's noise class (or maps to label -1)
   kInvalidInput,     // fingerprint unusable (wrong length, NaN/inf); probabilities are empty
   kNoFingerprint,    // the read never got a fingerprint (set by callers, e.g. the pipeline)
+  kNoWindow,         // a signal-window head (CRF) found no usable window for the read
 };
 
 // Fixed reason text for the report, e.g. "below threshold". Never allocates.

@@ -1,0 +1,105 @@
+// The CTC-CRF barcode head: a demux::Head over a CRF model folder (SeqTagger/bonito `crf` model
+// or escapepod CRF bundle, crf_model.hpp) that basecalls a window of each read's signal, names
+// the call's barcode by edit distance (crf_match.hpp) and gates it on its confidence
+// (crf_lattice.hpp). Specification: shared/docs/escapepod-behaviour.md section 4.8 and
+// shared/docs/seqtagger.md. The engine (pipeline::run_demux) needs no change: the head
+// registers itself as a HeadKind (register_crf_head) and reads the calibrated prefix the engine
+// decodes.
+//
+// Windows (our choices where SeqTagger's are unpublished; every one is an option below):
+//  - bundles: [adapter_end - chunk, adapter_end) with the bundle's margin and clamping rules
+//    (behaviour doc section 4.8), standardised with the bundle's constants;
+//  - SeqTagger v1 (no [standardisation]): the last `chunk` samples before the detected adapter
+//    end (our detectors' adapter end is where the poly(A) tail starts), median/MAD-normalised
+//    over those samples, left-padded with zeros when fewer than `chunk` precede the boundary;
+//  - SeqTagger v2: `chunk`-sample windows starting at 0, step, 2*step, ... while they end within
+//    max_chunksize samples of the read start (and within the decoded prefix), standardised with
+//    the config's constants; the window whose call has the best mean base quality wins (the
+//    best mean log-posterior with the posterior decoder), ties to the earlier window.
+// A read with no usable window is unclassified with CallStatus::kNoWindow.
+//
+// Labels: reference i of the panel is label i + 1 (the engine names outputs BC01, BC02, ...;
+// SeqTagger's barcodes.fa names them Barcode_1, Barcode_2, ... in the same order). describe()
+// lists the mapping.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "escpod/core/status.hpp"
+#include "escpod/demux/crf_decode.hpp"
+#include "escpod/demux/head.hpp"
+
+namespace escpod::demux {
+
+enum class CrfDecoderChoice : uint8_t {
+  kModelDefault,  // posterior for bundles, beam for SeqTagger folders
+  kPosterior,
+  kBeam,
+};
+// "posterior" / "beam" / "default"; parse_crf_decoder accepts the first two.
+const char* crf_decoder_name(CrfDecoderChoice choice);
+Result<CrfDecoderChoice> parse_crf_decoder(const std::string& text);
+
+// Where a SeqTagger v1 window's median/MAD are taken.
+enum class CrfNormSpan : uint8_t {
+  kWindow,  // the window's own samples (default; the zero padding excluded)
+  kPrefix,  // every sample the engine decoded up to the adapter end (adapter and all)
+};
+
+// Where a SeqTagger window sits (v1 default kBeforeBoundary, v2 default kRollingStart).
+enum class CrfWindowPlacement : uint8_t {
+  kModelDefault,
+  kBeforeBoundary,  // the last `chunk` samples before the adapter end
+  kRollingStart,    // rolling windows over the read start, best call kept
+};
+Result<CrfWindowPlacement> parse_crf_window_placement(const std::string& text);
+const char* crf_window_placement_name(CrfWindowPlacement placement);
+
+struct CrfHeadOptions {
+  CrfDecoderChoice decoder = CrfDecoderChoice::kModelDefault;
+  CrfWindowPlacement placement = CrfWindowPlacement::kModelDefault;
+  CrfNormSpan norm_span = CrfNormSpan::kWindow;
+  // Gates, checked in this order (the first failure names the gate in the `gate` column):
+  //  edit margin (min_margin, 0 keeps ties), lattice margin, lattice probability (crf_lattice.hpp),
+  //  base quality (min_baseq; beam search only), mean posterior (min_mean_post: exp of the mean
+  //  log-posterior along the decoded path; computed for every call).
+  int32_t min_margin = 0;
+  std::optional<double> min_crf_margin;
+  std::optional<double> min_crf_prob;
+  // nullopt: the model's min_baseQ where it has one (b13: 60, b07: 50), else kDefaultMinBaseq.
+  std::optional<double> min_baseq;
+  // nullopt: kDefaultMinMeanPost.
+  std::optional<double> min_mean_post;
+  bool ref_scores = false;  // lattice columns (implied by min_crf_margin / min_crf_prob)
+  std::optional<int64_t> boundary_margin;   // bundles: overrides the bundle's margin
+  std::optional<int64_t> clamp_max_shift;   // bundles: overrides the bundle's clamp allowance
+};
+
+// Our defaults for the gates a model does not set, chosen so that the 200 barcode-free RNA004
+// reads of shared/data/escapepod are rejected by every shipped SeqTagger model
+// (bench/results/crf_head.md has the distributions they were read from).
+inline constexpr double kDefaultMinBaseq = 60.0;
+inline constexpr double kDefaultMinMeanPost = 0.9;
+
+// The head's extra CSV columns, in order (empty cells where a value does not apply are left to
+// the end: the column set depends on the decoder and on ref_scores):
+//   window_start  sample index of the chosen window's first sample (negative: zero padding)
+//   edit_dist     edit distance of the call to the chosen reference
+//   second_dist   runner-up distance (-1 with a single reference)
+//   call_len      bases in the call
+//   mean_post     exp(mean log-posterior) along the posterior-decode path
+//   gate          0 pass, 1 edit margin, 2 crf margin, 3 crf prob, 4 baseq, 5 mean posterior
+//   baseq         mean base quality (beam search only)
+//   crf_logp, crf_margin, crf_best (1-based reference index)   (ref_scores only)
+
+// Loads a CRF model folder as a head with `options`.
+Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options);
+
+// Registers the "crf" head kind (claims folders is_crf_model_dir accepts) with `options`; a later
+// call replaces the options. Call before load_head / run_demux.
+void register_crf_head(const CrfHeadOptions& options = {});
+
+}  // namespace escpod::demux

@@ -1,0 +1,487 @@
+// The CTC-CRF barcode head (crf_head.hpp): window -> encoder -> decode -> match -> gates.
+#include "escpod/demux/crf_head.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "escpod/demux/crf_lattice.hpp"
+#include "escpod/demux/crf_match.hpp"
+#include "escpod/demux/crf_model.hpp"
+
+namespace escpod::demux {
+
+const char* crf_decoder_name(CrfDecoderChoice choice) {
+  switch (choice) {
+    case CrfDecoderChoice::kPosterior: return "posterior";
+    case CrfDecoderChoice::kBeam: return "beam";
+    case CrfDecoderChoice::kModelDefault: break;
+  }
+  return "default";
+}
+
+Result<CrfDecoderChoice> parse_crf_decoder(const std::string& text) {
+  if (text == "posterior") return CrfDecoderChoice::kPosterior;
+  if (text == "beam") return CrfDecoderChoice::kBeam;
+  return Status::invalid_argument("--decoder: '" + text + "' is not a decoder (posterior or beam)");
+}
+
+const char* crf_window_placement_name(CrfWindowPlacement placement) {
+  switch (placement) {
+    case CrfWindowPlacement::kBeforeBoundary: return "before-boundary";
+    case CrfWindowPlacement::kRollingStart: return "rolling-start";
+    case CrfWindowPlacement::kModelDefault: break;
+  }
+  return "default";
+}
+
+Result<CrfWindowPlacement> parse_crf_window_placement(const std::string& text) {
+  if (text == "before-boundary") return CrfWindowPlacement::kBeforeBoundary;
+  if (text == "rolling-start") return CrfWindowPlacement::kRollingStart;
+  return Status::invalid_argument("--crf-window: '" + text +
+                                  "' is not a window placement (before-boundary or rolling-start)");
+}
+
+namespace {
+
+// Gate codes of the `gate` column (0..4 follow CrfGateResult; 5 is this head's own gate).
+constexpr double kGateMeanPost = 5.0;
+
+// What a loaded head runs with: every option resolved against the model.
+struct CrfSettings {
+  bool beam = false;
+  CrfWindowPlacement placement = CrfWindowPlacement::kBeforeBoundary;
+  CrfNormSpan norm_span = CrfNormSpan::kWindow;
+  CrfGates gates;
+  std::string min_baseq_source;  // "model min_baseQ", "--min-baseq", "default"
+  double min_mean_post = kDefaultMinMeanPost;
+  bool ref_scores = false;
+  int64_t margin = 200;  // bundles
+  int64_t clamp = 0;     // bundles
+};
+
+// One decoded window: its scores and both decodes (kept while a better window may come).
+struct WindowCall {
+  std::vector<float> scores;
+  PosteriorCall posterior;
+  BeamCall beam;
+  int64_t start = 0;
+  double rank = 0.0;  // baseq with beam search, mean log-posterior otherwise
+};
+
+class CrfScratch final : public HeadScratch {
+ public:
+  CrfScratch(const CrfModel& model, CrfPosteriorDecoder posterior_decoder,
+             std::optional<CrfBeamSearch> beam_search, std::optional<CrfRefScorer> ref_scorer, size_t n_refs)
+      : encoder(model, 1),
+        posterior(std::move(posterior_decoder)),
+        beam(std::move(beam_search)),
+        scorer(std::move(ref_scorer)) {
+    const auto chunk = static_cast<size_t>(model.config.chunk);
+    window.resize(chunk);
+    sorted.reserve(chunk);
+    const auto n_scores = static_cast<size_t>(encoder.steps(chunk) * encoder.n_scores());
+    current.scores.resize(n_scores);
+    best.scores.resize(n_scores);
+    logp.resize(n_refs);
+  }
+  CrfEncoder encoder;
+  CrfPosteriorDecoder posterior;
+  std::optional<CrfBeamSearch> beam;
+  std::optional<CrfRefScorer> scorer;
+  std::vector<float> window;  // the normalised window, `chunk` samples
+  std::vector<float> sorted;  // median/MAD work space
+  WindowCall current, best;
+  std::vector<float> logp;
+};
+
+// Median of `v` (reordered in place); v non-empty.
+float median_of(std::vector<float>& v) {
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  float m = v[mid];
+  if (v.size() % 2 == 0) {
+    const float lower = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+    m = 0.5f * (m + lower);
+  }
+  return m;
+}
+
+// bonito's med/MAD convention: (x - median) / (1.4826 * MAD) with median and MAD of `span`.
+// False when the MAD is zero (a flat signal has no usable window).
+bool med_mad(std::span<const float> span, std::vector<float>& work, float& shift, float& scale) {
+  if (span.empty()) return false;
+  work.assign(span.begin(), span.end());
+  const float med = median_of(work);
+  for (float& x : work) x = std::fabs(x - med);
+  const float mad = median_of(work);
+  if (!(mad > 0.0f)) return false;
+  shift = med;
+  scale = 1.0f / (1.4826f * mad);
+  return true;
+}
+
+class CrfHead final : public Head {
+ public:
+  CrfHead(CrfModel model, BarcodePanel panel, CrfSettings settings)
+      : m_model(std::move(model)), m_panel(std::move(panel)), m_settings(std::move(settings)) {
+    m_geometry.n_base = m_model.config.n_base;
+    m_geometry.state_len = m_model.config.state_len;
+    m_geometry.alphabet = m_model.config.alphabet;
+    for (size_t i = 0; i < m_panel.size(); ++i) m_labels.push_back(static_cast<int32_t>(i + 1));
+    m_columns = {"window_start", "edit_dist", "second_dist", "call_len", "mean_post", "gate"};
+    if (m_settings.beam) m_columns.emplace_back("baseq");
+    if (m_settings.ref_scores) {
+      for (const char* c : {"crf_logp", "crf_margin", "crf_best"}) m_columns.emplace_back(c);
+    }
+  }
+
+  std::string_view name() const override { return "CRF"; }
+  HeadInput input() const override {
+    HeadInput in;
+    in.kind = HeadInputKind::kSignalWindow;
+    // The window before the adapter end; the head reads PreparedRead::pa for the rolling and
+    // clamped windows, which reach past it.
+    in.window_begin = -m_model.config.chunk;
+    in.window_end = 0;
+    in.batch_size = 1;
+    return in;
+  }
+  std::span<const std::string> extra_columns() const override { return m_columns; }
+  std::span<const int32_t> labels() const override { return m_labels; }
+  std::string describe() const override;
+
+  std::unique_ptr<HeadScratch> make_scratch() const override {
+    // The decoders were validated at load (load_crf_head), so create() cannot fail here.
+    auto posterior = CrfPosteriorDecoder::create(m_geometry).value();
+    std::optional<CrfBeamSearch> beam;
+    if (m_settings.beam) beam = CrfBeamSearch::create(m_geometry, beam_options()).value();
+    std::optional<CrfRefScorer> scorer;
+    if (m_settings.ref_scores) scorer = CrfRefScorer::create(m_geometry, m_panel.refs()).value();
+    return std::make_unique<CrfScratch>(m_model, std::move(posterior), std::move(beam),
+                                        std::move(scorer), m_panel.size());
+  }
+
+  void classify(std::span<const PreparedRead> reads, HeadScratch& scratch,
+                std::span<Classification> calls) const override {
+    auto& s = static_cast<CrfScratch&>(scratch);
+    for (size_t i = 0; i < reads.size(); ++i) classify_one(reads[i], s, calls[i]);
+  }
+
+  BeamOptions beam_options() const {
+    BeamOptions b;
+    b.blank_score = m_model.config.blank_score;
+    return b;  // width 32, cut 100, q scale 1 / shift 0: as SeqTagger runs bonito
+  }
+  const CrfGeometry& geometry() const { return m_geometry; }
+  const BarcodePanel& panel() const { return m_panel; }
+
+ private:
+  int64_t chunk() const { return m_model.config.chunk; }
+  bool seqtagger() const { return m_model.kind == CrfModelKind::kSeqTagger; }
+
+  void classify_one(const PreparedRead& r, CrfScratch& s, Classification& out) const;
+  bool best_window(const PreparedRead& r, CrfScratch& s) const;
+  bool bundle_window(const PreparedRead& r, CrfScratch& s) const;
+  bool boundary_window(const PreparedRead& r, CrfScratch& s) const;
+  bool rolling_windows(const PreparedRead& r, CrfScratch& s) const;
+  bool normalise(std::span<const float> samples, std::span<const float> norm_span, size_t pad,
+                 CrfScratch& s) const;
+  bool decode_current(CrfScratch& s) const;
+  void fill_call(const BarcodeMatch& m, CrfGateResult gate, bool mean_post_failed,
+                 const std::optional<CrfRefReport>& lattice, CrfScratch& s, Classification& out) const;
+
+  CrfModel m_model;
+  BarcodePanel m_panel;
+  CrfSettings m_settings;
+  CrfGeometry m_geometry;
+  std::vector<int32_t> m_labels;
+  std::vector<std::string> m_columns;
+};
+
+// Copies `samples` into the scratch window after `pad` zeros, normalised: standardised with the
+// model's constants, or med/MAD over `norm_span` (SeqTagger v1). False: no usable normalisation.
+bool CrfHead::normalise(std::span<const float> samples, std::span<const float> norm_span, size_t pad,
+                        CrfScratch& s) const {
+  float shift = 0.0f, scale = 1.0f;
+  const CrfConfig& c = m_model.config;
+  if (c.standardise) {
+    shift = static_cast<float>(c.mean);
+    scale = static_cast<float>(1.0 / c.stdev);
+  } else if (!med_mad(norm_span, s.sorted, shift, scale)) {
+    return false;
+  }
+  std::fill(s.window.begin(), s.window.begin() + static_cast<std::ptrdiff_t>(pad), 0.0f);
+  for (size_t i = 0; i < samples.size(); ++i) s.window[pad + i] = (samples[i] - shift) * scale;
+  return true;
+}
+
+// Encodes and decodes the scratch window into s.current; false if a kernel failed.
+bool CrfHead::decode_current(CrfScratch& s) const {
+  WindowCall& w = s.current;
+  const auto n = static_cast<size_t>(chunk());
+  if (!s.encoder.run(s.window.data(), n, w.scores.data()).is_ok()) return false;
+  const CrfScoresView view{w.scores.data(), s.encoder.steps(n), s.encoder.n_scores()};
+  if (!s.posterior.decode(view, w.posterior).is_ok()) return false;
+  w.rank = w.posterior.mean_logpost;
+  if (s.beam) {
+    if (!s.beam->decode(view, w.beam).is_ok()) return false;
+    w.rank = w.beam.baseq;
+  }
+  return true;
+}
+
+// Behaviour doc section 4.8 window rules (margin, clamping), on the decoded prefix.
+bool CrfHead::bundle_window(const PreparedRead& r, CrfScratch& s) const {
+  const int64_t ae = r.adapter_end, len = static_cast<int64_t>(r.num_samples), c = chunk();
+  int64_t begin = 0;
+  if (ae > len || ae <= 0) return false;
+  if (ae >= c + m_settings.margin) {
+    begin = ae - c;
+  } else if (ae >= c || len < c || c - ae > m_settings.clamp) {
+    return false;
+  }
+  if (begin + c > static_cast<int64_t>(r.pa.size())) return false;  // beyond the decoded prefix
+  const auto samples = r.pa.subspan(static_cast<size_t>(begin), static_cast<size_t>(c));
+  if (!normalise(samples, samples, 0, s)) return false;
+  s.current.start = begin;
+  return decode_current(s);
+}
+
+// SeqTagger v1 convention: the last `chunk` samples before the boundary, left-padded with zeros.
+bool CrfHead::boundary_window(const PreparedRead& r, CrfScratch& s) const {
+  const int64_t ae = r.adapter_end, c = chunk();
+  if (ae <= 0 || ae > static_cast<int64_t>(r.pa.size())) return false;
+  const int64_t begin = std::max<int64_t>(0, ae - c);
+  const auto samples = r.pa.subspan(static_cast<size_t>(begin), static_cast<size_t>(ae - begin));
+  const auto span = m_settings.norm_span == CrfNormSpan::kPrefix
+                        ? r.pa.subspan(0, static_cast<size_t>(ae)) : samples;
+  if (!normalise(samples, span, static_cast<size_t>(c - (ae - begin)), s)) return false;
+  s.current.start = ae - c;
+  return decode_current(s);
+}
+
+// SeqTagger v2 convention (our reading): `chunk`-sample windows at 0, step, 2 step, ... that end
+// within max_chunksize samples (and the decoded prefix); the best-ranked call wins, ties to the
+// earlier window.
+bool CrfHead::rolling_windows(const PreparedRead& r, CrfScratch& s) const {
+  const CrfConfig& cfg = m_model.config;
+  const int64_t c = chunk(), step = std::max<int64_t>(1, cfg.step.value_or(c));
+  const int64_t limit = std::min<int64_t>(cfg.max_chunk.value_or(c), static_cast<int64_t>(r.pa.size()));
+  bool found = false;
+  for (int64_t begin = 0; begin + c <= limit; begin += step) {
+    const auto samples = r.pa.subspan(static_cast<size_t>(begin), static_cast<size_t>(c));
+    if (!normalise(samples, samples, 0, s)) continue;
+    s.current.start = begin;
+    if (!decode_current(s)) continue;
+    if (!found || s.current.rank > s.best.rank) {
+      std::swap(s.current, s.best);
+      found = true;
+    }
+  }
+  if (found) std::swap(s.current, s.best);
+  return found;
+}
+
+bool CrfHead::best_window(const PreparedRead& r, CrfScratch& s) const {
+  if (!seqtagger()) return bundle_window(r, s);
+  if (m_settings.placement == CrfWindowPlacement::kRollingStart) return rolling_windows(r, s);
+  return boundary_window(r, s);
+}
+
+void CrfHead::classify_one(const PreparedRead& r, CrfScratch& s, Classification& out) const {
+  out.label = kUnclassifiedLabel;
+  out.best_label = kUnclassifiedLabel;
+  out.class_index = -1;
+  out.confidence = 0.0;
+  out.threshold = 0.0;
+  out.probabilities.clear();
+  if (!best_window(r, s)) {
+    out.status = CallStatus::kNoWindow;
+    return;
+  }
+  const WindowCall& w = s.current;
+  const std::string& seq = s.beam ? w.beam.sequence : w.posterior.sequence;
+  const BarcodeMatch m = m_panel.match(seq);
+  std::optional<CrfRefReport> lattice;
+  if (s.scorer) {
+    const auto n = static_cast<size_t>(chunk());
+    const CrfScoresView view{w.scores.data(), s.encoder.steps(n), s.encoder.n_scores()};
+    const float log_z = s.beam ? w.beam.log_partition : w.posterior.log_partition;
+    if (s.scorer->score(view, log_z, s.logp).is_ok()) lattice = crf_ref_report(s.logp, m.best_idx);
+  }
+  const std::optional<float> baseq = s.beam ? std::optional<float>(w.beam.baseq) : std::nullopt;
+  const CrfGateResult gate = apply_crf_gates(m_settings.gates, m, lattice, baseq);
+  const bool mean_post_failed = std::exp(static_cast<double>(w.posterior.mean_logpost)) < m_settings.min_mean_post;
+  fill_call(m, gate, mean_post_failed, lattice, s, out);
+}
+
+void CrfHead::fill_call(const BarcodeMatch& m, CrfGateResult gate, bool mean_post_failed,
+                        const std::optional<CrfRefReport>& lattice, CrfScratch& s,
+                        Classification& out) const {
+  const WindowCall& w = s.current;
+  const bool pass = gate == CrfGateResult::kPass && !mean_post_failed;
+  out.class_index = m.best_idx;
+  out.best_label = m.best_idx + 1;
+  out.status = pass ? CallStatus::kClassified : CallStatus::kBelowThreshold;
+  if (pass) out.label = out.best_label;
+  // Fused confidence = edit margin (0 when absent); without lattice scoring a margin-gated read
+  // reports 0 (behaviour doc section 4.8 quirk).
+  const bool margin_gated = gate == CrfGateResult::kEditMargin && !m_settings.ref_scores;
+  out.confidence = m.has_second() && !margin_gated ? m.margin() : 0.0;
+  const double gate_code = gate != CrfGateResult::kPass ? static_cast<double>(gate)
+                                                         : (mean_post_failed ? kGateMeanPost : 0.0);
+  auto& p = out.probabilities;
+  const std::string& seq = s.beam ? w.beam.sequence : w.posterior.sequence;
+  p.push_back(static_cast<double>(w.start));
+  p.push_back(m.best_dist);
+  p.push_back(m.second_dist);
+  p.push_back(static_cast<double>(seq.size()));
+  p.push_back(std::exp(static_cast<double>(w.posterior.mean_logpost)));
+  p.push_back(gate_code);
+  if (s.beam) p.push_back(w.beam.baseq);
+  if (lattice) {
+    p.push_back(lattice->crf_logp);
+    p.push_back(lattice->has_margin ? lattice->crf_margin : std::nan(""));
+    p.push_back(lattice->crf_best + 1);
+  }
+}
+
+std::string CrfHead::describe() const {
+  const CrfConfig& c = m_model.config;
+  std::string out = fmt::format("model: CTC-CRF {} ({})\n", seqtagger() ? "SeqTagger/bonito folder" : "escapepod bundle",
+                                m_model.format);
+  out += fmt::format("folder: {}\nencoder: {}\n", m_model.path.string(), m_model.encoder_file.string());
+  out += fmt::format("geometry: chunk {} samples, stride {}, state_len {}, alphabet {}\n", c.chunk, c.stride,
+                     c.state_len, c.alphabet);
+  if (c.standardise) {
+    out += fmt::format("normalisation: standardised, mean {} stdev {}\n", c.mean, c.stdev);
+  } else {
+    out += fmt::format("normalisation: median/MAD over the {}\n",
+                       m_settings.norm_span == CrfNormSpan::kWindow ? "window" : "decoded prefix up to the adapter end");
+  }
+  if (seqtagger()) {
+    out += fmt::format("window: {} ({} samples", crf_window_placement_name(m_settings.placement), c.chunk);
+    if (m_settings.placement == CrfWindowPlacement::kRollingStart) {
+      out += fmt::format(", step {}, up to {} samples from the read start, best call kept",
+                         c.step.value_or(c.chunk), c.max_chunk.value_or(c.chunk));
+    }
+    out += ")\n";
+  } else {
+    out += fmt::format("window: {} samples ending at the adapter end, margin {}, clamp {}\n", c.chunk,
+                       m_settings.margin, m_settings.clamp);
+  }
+  out += fmt::format("decoder: {}\n", m_settings.beam ? "beam (width 32, cut 100)" : "posterior (two-pass)");
+  out += fmt::format("panel: {} references matched in {} form, min pairwise distance {}\n", m_panel.size(),
+                     panel_form_name(m_panel.form()), m_panel.min_pairwise_distance());
+  for (size_t i = 0; i < m_panel.size(); ++i) {
+    out += fmt::format("  BC{:02d} = {} {}\n", i + 1, m_panel.ref(i).name, m_panel.ref(i).sequence);
+  }
+  const CrfGates& g = m_settings.gates;
+  out += fmt::format("gates: min margin {}", g.min_margin);
+  if (g.min_crf_margin) out += fmt::format(", min crf margin {}", *g.min_crf_margin);
+  if (g.min_crf_prob) out += fmt::format(", min crf prob {}", *g.min_crf_prob);
+  if (m_settings.beam && g.min_baseq) out += fmt::format(", min baseq {} ({})", *g.min_baseq, m_settings.min_baseq_source);
+  out += fmt::format(", min mean posterior {}\n", m_settings.min_mean_post);
+  out += "outputs: barcode_<label>.pod5 for labels";
+  for (int32_t l : m_labels) out += fmt::format(" BC{:02d}", l);
+  out += " unclassified\n";
+  if (seqtagger()) {
+    out += "licence: SeqTagger models are CC BY-NC-ND 4.0 (non-commercial, no modified copies); the authors "
+           "have filed patent applications EP24382340 and EP24383144 on the method\n";
+  } else if (m_model.info_json != "{}") {
+    out += "model info: " + m_model.info_json + "\n";
+  }
+  return out;
+}
+
+// Resolves the options against the model (decoder, window, gates).
+CrfSettings resolve_settings(const CrfModel& model, const CrfHeadOptions& o) {
+  CrfSettings s;
+  const bool st = model.kind == CrfModelKind::kSeqTagger;
+  s.beam = o.decoder == CrfDecoderChoice::kModelDefault ? st : o.decoder == CrfDecoderChoice::kBeam;
+  s.placement = o.placement;
+  if (s.placement == CrfWindowPlacement::kModelDefault) {
+    s.placement = model.config.standardise && model.config.max_chunk ? CrfWindowPlacement::kRollingStart
+                                                                      : CrfWindowPlacement::kBeforeBoundary;
+  }
+  s.norm_span = o.norm_span;
+  s.gates.min_margin = o.min_margin;
+  s.gates.min_crf_margin = o.min_crf_margin;
+  s.gates.min_crf_prob = o.min_crf_prob;
+  if (o.min_baseq) {
+    s.gates.min_baseq = *o.min_baseq;
+    s.min_baseq_source = "--min-baseq";
+  } else if (model.config.min_baseq) {
+    s.gates.min_baseq = *model.config.min_baseq;
+    s.min_baseq_source = "the model's min_baseQ";
+  } else {
+    s.gates.min_baseq = kDefaultMinBaseq;
+    s.min_baseq_source = "escapepod default";
+  }
+  s.min_mean_post = o.min_mean_post.value_or(kDefaultMinMeanPost);
+  s.ref_scores = o.ref_scores || s.gates.needs_ref_scores();
+  s.margin = o.boundary_margin.value_or(model.boundary.margin);
+  s.clamp = o.clamp_max_shift.value_or(model.boundary.clamp_max_shift);
+  return s;
+}
+
+// The model's references as a panel, in the form its calls take.
+Result<BarcodePanel> make_panel(const CrfModel& model) {
+  std::vector<BarcodeRef> refs;
+  for (const CrfReference& r : model.references) refs.push_back({r.name, r.sequence});
+  if (refs.empty()) {
+    return Status::invalid_argument(model.path.string() + ": the model holds no barcode references");
+  }
+  if (model.kind == CrfModelKind::kSeqTagger) {
+    ESCPOD_ASSIGN_OR_RETURN(auto emitted, seqtagger_emitted_form(refs, model.config.state_len));
+    return BarcodePanel::create(std::move(emitted), PanelForm::kSeqTaggerEmitted);
+  }
+  return BarcodePanel::create(std::move(refs), PanelForm::kAsGiven);
+}
+
+}  // namespace
+
+Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options) {
+  ESCPOD_ASSIGN_OR_RETURN(CrfModel model, load_crf_model(folder));
+  if (model.config.chunk <= 0) {
+    return Status::invalid_argument(folder.string() + ": the model's chunk length must be positive");
+  }
+  ESCPOD_ASSIGN_OR_RETURN(BarcodePanel panel, make_panel(model));
+  CrfSettings settings = resolve_settings(model, options);
+  CrfGeometry g;
+  g.n_base = model.config.n_base;
+  g.state_len = model.config.state_len;
+  g.alphabet = model.config.alphabet;
+  // Check everything make_scratch() builds, so that it cannot fail later.
+  ESCPOD_RETURN_IF_ERROR(CrfPosteriorDecoder::create(g));
+  if (settings.beam) {
+    BeamOptions b;
+    b.blank_score = model.config.blank_score;
+    ESCPOD_RETURN_IF_ERROR(CrfBeamSearch::create(g, b));
+  }
+  if (settings.ref_scores) ESCPOD_RETURN_IF_ERROR(CrfRefScorer::create(g, panel.refs()));
+  LoadedHead out;
+  const bool cnn = model.kind == CrfModelKind::kSeqTagger || model.boundary.method != "llr";
+  out.signal_processing = SignalProcessing::rna004(cnn);
+  out.default_settings = true;
+  out.kind = "crf";
+  out.head = std::make_unique<CrfHead>(std::move(model), std::move(panel), std::move(settings));
+  return out;
+}
+
+void register_crf_head(const CrfHeadOptions& options) {
+  HeadKind kind;
+  kind.name = "crf";
+  kind.claims = [](const std::filesystem::path& p) { return is_crf_model_dir(p); };
+  kind.load = [options](const std::filesystem::path& p, const HeadOptions&) { return load_crf_head(p, options); };
+  register_head_kind(std::move(kind));
+}
+
+}  // namespace escpod::demux
