@@ -82,7 +82,7 @@ void add_crf_flags(CLI::App* sub, DemuxCliOptions& o) {
   sub->add_option("--crf-norm", o.crf_norm, "SeqTagger v1 med/MAD span: window (default) or prefix")->group(g);
   sub->add_option("--min-margin", o.min_margin, "Edit-distance margin gate (default 0: keep ties)")->group(g);
   sub->add_option("--min-baseq", o.min_baseq, "Mean base-quality gate, beam only (default: the model's min_baseQ, else 60)")->group(g);
-  sub->add_option("--min-mean-post", o.min_mean_post, "Mean posterior gate (default 0.9)")->group(g);
+  sub->add_option("--min-mean-post", o.min_mean_post, "Mean posterior gate (default 0.95)")->group(g);
   sub->add_flag("--ref-scores", o.ref_scores, "Lattice columns crf_logp, crf_margin, crf_best")->group(g);
   sub->add_option("--min-crf-margin", o.min_crf_margin, "Lattice margin gate in nats (implies --ref-scores)")->group(g);
   sub->add_option("--min-crf-prob", o.min_crf_prob, "Lattice probability gate (implies --ref-scores)")->group(g);

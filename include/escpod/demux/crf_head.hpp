@@ -82,7 +82,7 @@ struct CrfHeadOptions {
 // reads of shared/data/escapepod are rejected by every shipped SeqTagger model
 // (bench/results/crf_head.md has the distributions they were read from).
 inline constexpr double kDefaultMinBaseq = 60.0;
-inline constexpr double kDefaultMinMeanPost = 0.9;
+inline constexpr double kDefaultMinMeanPost = 0.95;
 
 // The head's extra CSV columns, in order (empty cells where a value does not apply are left to
 // the end: the column set depends on the decoder and on ref_scores):
