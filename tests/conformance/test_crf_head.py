@@ -1,0 +1,172 @@
+"""escpod demux with the CTC-CRF head (issue 14): SeqTagger model folders and escapepod bundles
+through the fused pipeline. The 200 real RNA004 reads (drna/ + charging/) carry no SeqTagger
+barcode: every read must get exactly one row and one output, the calls must not depend on the
+thread count or the run, and the default gates must reject every read that reaches the head
+(the confidence values those reads score are in bench/results/crf_head.md)."""
+import csv
+import pathlib
+import sys
+
+import pod5
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import make_crf_bundle  # noqa: E402
+from conftest import run  # noqa: E402
+
+MODELS = {
+    # folder: (references, default window placement, min baseq and where it comes from)
+    "b04_RNA004": (4, "before-boundary", "min baseq 60 (escapepod default)"),
+    "b96_RNA004": (96, "before-boundary", "min baseq 60 (escapepod default)"),
+    "b13_RNA004_mRNA": (13, "rolling-start", "min baseq 60 (the model's min_baseQ)"),
+    "b07_RNA004_tRNA": (7, "rolling-start", "min baseq 50 (the model's min_baseQ)"),
+}
+HEAD_COLUMNS = ["window_start", "edit_dist", "second_dist", "call_len", "mean_post", "gate"]
+
+
+@pytest.fixture(scope="module")
+def reads(shared_data):
+    return [shared_data / "escapepod/drna/yeast_trna_reads.pod5", shared_data / "escapepod/charging/trna_reads.pod5"]
+
+
+@pytest.fixture(scope="module")
+def read_ids(reads):
+    ids = []
+    for path in reads:
+        with pod5.Reader(path) as reader:
+            ids += [str(r.read_id) for r in reader.reads()]
+    assert len(ids) == 200
+    return sorted(ids)
+
+
+@pytest.fixture(scope="module")
+def cnn(shared_data):
+    return shared_data / "warpdemux/adapted_cnn_rna004_130bps@v0.2.4.onnx"
+
+
+def demux(escpod, reads, model, out, *flags):
+    calls = out / "calls.csv"
+    run([escpod, "demux", *reads, "--model", model, "-d", out / "pod5", "--classifications", calls, *flags])
+    with open(calls) as f:
+        rows = list(csv.DictReader(f))
+    return sorted(rows, key=lambda r: r["read_id"])
+
+
+def check_one_row_and_one_output(rows, read_ids, out):
+    assert [r["read_id"] for r in rows] == read_ids
+    routed = []
+    for f in sorted((out / "pod5").glob("*.pod5")):
+        label = f.name[len("barcode_"):-len(".pod5")]
+        with pod5.Reader(f) as reader:
+            ids = sorted(str(x.read_id) for x in reader.reads())
+        assert ids == sorted(r["read_id"] for r in rows if r["barcode"] == label)
+        routed += ids
+    assert sorted(routed) == read_ids
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_info_describes_a_seqtagger_folder_without_a_pod5(escpod, shared_data, name):
+    n_refs, placement, baseq = MODELS[name]
+    out = run([escpod, "demux", "--model", shared_data / "seqtagger" / name, "--info"]).stdout
+    assert "CTC-CRF SeqTagger/bonito folder" in out
+    assert f"panel: {n_refs} references matched in seqtagger_emitted form" in out
+    assert f"window: {placement} (2000 samples" in out
+    assert "decoder: beam (width 32, cut 100)" in out
+    assert baseq in out and "min mean posterior 0.95" in out
+    assert f"BC{n_refs:02d} = Barcode_{n_refs} " in out and "EP24382340" in out
+    # The emitted form: Barcode_1 of b04 (GGCTTCTTCTTGCTCTTAGG) reversed, its last 4 bases dropped.
+    if name == "b04_RNA004":
+        assert "BC01 = Barcode_1 GGATTCTCGTTCTTCT\n" in out
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_barcode_free_reads_one_row_each_same_calls_any_threads_all_rejected(
+        escpod, shared_data, reads, read_ids, cnn, tmp_path, name):
+    model = shared_data / "seqtagger" / name
+    flags = ["--cnn-model", cnn, "--ref-scores"]
+    one = demux(escpod, reads, model, tmp_path / "t1", *flags, "-t", "1")
+    two = demux(escpod, reads, model, tmp_path / "t2", *flags, "-t", "2")
+    again = demux(escpod, reads, model, tmp_path / "t2b", *flags, "-t", "2")
+    check_one_row_and_one_output(one, read_ids, tmp_path / "t1")
+    check_one_row_and_one_output(two, read_ids, tmp_path / "t2")
+    assert one == two == again
+    at_head = [r for r in one if r["edit_dist"] != ""]
+    assert len(at_head) >= 25, "too few reads reached the head to say anything"
+    for r in one:
+        assert r["barcode"] == "unclassified" and r["reason"], r
+    n_refs = MODELS[name][0]
+    for r in at_head:
+        assert r["reason"] == "below threshold"
+        dist, second = int(float(r["edit_dist"])), int(float(r["second_dist"]))
+        assert 0 <= dist <= second
+        assert float(r["confidence"]) == second - dist  # fused confidence = edit margin
+        assert 0.0 < float(r["mean_post"]) <= 1.0
+        assert 0.0 < float(r["baseq"]) < 60.0  # beam search ran; below every default cut-off
+        assert int(float(r["gate"])) == 4  # the first gate failing is the base quality
+        assert float(r["crf_logp"]) < 0.0 and 1 <= int(float(r["crf_best"])) <= n_refs
+        assert int(float(r["call_len"])) > 0
+    for r in one:
+        if r["edit_dist"] == "":  # never reached the head: every head cell empty
+            assert all(r[c] == "" for c in HEAD_COLUMNS) and r["reason"].startswith("boundary")
+
+
+def test_posterior_decoder_and_window_options_change_the_calls_not_the_rows(
+        escpod, shared_data, reads, read_ids, cnn, tmp_path):
+    model = shared_data / "seqtagger/b96_RNA004"
+    beam = demux(escpod, reads, model, tmp_path / "beam", "--cnn-model", cnn)
+    post = demux(escpod, reads, model, tmp_path / "post", "--cnn-model", cnn, "--decoder", "posterior")
+    check_one_row_and_one_output(post, read_ids, tmp_path / "post")
+    assert "baseq" in beam[0] and "baseq" not in post[0]
+    # Posterior decode: no base quality, so the mean-posterior gate (5) is what rejects.
+    gates = {int(float(r["gate"])) for r in post if r["edit_dist"] != ""}
+    assert gates == {5}
+    assert all(r["barcode"] == "unclassified" for r in post)
+    rolling = demux(escpod, reads, model, tmp_path / "roll", "--cnn-model", cnn, "--crf-window", "rolling-start")
+    starts = {int(float(r["window_start"])) for r in rolling if r["edit_dist"] != ""}
+    assert starts <= {0, 500, 1000, 1500, 2000, 2500, 3000, 3500, 4000} and starts
+    # Relaxed gates let calls through: the gates, not the decoder, are the defence.
+    loose = demux(escpod, reads, model, tmp_path / "loose", "--cnn-model", cnn, "--min-baseq", "0",
+                  "--min-mean-post", "0")
+    assert sum(r["barcode"] != "unclassified" for r in loose) > 0
+    for r in loose:
+        if r["barcode"] != "unclassified":
+            assert r["barcode"].startswith("BC") and int(float(r["gate"])) == 0
+
+
+def test_bad_crf_options_are_clear_errors(escpod, shared_data, reads, tmp_path):
+    model = shared_data / "seqtagger/b04_RNA004"
+    r = run([escpod, "demux", *reads, "--model", model, "--decoder", "viterbi", "--classifications",
+             tmp_path / "c.csv"], check=False)
+    assert r.returncode == 2 and "--decoder: 'viterbi' is not a decoder" in r.stderr
+    assert not (tmp_path / "c.csv").exists()
+    r = run([escpod, "demux", "--model", model, "--crf-window", "middle", "--info"], check=False)
+    assert r.returncode == 2 and "--crf-window" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    path = tmp_path_factory.mktemp("crfhead") / "bundle"
+    make_crf_bundle.write_bundle(str(path), chunk=2000, boundary=False)
+    return path
+
+
+def test_bundle_info_and_demux(escpod, bundle, reads, read_ids, tmp_path):
+    out = run([escpod, "demux", "--model", bundle, "--info"]).stdout
+    assert "CTC-CRF escapepod bundle (escapepod-crf-encoder/1)" in out
+    assert "panel: 3 references matched in as_given form" in out
+    assert "decoder: posterior (two-pass)" in out
+    assert "window: 2000 samples ending at the adapter end, margin 200, clamp 0" in out
+    rows = demux(escpod, reads, bundle, tmp_path / "b", "--method", "llr", "-t", "2")
+    check_one_row_and_one_output(rows, read_ids, tmp_path / "b")
+    windows = [r for r in rows if r["edit_dist"] != ""]
+    for r in windows:  # bundle rule: adapter_end >= chunk + margin, window ends there
+        assert int(r["adapter_end"]) >= 2200
+        assert int(float(r["window_start"])) == int(r["adapter_end"]) - 2000
+    no_window = [r for r in rows if r["reason"] == "no usable barcode window"]
+    assert windows and no_window
+    assert all(int(r["adapter_end"]) < 2200 for r in no_window)
+    # A margin no read meets: every read that reached the head has no window, and still one row.
+    rows = demux(escpod, reads, bundle, tmp_path / "m", "--method", "llr", "--boundary-margin", "1000000")
+    check_one_row_and_one_output(rows, read_ids, tmp_path / "m")
+    assert all(r["edit_dist"] == "" for r in rows)
+    assert sum(r["reason"] == "no usable barcode window" for r in rows) == len(windows) + len(no_window)
