@@ -79,97 +79,122 @@ Status CrfBeamSearch::decode(const CrfScoresView& scores, BeamCall& out) {
 }
 
 void CrfBeamSearch::search(const CrfScoresView& scores, BeamCall& out) {
-  const detail::CrfDims d = detail::crf_dims(m_geometry);
-  const int64_t T = scores.n_steps, row = detail::crf_row_floats(d), n = d.n_base, S = d.n_states, E = d.n_edges;
-  const int64_t width = m_options.beam_width;
+  const int64_t T = scores.n_steps, row = detail::crf_row_floats(detail::crf_dims(m_geometry));
   const float cut = (m_options.beam_cut > 0.0f && std::isfinite(m_options.beam_cut)) ? std::log(m_options.beam_cut)
                                                                                    : std::numeric_limits<float>::infinity();
-  // Initial beam: the `width` states with the largest beta_0 (ties to the lower state), in state order.
+  int64_t beam = init_beam();
+  for (int64_t t = 0; t < T; ++t) {
+    const float* guide = m_beta.data() + (t + 1) * row;
+    const int64_t n_candidates = extend(scores.data + t * scores.step_stride, guide, beam);
+    merge(guide, beam);
+    beam = select(n_candidates, cut, m_history.data() + (t + 1) * m_options.beam_width);
+  }
+  trace_back(T, beam, out);
+}
+
+// The `width` states with the largest beta_0 (ties to the lower state), in state order.
+int64_t CrfBeamSearch::init_beam() {
+  const int64_t S = m_geometry.n_states(), width = m_options.beam_width;
   const float* guide0 = m_beta.data();
-  int32_t* order = m_order.data();
   for (int64_t s = 0; s < S; ++s) m_states[static_cast<size_t>(s)] = static_cast<int32_t>(s);
   const int64_t n_init = std::min(width, S);
   std::partial_sort(m_states.begin(), m_states.begin() + n_init, m_states.begin() + S, [&](int32_t a, int32_t b) {
     return guide0[a] > guide0[b] || (guide0[a] == guide0[b] && a < b);
   });
   std::sort(m_states.begin(), m_states.begin() + n_init);
-  int64_t beam = n_init;
-  for (int64_t i = 0; i < beam; ++i) {
+  for (int64_t i = 0; i < n_init; ++i) {
     const int32_t s = m_states[static_cast<size_t>(i)];
     m_front[static_cast<size_t>(i)] = {chain_hash(0x5EEDull, s), 0.0f, 0.0f, s, 0, 0, 0};
     m_history[static_cast<size_t>(i)] = {s, 0, 0};
   }
-  for (int64_t t = 0; t < T; ++t) {
-    const float* step = scores.data + t * scores.step_stride;
-    const float* guide = m_beta.data() + (t + 1) * row;
-    // Candidates: every parent's n moves (parent order, then base), then every parent's stay.
-    int64_t nc = 0;
-    for (int64_t i = 0; i < beam; ++i) {
-      const detail::BeamCandidate& p = m_front[static_cast<size_t>(i)];
-      // Integer divisions once per parent, not per base (they dominated the step).
-      const int64_t dest0 = (p.state * n) % S, edge = 1 + p.state / d.n_prev;
-      for (int64_t b = 0; b < n; ++b) {
-        const int64_t dest = dest0 + b;
-        const float sc = p.score + step[dest * E + edge];
-        m_next[static_cast<size_t>(nc++)] = {chain_hash(p.hash, dest), sc, sc + guide[dest], static_cast<int32_t>(dest),
-                                             static_cast<int32_t>(i), p.length + 1, 0};
-      }
+  return n_init;
+}
+
+// Candidates into m_next: every parent's n_base moves (parent order, then base), then every
+// parent's stay. Returns their count.
+int64_t CrfBeamSearch::extend(const float* step, const float* guide, int64_t beam) {
+  const detail::CrfDims d = detail::crf_dims(m_geometry);
+  const int64_t n = d.n_base, S = d.n_states, E = d.n_edges;
+  int64_t nc = 0;
+  for (int64_t i = 0; i < beam; ++i) {
+    const detail::BeamCandidate& p = m_front[static_cast<size_t>(i)];
+    // Integer divisions once per parent, not per base.
+    const int64_t dest0 = (p.state * n) % S, edge = 1 + p.state / d.n_prev;
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t dest = dest0 + b;
+      const float sc = p.score + step[dest * E + edge];
+      m_next[static_cast<size_t>(nc++)] = {chain_hash(p.hash, dest), sc, sc + guide[dest], static_cast<int32_t>(dest),
+                                           static_cast<int32_t>(i), p.length + 1, 0};
     }
-    for (int64_t i = 0; i < beam; ++i) {
-      const detail::BeamCandidate& p = m_front[static_cast<size_t>(i)];
-      const float sc = p.score + m_options.blank_score;
-      m_next[static_cast<size_t>(nc++)] = {p.hash, sc, sc + guide[p.state], p.state, static_cast<int32_t>(i), p.length, 1};
-    }
-    // A stay and a move that reach the same hypothesis are one hypothesis: the lower-scored one
-    // folds into the other (the move survives ties). Moves are found by hash (linear probing).
-    const uint64_t mask = m_table.size() - 1;
-    std::fill(m_table.begin(), m_table.end(), -1);
-    for (int64_t c = 0; c < n * beam; ++c) {
-      uint64_t slot = m_next[static_cast<size_t>(c)].hash & mask;
-      while (m_table[slot] >= 0) slot = (slot + 1) & mask;
-      m_table[slot] = static_cast<int32_t>(c);
-    }
-    for (int64_t i = 0; i < beam; ++i) {
-      detail::BeamCandidate& stay = m_next[static_cast<size_t>(n * beam + i)];
-      for (uint64_t slot = stay.hash & mask; m_table[slot] >= 0; slot = (slot + 1) & mask) {
-        detail::BeamCandidate& mv = m_next[static_cast<size_t>(m_table[slot])];
-        if (mv.hash != stay.hash || mv.state != stay.state || mv.length != stay.length || mv.score == kDead ||
-            stay.score == kDead)
-          continue;
-        detail::BeamCandidate& keep = stay.score > mv.score ? stay : mv;
-        detail::BeamCandidate& drop = stay.score > mv.score ? mv : stay;
-        keep.score = log_add(keep.score, drop.score);
-        keep.ranked = keep.score + guide[keep.state];
-        drop.score = kDead;
-        drop.ranked = kDead;
-      }
-    }
-    // Keep the best `width` within `cut` of the best, in candidate order.
-    float best = kDead;
-    for (int64_t c = 0; c < nc; ++c) best = std::max(best, m_next[static_cast<size_t>(c)].ranked);
-    const float floor = best - cut;
-    int64_t kept = 0;
-    for (int64_t c = 0; c < nc; ++c) {
-      const detail::BeamCandidate& x = m_next[static_cast<size_t>(c)];
-      if (x.score != kDead && x.ranked >= floor) order[kept++] = static_cast<int32_t>(c);
-    }
-    if (kept > width) {
-      std::nth_element(order, order + width - 1, order + kept, [&](int32_t a, int32_t b) {
-        const float ra = m_next[static_cast<size_t>(a)].ranked, rb = m_next[static_cast<size_t>(b)].ranked;
-        return ra > rb || (ra == rb && a < b);
-      });
-      kept = width;
-      std::sort(order, order + kept);
-    }
-    detail::BeamElement* hist = m_history.data() + (t + 1) * width;
-    for (int64_t i = 0; i < kept; ++i) {
-      const detail::BeamCandidate& x = m_next[static_cast<size_t>(order[i])];
-      m_front[static_cast<size_t>(i)] = x;
-      hist[i] = {x.state, x.parent, x.stay};
-    }
-    beam = kept;
   }
-  // Best final hypothesis (beta_T = 0, so ranked = score), first on ties; trace it back.
+  for (int64_t i = 0; i < beam; ++i) {
+    const detail::BeamCandidate& p = m_front[static_cast<size_t>(i)];
+    const float sc = p.score + m_options.blank_score;
+    m_next[static_cast<size_t>(nc++)] = {p.hash, sc, sc + guide[p.state], p.state, static_cast<int32_t>(i), p.length, 1};
+  }
+  return nc;
+}
+
+// A stay and a move that reach the same hypothesis are one hypothesis: the lower-scored one folds
+// into the other (the move survives ties). Moves are found by hash (linear probing).
+void CrfBeamSearch::merge(const float* guide, int64_t beam) {
+  const int64_t n = m_geometry.n_base;
+  const uint64_t mask = m_table.size() - 1;
+  std::fill(m_table.begin(), m_table.end(), -1);
+  for (int64_t c = 0; c < n * beam; ++c) {
+    uint64_t slot = m_next[static_cast<size_t>(c)].hash & mask;
+    while (m_table[slot] >= 0) slot = (slot + 1) & mask;
+    m_table[slot] = static_cast<int32_t>(c);
+  }
+  for (int64_t i = 0; i < beam; ++i) {
+    detail::BeamCandidate& stay = m_next[static_cast<size_t>(n * beam + i)];
+    for (uint64_t slot = stay.hash & mask; m_table[slot] >= 0; slot = (slot + 1) & mask) {
+      detail::BeamCandidate& mv = m_next[static_cast<size_t>(m_table[slot])];
+      if (mv.hash != stay.hash || mv.state != stay.state || mv.length != stay.length || mv.score == kDead ||
+          stay.score == kDead)
+        continue;
+      detail::BeamCandidate& keep = stay.score > mv.score ? stay : mv;
+      detail::BeamCandidate& drop = stay.score > mv.score ? mv : stay;
+      keep.score = log_add(keep.score, drop.score);
+      keep.ranked = keep.score + guide[keep.state];
+      drop.score = kDead;
+      drop.ranked = kDead;
+    }
+  }
+}
+
+// The next beam: the best `width` live candidates within `cut` of the best (ties to the earlier
+// candidate), kept in candidate order; their back-pointers go to `hist`. Returns the beam size.
+int64_t CrfBeamSearch::select(int64_t n_candidates, float cut, detail::BeamElement* hist) {
+  const int64_t width = m_options.beam_width;
+  int32_t* order = m_order.data();
+  float best = kDead;
+  for (int64_t c = 0; c < n_candidates; ++c) best = std::max(best, m_next[static_cast<size_t>(c)].ranked);
+  const float floor = best - cut;
+  int64_t kept = 0;
+  for (int64_t c = 0; c < n_candidates; ++c) {
+    const detail::BeamCandidate& x = m_next[static_cast<size_t>(c)];
+    if (x.score != kDead && x.ranked >= floor) order[kept++] = static_cast<int32_t>(c);
+  }
+  if (kept > width) {
+    std::nth_element(order, order + width - 1, order + kept, [&](int32_t a, int32_t b) {
+      const float ra = m_next[static_cast<size_t>(a)].ranked, rb = m_next[static_cast<size_t>(b)].ranked;
+      return ra > rb || (ra == rb && a < b);
+    });
+    kept = width;
+    std::sort(order, order + kept);
+  }
+  for (int64_t i = 0; i < kept; ++i) {
+    const detail::BeamCandidate& x = m_next[static_cast<size_t>(order[i])];
+    m_front[static_cast<size_t>(i)] = x;
+    hist[i] = {x.state, x.parent, x.stay};
+  }
+  return kept;
+}
+
+// Best final hypothesis (beta_T = 0, so ranked = score), first on ties, traced back to step 0.
+void CrfBeamSearch::trace_back(int64_t T, int64_t beam, BeamCall& out) {
+  const int64_t width = m_options.beam_width;
   int64_t best_i = 0;
   for (int64_t i = 1; i < beam; ++i)
     if (m_front[static_cast<size_t>(i)].score > m_front[static_cast<size_t>(best_i)].score) best_i = i;

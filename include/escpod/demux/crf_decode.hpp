@@ -163,6 +163,11 @@ class CrfBeamSearch {
  private:
   CrfBeamSearch(CrfGeometry geometry, BeamOptions options, CrfBackend backend);
   void search(const CrfScoresView& scores, BeamCall& out);
+  int64_t init_beam();
+  int64_t extend(const float* step, const float* guide, int64_t beam);
+  void merge(const float* guide, int64_t beam);
+  int64_t select(int64_t n_candidates, float cut, detail::BeamElement* hist);
+  void trace_back(int64_t n_steps, int64_t beam, BeamCall& out);
   void qualities(BeamCall& out);
   CrfGeometry m_geometry;
   BeamOptions m_options;
