@@ -1,0 +1,171 @@
+// The CTC-CRF head on synthetic prepared reads, with the real SeqTagger models: the window rules
+// (v1: last chunk before the boundary, zero-padded; v2: rolling windows from the read start), no
+// window -> kNoWindow with no columns, determinism, gates, and the columns per decoder.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "escpod/demux/crf_head.hpp"
+#include "test_data.hpp"
+
+namespace escpod::demux {
+namespace {
+
+// A signal that looks like nanopore current in picoamps: a random walk of levels with noise.
+std::vector<float> synthetic_signal(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 2.0f), jump(0.0f, 12.0f);
+  std::vector<float> pa(n);
+  float level = 80.0f;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 9 == 0) level = std::clamp(level + jump(rng), 50.0f, 120.0f);
+    pa[i] = level + noise(rng);
+  }
+  return pa;
+}
+
+LoadedHead load(const char* folder, const CrfHeadOptions& o = {}) {
+  auto h = load_crf_head(test::shared_data(std::string("seqtagger/") + folder), o);
+  EXPECT_TRUE(h.is_ok()) << h.status().message();
+  return std::move(h).value();
+}
+
+Classification classify(const Head& head, HeadScratch& scratch, std::span<const float> pa, int64_t adapter_end) {
+  PreparedRead r;
+  r.pa = pa;
+  r.num_samples = pa.size();
+  r.adapter_end = adapter_end;
+  Classification c;
+  head.classify(std::span<const PreparedRead>(&r, 1), scratch, std::span<Classification>(&c, 1));
+  return c;
+}
+
+TEST(CrfHead, SeqTaggerV1DeclaresItsWindowColumnsAndLabels) {
+  LoadedHead h = load("b04_RNA004");
+  EXPECT_EQ(h.kind, "crf");
+  ASSERT_TRUE(h.signal_processing.has_value());
+  EXPECT_TRUE(h.signal_processing->uses_cnn());
+  const HeadInput in = h.head->input();
+  EXPECT_EQ(in.kind, HeadInputKind::kSignalWindow);
+  EXPECT_EQ(in.window_begin, -2000);
+  EXPECT_EQ(in.window_end, 0);
+  EXPECT_EQ(in.batch_size, 1u);
+  const std::vector<std::string> want = {"window_start", "edit_dist", "second_dist", "call_len",
+                                         "mean_post", "gate", "baseq"};
+  EXPECT_EQ(std::vector<std::string>(h.head->extra_columns().begin(), h.head->extra_columns().end()), want);
+  EXPECT_EQ(std::vector<int32_t>(h.head->labels().begin(), h.head->labels().end()),
+            (std::vector<int32_t>{1, 2, 3, 4}));
+}
+
+TEST(CrfHead, V1WindowEndsAtTheBoundaryAndIsZeroPaddedWhenShort) {
+  LoadedHead h = load("b04_RNA004");
+  auto scratch = h.head->make_scratch();
+  const std::vector<float> pa = synthetic_signal(5000, 1);
+  Classification c = classify(*h.head, *scratch, pa, 3000);
+  ASSERT_EQ(c.probabilities.size(), 7u);
+  EXPECT_EQ(c.probabilities[0], 1000.0);  // window [1000, 3000)
+  EXPECT_GE(c.class_index, 0);
+  EXPECT_EQ(c.best_label, c.class_index + 1);
+  c = classify(*h.head, *scratch, pa, 1500);
+  ASSERT_EQ(c.probabilities.size(), 7u);
+  EXPECT_EQ(c.probabilities[0], -500.0);  // 500 zeros, then [0, 1500)
+}
+
+TEST(CrfHead, NoUsableWindowIsNoWindowWithNoColumns) {
+  LoadedHead h = load("b04_RNA004");
+  auto scratch = h.head->make_scratch();
+  const std::vector<float> pa = synthetic_signal(5000, 2);
+  for (int64_t adapter_end : {int64_t{0}, int64_t{5001}, int64_t{-3}}) {
+    const Classification c = classify(*h.head, *scratch, pa, adapter_end);
+    EXPECT_EQ(c.status, CallStatus::kNoWindow) << adapter_end;
+    EXPECT_EQ(c.reason(), "no usable barcode window");
+    EXPECT_EQ(c.label, kUnclassifiedLabel);
+    EXPECT_TRUE(c.probabilities.empty());
+  }
+  const std::vector<float> flat(5000, 80.0f);  // MAD 0: med/MAD normalisation impossible
+  EXPECT_EQ(classify(*h.head, *scratch, flat, 3000).status, CallStatus::kNoWindow);
+}
+
+TEST(CrfHead, CallsAreDeterministicAcrossScratchesAndRepeats) {
+  LoadedHead h = load("b96_RNA004");
+  auto a = h.head->make_scratch();
+  auto b = h.head->make_scratch();
+  const std::vector<float> pa = synthetic_signal(6000, 3);
+  const Classification first = classify(*h.head, *a, pa, 4000);
+  classify(*h.head, *a, synthetic_signal(6000, 4), 2500);  // state left in the scratch
+  const Classification again = classify(*h.head, *a, pa, 4000);
+  const Classification other = classify(*h.head, *b, pa, 4000);
+  EXPECT_EQ(first.probabilities, again.probabilities);
+  EXPECT_EQ(first.probabilities, other.probabilities);
+  EXPECT_EQ(first.class_index, other.class_index);
+}
+
+TEST(CrfHead, V2RollingWindowsStartOnTheStepGridWithinMaxChunk) {
+  LoadedHead h = load("b13_RNA004_mRNA");
+  auto scratch = h.head->make_scratch();
+  for (uint32_t seed = 5; seed < 8; ++seed) {
+    const Classification c = classify(*h.head, *scratch, synthetic_signal(9000, seed), 8000);
+    ASSERT_FALSE(c.probabilities.empty());
+    const double start = c.probabilities[0];
+    EXPECT_GE(start, 0.0);
+    EXPECT_LE(start, 4000.0);  // the last window [4000, 6000) ends at max_chunksize
+    EXPECT_EQ(std::fmod(start, 500.0), 0.0);
+  }
+  // Fewer decoded samples than one chunk: no window (v2 does not pad).
+  EXPECT_EQ(classify(*h.head, *scratch, synthetic_signal(1500, 9), 1000).status, CallStatus::kNoWindow);
+}
+
+TEST(CrfHead, GatesDecideTheStatusAndTheGateColumnNamesTheFirstFailure) {
+  const std::vector<float> pa = synthetic_signal(5000, 10);
+  CrfHeadOptions open;
+  open.min_baseq = 0.0;
+  open.min_mean_post = 0.0;
+  LoadedHead loose = load("b04_RNA004", open);
+  auto s1 = loose.head->make_scratch();
+  const Classification pass = classify(*loose.head, *s1, pa, 3000);
+  EXPECT_EQ(pass.status, CallStatus::kClassified);
+  EXPECT_EQ(pass.label, pass.class_index + 1);
+  EXPECT_EQ(pass.probabilities[5], 0.0);
+  EXPECT_EQ(pass.confidence, pass.probabilities[2] - pass.probabilities[1]);  // edit margin
+
+  CrfHeadOptions strict = open;
+  strict.min_baseq = 1000.0;  // no call reaches it
+  LoadedHead gated = load("b04_RNA004", strict);
+  auto s2 = gated.head->make_scratch();
+  const Classification rejected = classify(*gated.head, *s2, pa, 3000);
+  EXPECT_EQ(rejected.status, CallStatus::kBelowThreshold);
+  EXPECT_EQ(rejected.label, kUnclassifiedLabel);
+  EXPECT_EQ(rejected.class_index, pass.class_index);  // gates reject, never re-assign
+  EXPECT_EQ(rejected.probabilities[5], 4.0);          // baseq gate
+
+  CrfHeadOptions post = open;
+  post.decoder = CrfDecoderChoice::kPosterior;
+  post.min_mean_post = 1.01;  // a posterior cannot exceed 1
+  LoadedHead p = load("b04_RNA004", post);
+  auto s3 = p.head->make_scratch();
+  const Classification by_post = classify(*p.head, *s3, pa, 3000);
+  EXPECT_EQ(by_post.status, CallStatus::kBelowThreshold);
+  ASSERT_EQ(by_post.probabilities.size(), 6u);  // no baseq column with the posterior decoder
+  EXPECT_EQ(by_post.probabilities[5], 5.0);
+}
+
+TEST(CrfHead, RefScoresAddLatticeColumnsAndDescribeNamesTheSources) {
+  CrfHeadOptions o;
+  o.ref_scores = true;
+  LoadedHead h = load("b07_RNA004_tRNA", o);
+  EXPECT_EQ(h.head->extra_columns().size(), 10u);
+  auto scratch = h.head->make_scratch();
+  const Classification c = classify(*h.head, *scratch, synthetic_signal(8000, 11), 7000);
+  ASSERT_EQ(c.probabilities.size(), 10u);
+  EXPECT_LT(c.probabilities[7], 0.0);  // log P(chosen reference | signal)
+  EXPECT_GE(c.probabilities[9], 1.0);
+  EXPECT_LE(c.probabilities[9], 7.0);
+  const std::string text = h.head->describe();
+  EXPECT_NE(text.find("min baseq 50 (the model's min_baseQ)"), std::string::npos) << text;
+  EXPECT_NE(text.find("seqtagger_emitted"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace escpod::demux
