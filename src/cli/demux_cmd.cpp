@@ -16,6 +16,7 @@
 #include "escpod/pipeline/pod5_ops.hpp"
 #include "escpod/pod5/inputs.hpp"
 
+#include "cli/crf_flags.hpp"
 #include "cli/demux_stages_cmd.hpp"
 #include "cli/report_cmd.hpp"
 
@@ -38,61 +39,19 @@ struct DemuxCliOptions {
   bool info = false, annotate = false;
   int64_t memory_mib = 256;
   WriterFlags writer;
-  // CTC-CRF head (model folders); NaN / -1: unset (the model's or escapepod's default).
-  std::string decoder, crf_window, crf_norm = "window";
-  int32_t min_margin = 0;
-  double min_baseq = std::nan(""), min_mean_post = std::nan(""), min_crf_margin = std::nan(""),
-         min_crf_prob = std::nan("");
-  bool ref_scores = false;
-  int64_t boundary_margin = -1, clamp_max_shift = -1;
+  CrfCliFlags crf;
 };
 
-std::optional<double> set_or_none(double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); }
-std::optional<int64_t> set_or_none(int64_t v) { return v < 0 ? std::nullopt : std::optional<int64_t>(v); }
-
 // The CRF head's options from the command line, registered before any model is loaded.
-Status register_crf_options(const DemuxCliOptions& o) {
-  demux::CrfHeadOptions c;
-  if (!o.decoder.empty()) {
-    ESCPOD_ASSIGN_OR_RETURN(c.decoder, demux::parse_crf_decoder(o.decoder));
-  }
-  if (!o.crf_window.empty()) {
-    ESCPOD_ASSIGN_OR_RETURN(c.placement, demux::parse_crf_window_placement(o.crf_window));
-  }
-  if (o.crf_norm == "prefix") c.norm_span = demux::CrfNormSpan::kPrefix;
-  else if (o.crf_norm != "window") return Status::invalid_argument("--crf-norm must be window or prefix");
-  if (o.min_margin < 0) return Status::invalid_argument("--min-margin must be >= 0");
-  c.min_margin = o.min_margin;
-  c.min_baseq = set_or_none(o.min_baseq);
-  c.min_mean_post = set_or_none(o.min_mean_post);
-  c.min_crf_margin = set_or_none(o.min_crf_margin);
-  c.min_crf_prob = set_or_none(o.min_crf_prob);
-  c.ref_scores = o.ref_scores;
-  c.boundary_margin = set_or_none(o.boundary_margin);
-  c.clamp_max_shift = set_or_none(o.clamp_max_shift);
+Status register_crf_options(const CrfCliFlags& flags) {
+  ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions c, crf_head_options(flags));
   demux::register_crf_head(c);
   return Status::ok();
 }
 
-void add_crf_flags(CLI::App* sub, DemuxCliOptions& o) {
-  const char* g = "CTC-CRF head (model folders)";
-  sub->add_option("--decoder", o.decoder, "posterior or beam (default: posterior for bundles, beam for SeqTagger)")->group(g);
-  sub->add_option("--crf-window", o.crf_window,
-                  "SeqTagger window: before-boundary (v1 default) or rolling-start (v2 default)")->group(g);
-  sub->add_option("--crf-norm", o.crf_norm, "SeqTagger v1 med/MAD span: window (default) or prefix")->group(g);
-  sub->add_option("--min-margin", o.min_margin, "Edit-distance margin gate (default 0: keep ties)")->group(g);
-  sub->add_option("--min-baseq", o.min_baseq, "Mean base-quality gate, beam only (default: the model's min_baseQ, else 60)")->group(g);
-  sub->add_option("--min-mean-post", o.min_mean_post, "Mean posterior gate (default 0.95)")->group(g);
-  sub->add_flag("--ref-scores", o.ref_scores, "Lattice columns crf_logp, crf_margin, crf_best")->group(g);
-  sub->add_option("--min-crf-margin", o.min_crf_margin, "Lattice margin gate in nats (implies --ref-scores)")->group(g);
-  sub->add_option("--min-crf-prob", o.min_crf_prob, "Lattice probability gate (implies --ref-scores)")->group(g);
-  sub->add_option("--boundary-margin", o.boundary_margin, "Bundles: samples required beyond the chunk")->group(g);
-  sub->add_option("--clamp-max-shift", o.clamp_max_shift, "Bundles: window clamping allowance")->group(g);
-}
-
 Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   if (o.model.empty()) return Status::invalid_argument("demux needs --model MODEL.json");
-  ESCPOD_RETURN_IF_ERROR(register_crf_options(o));
+  ESCPOD_RETURN_IF_ERROR(register_crf_options(o.crf));
   if (o.info) {
     ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, o.cnn_model));
     fmt::print("{}", text);
@@ -384,7 +343,7 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
                   "Pending output signal held in memory, all outputs together (default 256)")
       ->check(CLI::PositiveNumber);
   add_dtw_precision_flag(sub, opts->dtw_precision);
-  add_crf_flags(sub, *opts);
+  add_crf_flags(sub, opts->crf);
   sub->add_flag("--info", opts->info, "Describe the model and its detector, then exit");
   sub->add_flag("--annotate", opts->annotate,
                 "Write each read's label into its input's .p5s sidecar (column barcode) once the run "

@@ -10,6 +10,8 @@
 
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
+#include "cli/crf_flags.hpp"
+#include "escpod/pipeline/crf_basecall.hpp"
 #include "escpod/pipeline/demux_stages.hpp"
 #include "escpod/pod5/inputs.hpp"
 
@@ -251,10 +253,62 @@ void register_classify(CLI::App* demux, GlobalOptions& global) {
 
 }  // namespace
 
+namespace {
+
+// ---- basecall (CTC-CRF head) ------------------------------------------------------------------
+
+struct BasecallCliOptions {
+  std::vector<std::string> inputs;
+  std::string boundaries, model;
+  CrfCliFlags crf;
+  CsvOutputFlags out;
+};
+
+Status run_basecall(const BasecallCliOptions& o, const GlobalOptions& global) {
+  pipeline::CrfBasecallOptions b;
+  b.model_path = o.model;
+  ESCPOD_ASSIGN_OR_RETURN(b.head, crf_head_options(o.crf));
+  b.n_threads = resolve_threads(global);
+  ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::BoundariesTable table, pipeline::read_boundaries_csv(o.boundaries));
+  pipeline::CrfBasecallReport rep;
+  ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& csv) {
+    return pipeline::basecall_from_boundaries(files, table, b, csv, &rep);
+  }));
+  log::info("{} reads basecalled, {} classified ({} boundary rows without an adapter skipped)", rep.n_rows,
+            rep.n_classified, rep.n_dropped);
+  for (const auto& [why, n] : rep.unclassified_reasons) log::info("unclassified, {}: {}", why, n);
+  if (rep.n_not_in_inputs) log::warn("{} read ids of {} are in no input", rep.n_not_in_inputs, o.boundaries);
+  log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", rep.n_rows, rep.seconds,
+            per_second(rep.n_rows, rep.seconds), b.n_threads);
+  return Status::ok();
+}
+
+void register_basecall(CLI::App* demux, GlobalOptions& global) {
+  auto o = std::make_shared<BasecallCliOptions>();
+  auto* sub = demux->add_subcommand(
+      "basecall",
+      "Basecall the barcode of the reads a boundaries CSV names with a CTC-CRF model folder\n"
+      "(SeqTagger or escapepod bundle) and name it by edit distance: one row per read, in input\n"
+      "order (read_id,barcode,confidence,best_dist,second_best_dist,adapter_end,decoded_len,\n"
+      "decoded_seq[,baseq][,crf_logp,crf_margin,crf_best,mean_logpost]).\n"
+      "  escpod demux basecall reads/ --boundaries b.csv --model seqtagger/b04_RNA004 -o calls.csv");
+  sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
+  sub->add_option("--boundaries", o->boundaries, "Boundaries CSV (from demux detect)")->required();
+  sub->add_option("-m,--model", o->model, "CTC-CRF model folder")->required();
+  add_crf_flags(sub, o->crf);
+  add_csv_output_flags(sub, o->out, "Calls CSV");
+  add_common_flags(sub, global);
+  set_body(sub, [o, &global] { return run_basecall(*o, global); });
+}
+
+}  // namespace
+
 void register_demux_stages(CLI::App* demux, GlobalOptions& global) {
   register_detect(demux, global);
   register_fingerprint(demux, global);
   register_classify(demux, global);
+  register_basecall(demux, global);
 }
 
 }  // namespace escpod::cli

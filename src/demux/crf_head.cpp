@@ -99,6 +99,9 @@ class CrfScratch final : public HeadScratch {
   std::vector<float> sorted;  // median/MAD work space
   WindowCall current, best;
   std::vector<float> logp;
+  const BarcodePanel* panel = nullptr;  // the head's, for crf_last_call
+  int32_t last_ref = -1;                // chosen reference of the last read (-1: no window)
+  int32_t last_crf_best = -1;
 };
 
 // Median of `v` (reordered in place); v non-empty.
@@ -164,8 +167,10 @@ class CrfHead final : public Head {
     if (m_settings.beam) beam = CrfBeamSearch::create(m_geometry, beam_options()).value();
     std::optional<CrfRefScorer> scorer;
     if (m_settings.ref_scores) scorer = CrfRefScorer::create(m_geometry, m_panel.refs()).value();
-    return std::make_unique<CrfScratch>(m_model, std::move(posterior), std::move(beam),
-                                        std::move(scorer), m_panel.size());
+    auto s = std::make_unique<CrfScratch>(m_model, std::move(posterior), std::move(beam), std::move(scorer),
+                                          m_panel.size());
+    s->panel = &m_panel;
+    return s;
   }
 
   void classify(std::span<const PreparedRead> reads, HeadScratch& scratch,
@@ -179,8 +184,13 @@ class CrfHead final : public Head {
     b.blank_score = m_model.config.blank_score;
     return b;  // width 32, cut 100, q scale 1 / shift 0: as SeqTagger runs bonito
   }
-  const CrfGeometry& geometry() const { return m_geometry; }
-  const BarcodePanel& panel() const { return m_panel; }
+  // Samples from the read start this head reads (crf_samples_needed).
+  int64_t samples_needed(int64_t adapter_end) const {
+    const CrfConfig& c = m_model.config;
+    if (!seqtagger()) return std::max(adapter_end, c.chunk);
+    if (m_settings.placement == CrfWindowPlacement::kRollingStart) return c.max_chunk.value_or(c.chunk);
+    return std::max<int64_t>(adapter_end, 0);
+  }
 
  private:
   int64_t chunk() const { return m_model.config.chunk; }
@@ -302,6 +312,8 @@ void CrfHead::classify_one(const PreparedRead& r, CrfScratch& s, Classification&
   out.confidence = 0.0;
   out.threshold = 0.0;
   out.probabilities.clear();
+  s.last_ref = -1;
+  s.last_crf_best = -1;
   if (!best_window(r, s)) {
     out.status = CallStatus::kNoWindow;
     return;
@@ -317,6 +329,8 @@ void CrfHead::classify_one(const PreparedRead& r, CrfScratch& s, Classification&
     if (s.scorer->score(view, log_z, s.logp).is_ok()) lattice = crf_ref_report(s.logp, m.best_idx);
   }
   const std::optional<float> baseq = s.beam ? std::optional<float>(w.beam.baseq) : std::nullopt;
+  s.last_ref = m.best_idx;
+  if (lattice) s.last_crf_best = lattice->crf_best;
   const CrfGateResult gate = apply_crf_gates(m_settings.gates, m, lattice, baseq);
   const bool mean_post_failed = std::exp(static_cast<double>(w.posterior.mean_logpost)) < m_settings.min_mean_post;
   fill_call(m, gate, mean_post_failed, lattice, s, out);
@@ -447,6 +461,21 @@ Result<BarcodePanel> make_panel(const CrfModel& model) {
 }
 
 }  // namespace
+
+std::optional<CrfLastCall> crf_last_call(const HeadScratch& scratch) {
+  const auto* s = dynamic_cast<const CrfScratch*>(&scratch);
+  if (s == nullptr || s->last_ref < 0) return std::nullopt;
+  CrfLastCall c;
+  c.sequence = s->beam ? s->current.beam.sequence : s->current.posterior.sequence;
+  c.reference = s->panel->ref(static_cast<size_t>(s->last_ref)).name;
+  if (s->last_crf_best >= 0) c.crf_best = s->panel->ref(static_cast<size_t>(s->last_crf_best)).name;
+  return c;
+}
+
+int64_t crf_samples_needed(const Head& head, int64_t adapter_end) {
+  const auto* h = dynamic_cast<const CrfHead*>(&head);
+  return h == nullptr ? 0 : h->samples_needed(adapter_end);
+}
 
 Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options) {
   ESCPOD_ASSIGN_OR_RETURN(CrfModel model, load_crf_model(folder));

@@ -170,3 +170,41 @@ def test_bundle_info_and_demux(escpod, bundle, reads, read_ids, tmp_path):
     check_one_row_and_one_output(rows, read_ids, tmp_path / "m")
     assert all(r["edit_dist"] == "" for r in rows)
     assert sum(r["reason"] == "no usable barcode window" for r in rows) == len(windows) + len(no_window)
+
+
+def test_basecall_stage_matches_the_fused_head_on_the_same_boundaries(
+        escpod, shared_data, reads, read_ids, tmp_path):
+    wdx4 = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    bounds = tmp_path / "b.csv"
+    run([escpod, "demux", "detect", *reads, "--method", "llr", "--model", wdx4, "-o", bounds])
+    with open(bounds) as f:
+        usable = {r["read_id"]: int(r["adapter_end"]) for r in csv.DictReader(f)
+                  if int(r["adapter_end"]) > int(r["adapter_start"])}
+    model = shared_data / "seqtagger/b07_RNA004_tRNA"
+    outs = []
+    for t in ("1", "2"):
+        out = tmp_path / f"calls{t}.csv"
+        run([escpod, "demux", "basecall", *reads, "--boundaries", bounds, "--model", model, "--ref-scores",
+             "--crf-window", "before-boundary", "-o", out, "-t", t])
+        outs.append(out.read_text())
+    assert outs[0] == outs[1]
+    rows = list(csv.DictReader(outs[0].splitlines()))
+    assert list(rows[0].keys()) == ["read_id", "barcode", "confidence", "best_dist", "second_best_dist",
+                                    "adapter_end", "decoded_len", "decoded_seq", "baseq", "crf_logp",
+                                    "crf_margin", "crf_best", "mean_logpost"]
+    assert sorted(r["read_id"] for r in rows) == sorted(usable)  # exactly one row per usable read
+    fused = {r["read_id"]: r for r in demux(escpod, reads, model, tmp_path / "fused", "--method", "llr",
+                                            "--ref-scores", "--crf-window", "before-boundary")}
+    for r in rows:
+        assert int(r["adapter_end"]) == usable[r["read_id"]]
+        assert r["barcode"] == "unclassified"  # gated (barcode-free reads), distances kept
+        assert int(r["decoded_len"]) == len(r["decoded_seq"]) > 0
+        assert set(r["decoded_seq"]) <= set("ACGT")
+        f = fused[r["read_id"]]
+        assert int(f["adapter_end"]) == int(r["adapter_end"])
+        assert int(float(f["edit_dist"])) == int(r["best_dist"])
+        assert int(float(f["second_dist"])) == int(r["second_best_dist"])
+        assert int(r["confidence"]) == int(r["second_best_dist"]) - int(r["best_dist"])
+        assert int(float(f["call_len"])) == int(r["decoded_len"])
+        assert abs(float(f["baseq"]) - float(r["baseq"])) < 1e-4
+        assert r["crf_best"].startswith("Barcode_")

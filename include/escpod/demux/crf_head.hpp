@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/crf_decode.hpp"
@@ -94,6 +95,20 @@ inline constexpr double kDefaultMinMeanPost = 0.95;
 //   gate          0 pass, 1 edit margin, 2 crf margin, 3 crf prob, 4 baseq, 5 mean posterior
 //   baseq         mean base quality (beam search only)
 //   crf_logp, crf_margin, crf_best (1-based reference index)   (ref_scores only)
+
+// The call behind the last classify() of a CRF head on `scratch` (for `demux basecall`, which
+// writes the sequence): views into the scratch, valid until its next classify(). nullopt when
+// `scratch` is not a CRF head's or the last read had no usable window.
+struct CrfLastCall {
+  std::string_view sequence;   // the decoded call (beam or posterior, as the head runs)
+  std::string_view reference;  // name of the nearest reference by edit distance
+  std::string_view crf_best;   // name of the most probable reference (empty without ref_scores)
+};
+std::optional<CrfLastCall> crf_last_call(const HeadScratch& scratch);
+
+// Samples from the read start a CRF head reads for a read whose adapter ends at `adapter_end`
+// (what a caller must decode); 0 when `head` is not a CRF head.
+int64_t crf_samples_needed(const Head& head, int64_t adapter_end);
 
 // Loads a CRF model folder as a head with `options`.
 Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options);

@@ -1,0 +1,44 @@
+// `escpod demux basecall`: the CTC-CRF head on the reads a boundaries CSV names, one CSV row per
+// read with the decoded barcode sequence (behaviour doc section 2.5).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "escpod/core/status.hpp"
+#include "escpod/demux/crf_head.hpp"
+#include "escpod/pipeline/demux_stages.hpp"
+
+namespace escpod::pipeline {
+
+struct CrfBasecallOptions {
+  std::filesystem::path model_path;  // a CRF model folder (SeqTagger or bundle)
+  demux::CrfHeadOptions head;
+  int n_threads = 1;
+};
+
+struct CrfBasecallReport {
+  uint64_t n_boundaries = 0;     // usable rows of the boundaries CSV
+  uint64_t n_dropped = 0;        // rows with adapter_end <= adapter_start
+  uint64_t n_rows = 0;           // rows written
+  uint64_t n_classified = 0;
+  uint64_t n_not_in_inputs = 0;  // boundary rows whose read is in no input
+  std::map<std::string, uint64_t> unclassified_reasons;
+  double seconds = 0.0;
+};
+
+// Writes the header and one row per input read that the boundaries table names, in input
+// order: read_id,barcode,confidence,best_dist,second_best_dist,adapter_end,decoded_len,decoded_seq
+// [,baseq (beam search)][,crf_logp,crf_margin,crf_best,mean_logpost (lattice scoring)].
+// barcode is the nearest reference's name, or `unclassified` when a gate rejected the call (its
+// distances and scores kept) or the read had no usable window / signal (empty sequence and empty
+// distance and score cells). confidence = edit margin, empty with one reference.
+Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs,
+                                const BoundariesTable& boundaries, const CrfBasecallOptions& options,
+                                std::ostream& csv, CrfBasecallReport* report);
+
+}  // namespace escpod::pipeline

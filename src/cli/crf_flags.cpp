@@ -1,0 +1,54 @@
+#include "cli/crf_flags.hpp"
+
+#include <optional>
+
+namespace escpod::cli {
+namespace {
+
+std::optional<double> set_or_none(double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); }
+std::optional<int64_t> set_or_none(int64_t v) { return v < 0 ? std::nullopt : std::optional<int64_t>(v); }
+
+}  // namespace
+
+void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
+  const char* g = "CTC-CRF head (model folders)";
+  sub->add_option("--decoder", o.decoder,
+                  "posterior or beam (default: posterior for bundles, beam for SeqTagger)")->group(g);
+  sub->add_option("--crf-window", o.window,
+                  "SeqTagger window: before-boundary (v1 default) or rolling-start (v2 default)")->group(g);
+  sub->add_option("--crf-norm", o.norm, "SeqTagger v1 med/MAD span: window (default) or prefix")->group(g);
+  sub->add_option("--min-margin", o.min_margin, "Edit-distance margin gate (default 0: keep ties)")->group(g);
+  sub->add_option("--min-baseq", o.min_baseq,
+                  "Mean base-quality gate, beam only (default: the model's min_baseQ, else 60)")->group(g);
+  sub->add_option("--min-mean-post", o.min_mean_post, "Mean posterior gate (default 0.95)")->group(g);
+  sub->add_flag("--ref-scores", o.ref_scores, "Lattice columns crf_logp, crf_margin, crf_best")->group(g);
+  sub->add_option("--min-crf-margin", o.min_crf_margin,
+                  "Lattice margin gate in nats (implies --ref-scores)")->group(g);
+  sub->add_option("--min-crf-prob", o.min_crf_prob, "Lattice probability gate (implies --ref-scores)")->group(g);
+  sub->add_option("--boundary-margin", o.boundary_margin, "Bundles: samples required beyond the chunk")->group(g);
+  sub->add_option("--clamp-max-shift", o.clamp_max_shift, "Bundles: window clamping allowance")->group(g);
+}
+
+Result<demux::CrfHeadOptions> crf_head_options(const CrfCliFlags& o) {
+  demux::CrfHeadOptions c;
+  if (!o.decoder.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(c.decoder, demux::parse_crf_decoder(o.decoder));
+  }
+  if (!o.window.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(c.placement, demux::parse_crf_window_placement(o.window));
+  }
+  if (o.norm == "prefix") c.norm_span = demux::CrfNormSpan::kPrefix;
+  else if (o.norm != "window") return Status::invalid_argument("--crf-norm must be window or prefix");
+  if (o.min_margin < 0) return Status::invalid_argument("--min-margin must be >= 0");
+  c.min_margin = o.min_margin;
+  c.min_baseq = set_or_none(o.min_baseq);
+  c.min_mean_post = set_or_none(o.min_mean_post);
+  c.min_crf_margin = set_or_none(o.min_crf_margin);
+  c.min_crf_prob = set_or_none(o.min_crf_prob);
+  c.ref_scores = o.ref_scores;
+  c.boundary_margin = set_or_none(o.boundary_margin);
+  c.clamp_max_shift = set_or_none(o.clamp_max_shift);
+  return c;
+}
+
+}  // namespace escpod::cli

@@ -1,0 +1,190 @@
+// `escpod demux basecall` (crf_basecall.hpp).
+#include "escpod/pipeline/crf_basecall.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <unordered_map>
+
+#include "escpod/demux/crf_model.hpp"
+#include "escpod/demux/head.hpp"
+#include "escpod/signal/calibration.hpp"
+#include "pipeline/csv_text.hpp"
+#include "pipeline/read_stream.hpp"
+
+namespace escpod::pipeline {
+namespace {
+
+using detail::ReadBlock;
+using detail::ReadTask;
+
+struct Out {
+  demux::Classification call;
+  std::string sequence, reference, crf_best;
+  std::string reason;  // why no call (empty: the head ran)
+};
+
+struct Scratch {
+  pod5::VbzCodec codec;
+  std::vector<int16_t> adc;
+  std::vector<float> pa;
+  std::unique_ptr<demux::HeadScratch> head;
+};
+
+// Positions of the head's columns the CSV needs (-1: not produced).
+struct ColumnIndex {
+  int edit = -1, second = -1, mean_post = -1, baseq = -1, crf_logp = -1, crf_margin = -1;
+  explicit ColumnIndex(std::span<const std::string> cols) {
+    for (size_t i = 0; i < cols.size(); ++i) {
+      const int k = static_cast<int>(i);
+      if (cols[i] == "edit_dist") edit = k;
+      if (cols[i] == "second_dist") second = k;
+      if (cols[i] == "mean_post") mean_post = k;
+      if (cols[i] == "baseq") baseq = k;
+      if (cols[i] == "crf_logp") crf_logp = k;
+      if (cols[i] == "crf_margin") crf_margin = k;
+    }
+  }
+};
+
+// Decodes what the head reads of one read and runs it; t.out.reason says why not.
+void call_read(const demux::Head& head, const BoundaryRow& br, ReadTask<Out>& t, Scratch& w) {
+  const pod5::ReadBatch& b = *t.batch;
+  const uint64_t n = b.num_samples[t.row];
+  if (n == 0 || b.rows_of(t.row).empty()) {
+    t.out.reason = "read has no signal";
+    return;
+  }
+  const auto need = static_cast<uint64_t>(std::max<int64_t>(0, demux::crf_samples_needed(head, br.adapter_end)));
+  const size_t take = static_cast<size_t>(std::min(n, need));
+  w.adc.resize(take);
+  if (Status s = t.file->read_signal(b.rows_of(t.row), w.adc, w.codec); !s.is_ok()) {
+    t.out.reason = "signal could not be decoded: " + s.message();
+    return;
+  }
+  w.pa.resize(take);
+  signal::calibrate_to_pa(w.adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, w.pa);
+  demux::PreparedRead r;
+  r.pa = w.pa;
+  r.num_samples = n;
+  r.adapter_start = br.adapter_start;
+  r.adapter_end = br.adapter_end;
+  head.classify(std::span<const demux::PreparedRead>(&r, 1), *w.head,
+                std::span<demux::Classification>(&t.out.call, 1));
+  if (auto c = demux::crf_last_call(*w.head)) {
+    t.out.sequence.assign(c->sequence);
+    t.out.reference.assign(c->reference);
+    t.out.crf_best.assign(c->crf_best);
+  } else {
+    t.out.reason = std::string(t.out.call.reason());
+  }
+}
+
+class RowWriter {
+ public:
+  RowWriter(std::ostream& out, const demux::Head& head, size_t n_refs)
+      : m_out(out), m_cols(head.extra_columns()), m_single(n_refs == 1) {
+    m_out << "read_id,barcode,confidence,best_dist,second_best_dist,adapter_end,decoded_len,decoded_seq";
+    if (m_cols.baseq >= 0) m_out << ",baseq";
+    if (m_cols.crf_logp >= 0) m_out << ",crf_logp,crf_margin,crf_best,mean_logpost";
+    m_out << '\n';
+  }
+
+  void write(const pod5::ReadId& id, const BoundaryRow& br, const Out& o) {
+    char text[36];
+    id.format_to(text);
+    m_line.assign(text, 36);
+    const auto& p = o.call.probabilities;
+    const bool called = o.reason.empty() && !p.empty();
+    if (!called) {
+      fmt::format_to(std::back_inserter(m_line), ",unclassified,,,,{},0,", br.adapter_end);
+      if (m_cols.baseq >= 0) m_line += ',';
+      if (m_cols.crf_logp >= 0) m_line += ",,,,";
+    } else {
+      const auto at = [&](int k) { return p[static_cast<size_t>(k)]; };
+      m_line += ',';
+      detail::append_csv_cell(m_line, o.call.is_classified() ? o.reference : std::string("unclassified"));
+      m_line += ',';
+      if (!m_single) fmt::format_to(std::back_inserter(m_line), "{}", at(m_cols.second) - at(m_cols.edit));
+      fmt::format_to(std::back_inserter(m_line), ",{},", at(m_cols.edit));
+      if (!m_single) fmt::format_to(std::back_inserter(m_line), "{}", at(m_cols.second));
+      fmt::format_to(std::back_inserter(m_line), ",{},{},{}", br.adapter_end, o.sequence.size(), o.sequence);
+      if (m_cols.baseq >= 0) fmt::format_to(std::back_inserter(m_line), ",{:.4f}", at(m_cols.baseq));
+      if (m_cols.crf_logp >= 0) write_lattice(o, at(m_cols.crf_logp), at(m_cols.crf_margin), at(m_cols.mean_post));
+    }
+    m_line += '\n';
+    m_out << m_line;
+  }
+
+ private:
+  void write_lattice(const Out& o, double logp, double margin, double mean_post) {
+    fmt::format_to(std::back_inserter(m_line), ",{:.4f},", logp);
+    if (!std::isnan(margin)) fmt::format_to(std::back_inserter(m_line), "{:.4f}", margin);
+    m_line += ',';
+    detail::append_csv_cell(m_line, o.crf_best);
+    fmt::format_to(std::back_inserter(m_line), ",{:.4f}", std::log(mean_post));
+  }
+
+  std::ostream& m_out;
+  ColumnIndex m_cols;
+  bool m_single;
+  std::string m_line;
+};
+
+}  // namespace
+
+Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs,
+                                const BoundariesTable& boundaries, const CrfBasecallOptions& options,
+                                std::ostream& csv, CrfBasecallReport* report) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!demux::is_crf_model_dir(options.model_path)) {
+    return Status::invalid_argument(options.model_path.string() +
+                                    ": demux basecall needs a CTC-CRF model folder (SeqTagger or bundle)");
+  }
+  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead loaded, demux::load_crf_head(options.model_path, options.head));
+  const demux::Head& head = *loaded.head;
+  ESCPOD_ASSIGN_OR_RETURN(auto readers, detail::open_readers(inputs, options.n_threads));
+  CrfBasecallReport local;
+  CrfBasecallReport& rep = report ? *report : local;
+  rep.n_boundaries = boundaries.rows.size();
+  rep.n_dropped = boundaries.n_dropped;
+  // Later rows of a read id win (one answer per read).
+  std::unordered_map<pod5::ReadId, size_t, pod5::ReadIdHash> index;
+  index.reserve(boundaries.rows.size());
+  for (size_t i = 0; i < boundaries.rows.size(); ++i) index[boundaries.rows[i].read_id] = i;
+  std::vector<uint8_t> seen(boundaries.rows.size(), 0);
+  RowWriter writer(csv, head, head.labels().size());
+  Status s = detail::for_each_read_ordered<Out, Scratch>(
+      readers, options.n_threads, /*block_size=*/4,
+      [&](const pod5::ReadBatch& b, size_t row, size_t* tag) {
+        auto it = index.find(b.read_id[row]);
+        if (it == index.end()) return false;
+        *tag = it->second;
+        seen[it->second] = 1;
+        return true;
+      },
+      [&] {
+        Scratch w;
+        w.head = head.make_scratch();
+        return w;
+      },
+      [&](ReadBlock<Out>& block, Scratch& w) {
+        for (ReadTask<Out>& t : block.reads) call_read(head, boundaries.rows[t.tag], t, w);
+      },
+      [&](ReadTask<Out>& t) -> Status {
+        writer.write(t.batch->read_id[t.row], boundaries.rows[t.tag], t.out);
+        ++rep.n_rows;
+        if (t.out.reason.empty() && t.out.call.is_classified()) ++rep.n_classified;
+        else ++rep.unclassified_reasons[t.out.reason.empty() ? std::string(t.out.call.reason()) : t.out.reason];
+        if (!csv) return Status::io_error("basecall: writing the CSV failed");
+        return Status::ok();
+      });
+  ESCPOD_RETURN_IF_ERROR(s);
+  rep.n_not_in_inputs = static_cast<uint64_t>(std::count(seen.begin(), seen.end(), uint8_t{0}));
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::ok();
+}
+
+}  // namespace escpod::pipeline
