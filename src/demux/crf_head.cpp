@@ -478,7 +478,7 @@ int64_t crf_samples_needed(const Head& head, int64_t adapter_end) {
 }
 
 Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options) {
-  ESCPOD_ASSIGN_OR_RETURN(CrfModel model, load_crf_model(folder));
+  ESCPOD_ASSIGN_OR_RETURN(CrfModel model, load_crf_model(folder, options.load));
   if (model.config.chunk <= 0) {
     return Status::invalid_argument(folder.string() + ": the model's chunk length must be positive");
   }

@@ -31,6 +31,7 @@
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/crf_decode.hpp"
+#include "escpod/demux/crf_model.hpp"
 #include "escpod/demux/head.hpp"
 
 namespace escpod::demux {
@@ -77,6 +78,7 @@ struct CrfHeadOptions {
   bool ref_scores = false;  // lattice columns (implied by min_crf_margin / min_crf_prob)
   std::optional<int64_t> boundary_margin;   // bundles: overrides the bundle's margin
   std::optional<int64_t> clamp_max_shift;   // bundles: overrides the bundle's clamp allowance
+  CrfLoadOptions load;                      // encoder backend, bundle pin check
 };
 
 // Our defaults for the gates a model does not set, chosen so that the 200 barcode-free RNA004

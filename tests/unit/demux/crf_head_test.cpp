@@ -3,11 +3,13 @@
 // window -> kNoWindow with no columns, determinism, gates, and the columns per decoder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "escpod/demux/crf_head.hpp"
+#include "alloc_counter.hpp"
 #include "test_data.hpp"
 
 namespace escpod::demux {
@@ -165,6 +167,37 @@ TEST(CrfHead, RefScoresAddLatticeColumnsAndDescribeNamesTheSources) {
   const std::string text = h.head->describe();
   EXPECT_NE(text.find("min baseq 50 (the model's min_baseQ)"), std::string::npos) << text;
   EXPECT_NE(text.find("seqtagger_emitted"), std::string::npos);
+}
+
+// classify() allocates nothing once its scratch has held a read: proved on the encoder's reference
+// backend (oneDNN's execute() allocates its argument map; nn_test bounds that separately), for
+// the beam and posterior decoders, lattice scoring, the v1 (padded, med/MAD) and v2 (rolling)
+// windows, and a read with no window.
+TEST(CrfHead, SteadyStateClassifyDoesNotAllocate) {
+  for (const char* folder : {"b04_RNA004", "b13_RNA004_mRNA"}) {
+    for (CrfDecoderChoice decoder : {CrfDecoderChoice::kBeam, CrfDecoderChoice::kPosterior}) {
+      CrfHeadOptions o;
+      o.load.backend = nn::Backend::kReference;
+      o.decoder = decoder;
+      o.ref_scores = true;
+      LoadedHead h = load(folder, o);
+      auto scratch = h.head->make_scratch();
+      const std::vector<float> a = synthetic_signal(4000, 12), b = synthetic_signal(4000, 13);
+      classify(*h.head, *scratch, a, 3000);  // sizes the scratch and the call's columns
+      PreparedRead r;
+      r.pa = b;
+      r.num_samples = b.size();
+      Classification c;
+      r.adapter_end = 3000;
+      h.head->classify(std::span<const PreparedRead>(&r, 1), *scratch, std::span<Classification>(&c, 1));
+      const size_t before = test::allocation_count();
+      for (int64_t adapter_end : {int64_t{1200}, int64_t{0}, int64_t{4500}}) {
+        r.adapter_end = adapter_end;
+        h.head->classify(std::span<const PreparedRead>(&r, 1), *scratch, std::span<Classification>(&c, 1));
+      }
+      EXPECT_EQ(test::allocation_count(), before) << folder << " " << crf_decoder_name(decoder);
+    }
+  }
 }
 
 }  // namespace
