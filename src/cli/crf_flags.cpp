@@ -17,6 +17,8 @@ void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
   sub->add_option("--crf-window", o.window,
                   "SeqTagger window: before-boundary (v1 default) or rolling-start (v2 default)")->group(g);
   sub->add_option("--crf-norm", o.norm, "SeqTagger v1 med/MAD span: window (default) or prefix")->group(g);
+  sub->add_option("--barcodes", o.barcodes,
+                  "CSV of references (name,sequence: what the model emits) instead of the model's")->group(g);
   sub->add_option("--min-margin", o.min_margin, "Edit-distance margin gate (default 0: keep ties)")->group(g);
   sub->add_option("--min-baseq", o.min_baseq,
                   "Mean base-quality gate, beam only (default: the model's min_baseQ, else 60)")->group(g);
@@ -46,6 +48,7 @@ Result<demux::CrfHeadOptions> crf_head_options(const CrfCliFlags& o) {
   c.min_crf_margin = set_or_none(o.min_crf_margin);
   c.min_crf_prob = set_or_none(o.min_crf_prob);
   c.ref_scores = o.ref_scores;
+  c.barcodes_csv = o.barcodes;
   c.boundary_margin = set_or_none(o.boundary_margin);
   c.clamp_max_shift = set_or_none(o.clamp_max_shift);
   return c;

@@ -15,7 +15,7 @@ namespace escpod::cli {
 
 // NaN / -1: unset (the model's or escapepod's default applies).
 struct CrfCliFlags {
-  std::string decoder, window, norm = "window";
+  std::string decoder, window, norm = "window", barcodes;
   int32_t min_margin = 0;
   double min_baseq = std::nan(""), min_mean_post = std::nan(""), min_crf_margin = std::nan(""),
          min_crf_prob = std::nan("");

@@ -2,7 +2,9 @@
 #include "escpod/demux/crf_head.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
@@ -446,8 +448,38 @@ CrfSettings resolve_settings(const CrfModel& model, const CrfHeadOptions& o) {
   return s;
 }
 
-// The model's references as a panel, in the form its calls take.
-Result<BarcodePanel> make_panel(const CrfModel& model) {
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split_fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = line.find(',', start);
+    out.push_back(trim(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+    if (comma == std::string_view::npos) return out;
+    start = comma + 1;
+  }
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The references the head matches against, in the form its calls take: --barcodes as given,
+// else the model's (SeqTagger's transformed to their emitted form).
+Result<BarcodePanel> make_panel(const CrfModel& model, const CrfHeadOptions& options) {
+  if (!options.barcodes_csv.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(std::vector<BarcodeRef> refs, read_barcode_csv(options.barcodes_csv));
+    auto panel = BarcodePanel::create(std::move(refs), PanelForm::kAsGiven);
+    if (!panel.is_ok()) return Status::invalid_argument(options.barcodes_csv.string() + ": " + panel.status().message());
+    return panel;
+  }
   std::vector<BarcodeRef> refs;
   for (const CrfReference& r : model.references) refs.push_back({r.name, r.sequence});
   if (refs.empty()) {
@@ -461,6 +493,43 @@ Result<BarcodePanel> make_panel(const CrfModel& model) {
 }
 
 }  // namespace
+
+Result<std::vector<BarcodeRef>> read_barcode_csv(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::io_error(path.string() + ": cannot open the barcode CSV");
+  std::string line;
+  size_t line_no = 0;
+  int name_col = -1, seq_col = -1;
+  std::vector<BarcodeRef> refs;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (trim(line).empty()) continue;
+    const std::vector<std::string_view> f = split_fields(line);
+    if (name_col < 0) {  // the header
+      for (size_t i = 0; i < f.size(); ++i) {
+        if (lower(f[i]) == "name") name_col = static_cast<int>(i);
+        if (lower(f[i]) == "sequence") seq_col = static_cast<int>(i);
+      }
+      if (name_col < 0 || seq_col < 0) {
+        return Status::invalid_argument(fmt::format("{}: line {}: the header needs `name` and `sequence` columns",
+                                                    path.string(), line_no));
+      }
+      continue;
+    }
+    const auto need = static_cast<size_t>(std::max(name_col, seq_col));
+    if (f.size() <= need) {
+      return Status::invalid_argument(fmt::format("{}: line {}: {} fields, the header names {}", path.string(),
+                                                  line_no, f.size(), need + 1));
+    }
+    BarcodeRef r{std::string(f[static_cast<size_t>(name_col)]), std::string(f[static_cast<size_t>(seq_col)])};
+    for (char& c : r.sequence) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    refs.push_back(std::move(r));
+  }
+  if (name_col < 0) return Status::invalid_argument(path.string() + ": the barcode CSV is empty");
+  if (refs.empty()) return Status::invalid_argument(path.string() + ": the barcode CSV holds no reference");
+  return refs;
+}
 
 std::optional<CrfLastCall> crf_last_call(const HeadScratch& scratch) {
   const auto* s = dynamic_cast<const CrfScratch*>(&scratch);
@@ -482,7 +551,7 @@ Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfH
   if (model.config.chunk <= 0) {
     return Status::invalid_argument(folder.string() + ": the model's chunk length must be positive");
   }
-  ESCPOD_ASSIGN_OR_RETURN(BarcodePanel panel, make_panel(model));
+  ESCPOD_ASSIGN_OR_RETURN(BarcodePanel panel, make_panel(model, options));
   CrfSettings settings = resolve_settings(model, options);
   CrfGeometry g;
   g.n_base = model.config.n_base;

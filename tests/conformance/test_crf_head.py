@@ -208,3 +208,29 @@ def test_basecall_stage_matches_the_fused_head_on_the_same_boundaries(
         assert int(float(f["call_len"])) == int(r["decoded_len"])
         assert abs(float(f["baseq"]) - float(r["baseq"])) < 1e-4
         assert r["crf_best"].startswith("Barcode_")
+
+
+def test_barcodes_csv_replaces_the_panel_and_is_validated(escpod, shared_data, reads, read_ids, cnn, tmp_path):
+    model = shared_data / "seqtagger/b04_RNA004"
+    good = tmp_path / "bc.csv"
+    # b04's Barcode_1 and Barcode_2 in their emitted form, lower case and padded: trimmed, upper-cased.
+    good.write_text("Name, Sequence ,note\nnbc01, ggattctcgttcttct ,x\n\nnbc02,GTCTTTCTGCTCTTAG,y\n")
+    out = run([escpod, "demux", "--model", model, "--barcodes", good, "--info"]).stdout
+    assert "panel: 2 references matched in as_given form, min pairwise distance 7" in out
+    assert "BC01 = nbc01 GGATTCTCGTTCTTCT\n" in out and "BC02 = nbc02 GTCTTTCTGCTCTTAG\n" in out
+    rows = demux(escpod, reads, model, tmp_path / "d", "--cnn-model", cnn, "--barcodes", good)
+    check_one_row_and_one_output(rows, read_ids, tmp_path / "d")
+    at_head = [r for r in rows if r["edit_dist"] != ""]
+    assert at_head and all(int(float(r["second_dist"])) >= int(float(r["edit_dist"])) for r in at_head)
+    cases = {
+        "name,seq\na,ACGT\n": "line 1: the header needs `name` and `sequence` columns",
+        "name,sequence\na,ACGN\n": "symbol 'N' at position 3",
+        "name,sequence\na,ACGTACGT\na,TTTTACGT\n": "duplicate name",
+        "": "the barcode CSV is empty",
+        "name,sequence\na\n": "line 2: 1 fields",
+    }
+    for i, (text, message) in enumerate(cases.items()):
+        bad = tmp_path / f"bad{i}.csv"
+        bad.write_text(text)
+        r = run([escpod, "demux", "--model", model, "--barcodes", bad, "--info"], check=False)
+        assert r.returncode != 0 and str(bad) in r.stderr and message in r.stderr, (text, r.stderr)

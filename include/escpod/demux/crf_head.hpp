@@ -28,9 +28,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/crf_decode.hpp"
+#include "escpod/demux/crf_match.hpp"
 #include "escpod/demux/crf_model.hpp"
 #include "escpod/demux/head.hpp"
 
@@ -79,7 +81,17 @@ struct CrfHeadOptions {
   std::optional<int64_t> boundary_margin;   // bundles: overrides the bundle's margin
   std::optional<int64_t> clamp_max_shift;   // bundles: overrides the bundle's clamp allowance
   CrfLoadOptions load;                      // encoder backend, bundle pin check
+  // --barcodes: references from a CSV (read_barcode_csv) instead of the model's, matched as given
+  // (the CSV holds what the model emits). Empty: the model's references.
+  std::filesystem::path barcodes_csv;
 };
+
+// Reads a barcode reference CSV (behaviour doc section 2.6): the header must contain `name` and
+// `sequence` (case-insensitive), other columns are ignored, fields are split on commas and
+// trimmed, blank lines skipped, sequences upper-cased. Errors (invalid_argument / io_error) name
+// the file and line: a missing column, a short row, an empty file. Symbols and duplicate names
+// are checked when the panel is built (BarcodePanel::create).
+Result<std::vector<BarcodeRef>> read_barcode_csv(const std::filesystem::path& path);
 
 // Our defaults for the gates a model does not set, chosen so that the 200 barcode-free RNA004
 // reads of shared/data/escapepod are rejected by every shipped SeqTagger model
