@@ -4,11 +4,13 @@
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
 #include "escpod/core/staged_file.hpp"
 #include "escpod/demux/crf_head.hpp"
+#include "escpod/demux/crf_model.hpp"
 #include "escpod/demux/train_svm.hpp"
 #include "escpod/pipeline/demux.hpp"
 #include "escpod/pipeline/annotations.hpp"
@@ -42,18 +44,43 @@ struct DemuxCliOptions {
   CrfCliFlags crf;
 };
 
-// The CRF head's options from the command line, registered before any model is loaded.
-Status register_crf_options(const CrfCliFlags& flags) {
-  ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions c, crf_head_options(flags));
+// A CRF bundle pins its boundary detector (behaviour doc 1.3, 2.10): a `cnn` pin refuses
+// --method llr, and its CNN file is the one used unless --cnn-model names another (the pin's
+// sha256 is then not checked). `cnn_model` is set to the pinned file when the user gave none.
+Status apply_crf_bundle_pin(const std::filesystem::path& model, const std::string& method, std::string& cnn_model) {
+  std::error_code ec;
+  if (!std::filesystem::exists(model / "metadata.json", ec) || !demux::is_crf_model_dir(model)) {
+    return Status::ok();
+  }
+  demux::CrfLoadOptions lo;
+  lo.verify_boundary_pin = cnn_model.empty();
+  ESCPOD_ASSIGN_OR_RETURN(demux::CrfModel m, demux::load_crf_model(model, lo));
+  if (m.boundary.method != "cnn") return Status::ok();
+  if (method == "llr") {
+    return Status::invalid_argument(model.string() + ": the bundle pins the cnn boundary detector (its encoder "
+                                    "was trained on CNN boundaries); --method llr is refused");
+  }
+  if (cnn_model.empty()) cnn_model = m.boundary.onnx.string();
+  return Status::ok();
+}
+
+// The CRF head's options from the command line, registered before any model is loaded; a
+// bundle's pinned CNN becomes `cnn_model` when none was given.
+Status register_crf_options(const DemuxCliOptions& o, std::string& cnn_model) {
+  ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions c, crf_head_options(o.crf));
+  c.load.verify_boundary_pin = o.cnn_model.empty();
+  cnn_model = o.cnn_model;
+  ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(o.model, o.method, cnn_model));
   demux::register_crf_head(c);
   return Status::ok();
 }
 
 Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   if (o.model.empty()) return Status::invalid_argument("demux needs --model MODEL.json");
-  ESCPOD_RETURN_IF_ERROR(register_crf_options(o.crf));
+  std::string cnn_model;
+  ESCPOD_RETURN_IF_ERROR(register_crf_options(o, cnn_model));
   if (o.info) {
-    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, o.cnn_model));
+    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, cnn_model));
     fmt::print("{}", text);
     return Status::ok();
   }
@@ -65,7 +92,7 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   }
   pipeline::DemuxOptions d;
   d.model_path = o.model;
-  d.cnn_model = o.cnn_model;
+  d.cnn_model = cnn_model;
   if (o.method == "cnn") d.detector = pipeline::DetectorChoice::kCnn;
   else if (o.method == "llr") d.detector = pipeline::DetectorChoice::kLlr;
   else if (!o.method.empty()) return Status::invalid_argument("--method must be cnn or llr");

@@ -411,8 +411,16 @@ std::string CrfHead::describe() const {
   if (seqtagger()) {
     out += "licence: SeqTagger models are CC BY-NC-ND 4.0 (non-commercial, no modified copies); the authors "
            "have filed patent applications EP24382340 and EP24383144 on the method\n";
-  } else if (m_model.info_json != "{}") {
-    out += "model info: " + m_model.info_json + "\n";
+  } else {
+    const CrfBoundaryPin& pin = m_model.boundary;
+    if (pin.method.empty()) {
+      out += "boundary detector: not pinned (give --method)\n";
+    } else {
+      out += fmt::format("boundary detector: pinned to {}", pin.method);
+      if (!pin.onnx.empty()) out += fmt::format(", CNN {} (id {}, sha256 {})", pin.onnx.string(), pin.model_id, pin.sha256);
+      out += "\n";
+    }
+    if (m_model.info_json != "{}") out += "model info: " + m_model.info_json + "\n";
   }
   return out;
 }

@@ -343,3 +343,18 @@ def test_fused_calls_equal_a_python_reference_pipeline_on_the_same_windows(
     # Encoder outputs agree within ~1e-3 (test_crf_model.py); exact score ties can still break
     # differently after that noise, so allow a few reads of 167 to differ.
     assert same >= 0.97 * len(ids), f"{same} of {len(ids)} calls equal the reference pipeline's"
+
+
+def test_bundle_pinned_to_the_cnn_refuses_llr_and_names_its_cnn(escpod, reads, tmp_path):
+    pinned = tmp_path / "pinned"
+    make_crf_bundle.write_bundle(str(pinned), chunk=2000)
+    out = run([escpod, "demux", "--model", pinned, "--info"]).stdout
+    assert f"boundary detector: pinned to cnn, CNN {pinned / 'boundary.onnx'} (id test-cnn, sha256 " in out
+    r = run([escpod, "demux", *reads, "--model", pinned, "--method", "llr", "--classifications", tmp_path / "c.csv"],
+            check=False)
+    assert r.returncode != 0 and "pins the cnn boundary detector" in r.stderr and "--method llr is refused" in r.stderr
+    assert not (tmp_path / "c.csv").exists()
+    # A damaged pinned CNN fails its sha256 check before any read is touched.
+    (pinned / "boundary.onnx").write_bytes((pinned / "boundary.onnx").read_bytes() + b"x")
+    r = run([escpod, "demux", *reads, "--model", pinned, "--classifications", tmp_path / "c.csv"], check=False)
+    assert r.returncode != 0 and "sha256" in r.stderr and not (tmp_path / "c.csv").exists()
