@@ -36,6 +36,8 @@
 #   samtools (bam-filter benchmark's two-step peer)    samtools
 #   find_package(GTest)          <gtest/gmock>          libgtest-dev, libgmock-dev
 #   find_package(benchmark)      <benchmark/...>        libbenchmark-dev
+#   find_library(edlib) <edlib.h> (crf_bench baseline)  libedlib-dev
+#   find_library(wfa2) <wfa2lib/...> (crf_bench base.)  libwfa2-dev
 #   clang++ (fuzz targets), libFuzzer/ASan runtimes     clang, libclang-rt-14-dev
 #   compiler cache (used when found; optional)          ccache
 #   find_package(CUDAToolkit), nvcc (optional)          the CUDA toolkit of the machine image
@@ -59,6 +61,7 @@ DEB_PACKAGES=(
   libtomlplusplus-dev libssl-dev
   libhdf5-dev libvbz-hdf-plugin-dev
   libhts-dev samtools
+  libedlib-dev libwfa2-dev
   tmux chromium
 )
 
