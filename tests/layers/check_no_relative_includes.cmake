@@ -1,0 +1,31 @@
+# Fails on any `#include "../..."` or `#include "/..."` in the project's C++ and CUDA sources:
+# such a path resolves from the including file's folder and so bypasses the layer include roots
+# (cmake/EscpodTarget.cmake).
+#   cmake -DSOURCE_DIR=<repository root> -P check_no_relative_includes.cmake
+if(NOT IS_DIRECTORY "${SOURCE_DIR}/src")
+  message(FATAL_ERROR "-DSOURCE_DIR=${SOURCE_DIR} is not the repository root (no src/)")
+endif()
+set(_globs)
+foreach(dir src include tests bench examples)
+  foreach(ext cpp hpp h cu cuh)
+    list(APPEND _globs ${SOURCE_DIR}/${dir}/*.${ext})
+  endforeach()
+endforeach()
+file(GLOB_RECURSE _files ${_globs})
+list(LENGTH _files _n)
+if(_n LESS 50)
+  message(FATAL_ERROR "found only ${_n} source files under ${SOURCE_DIR}: wrong folder?")
+endif()
+set(_bad "")
+foreach(f IN LISTS _files)
+  file(STRINGS ${f} _lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"(\\.\\.|/)")
+  foreach(line IN LISTS _lines)
+    file(RELATIVE_PATH _rel ${SOURCE_DIR} ${f})
+    string(APPEND _bad "  ${_rel}: ${line}\n")
+  endforeach()
+endforeach()
+if(_bad)
+  message(FATAL_ERROR "includes that bypass the layer include roots (use \"escpod/<layer>/...\" "
+                      "or \"<layer>/...\"):\n${_bad}")
+endif()
+message(STATUS "${_n} files, no relative or absolute includes")
