@@ -17,8 +17,8 @@
 # declarations are the one source of truth for what a target may include. The private root
 # (`#include "<layer>/x.hpp"`) is the layer's own; its unit tests, and the few kernel benchmarks
 # and fuzzers of internals, ask for it by name with escpod_use_internals. tests/layers proves the
-# rule both ways (illegal includes fail, legal ones build) and forbids `#include "../`, the one
-# way around it.
+# rule both ways (illegal includes fail, legal ones build) and forbids the ways around it: include
+# paths with `..` or absolute ones, and src/ or include/ handed to a target whole.
 set(ESCPOD_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion -Werror)
 
 function(escpod_warnings target)
