@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <atomic>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "escpod/core/external_sort.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/pipeline/annotations.hpp"
 #include "escpod/pipeline/read_fields.hpp"
 #include "escpod/pipeline/read_lookup.hpp"
+#include "escpod/pod5/read_id_guard.hpp"
 #include "escpod/pod5/records.hpp"
 #include "pipeline/csv_text.hpp"
 #include "pipeline/read_stream.hpp"
@@ -50,6 +53,106 @@ std::string with_pod5_extension(std::string name) {
   return name;
 }
 
+// ---- merge's duplicate check: an external sort of (id, place) over every input read ----------
+
+// A read's place in the merge's stream order: input number, then file-wide row.
+uint64_t merge_place(size_t input, uint64_t row) { return (uint64_t{input} << 40) | row; }
+size_t place_input(uint64_t place) { return static_cast<size_t>(place >> 40); }
+
+struct IdAtPlace {
+  pod5::ReadId id;
+  uint64_t place = 0;
+  friend bool operator<(const IdAtPlace& a, const IdAtPlace& b) {
+    return std::tie(a.id, a.place) < std::tie(b.id, b.place);
+  }
+};
+
+// The places of the reads a merge skips (every copy of an id after its first), sorted, read back
+// in stream order through a small buffer from an unlinked scratch file.
+class MergeSkips {
+ public:
+  explicit MergeSkips(std::filesystem::path folder) : m_folder(std::move(folder)) {}
+  MergeSkips(MergeSkips&&) noexcept = default;
+
+  Status append(uint64_t place) {
+    m_pending.push_back(place);
+    ++m_size;
+    return m_pending.size() >= kBuffer ? flush() : Status::ok();
+  }
+  Status flush() {
+    if (m_pending.empty()) return Status::ok();
+    if (!m_file.is_open()) {
+      ESCPOD_ASSIGN_OR_RETURN(m_file, escpod::detail::AnonymousScratchFile::create(m_folder));
+    }
+    ESCPOD_RETURN_IF_ERROR(m_file.append({reinterpret_cast<const uint8_t*>(m_pending.data()),
+                                          m_pending.size() * sizeof(uint64_t)}).status());
+    m_pending.clear();
+    return Status::ok();
+  }
+  uint64_t size() const { return m_size; }
+
+  // True when `place` is the next skip. Places must be asked in increasing order.
+  Result<bool> take(uint64_t place) {
+    if (m_taken == m_size) return false;
+    if (m_pos == m_buf.size()) {
+      const uint64_t n = std::min<uint64_t>(kBuffer, m_size - m_taken);
+      m_buf.resize(static_cast<size_t>(n));
+      ESCPOD_RETURN_IF_ERROR(m_file.read_at(m_taken * sizeof(uint64_t),
+                                            {reinterpret_cast<uint8_t*>(m_buf.data()), m_buf.size() * sizeof(uint64_t)}));
+      m_pos = 0;
+    }
+    if (m_buf[m_pos] != place) return false;
+    ++m_pos;
+    ++m_taken;
+    return true;
+  }
+
+ private:
+  static constexpr size_t kBuffer = 8192;
+  std::filesystem::path m_folder;
+  escpod::detail::AnonymousScratchFile m_file;
+  std::vector<uint64_t> m_pending, m_buf;
+  uint64_t m_size = 0, m_taken = 0;
+  size_t m_pos = 0;
+};
+
+// Reads every input's read ids (the reads tables only) and sorts (id, place) externally: memory
+// stays ~10 MiB whatever the number of reads. Without `duplicate_ok` the smallest repeated id is
+// an error naming it and the files of its first two copies; with it, the places of every copy
+// after the first come back sorted in stream order.
+Result<MergeSkips> find_merge_duplicates(const Readers& readers, const std::filesystem::path& folder,
+                                         bool duplicate_ok) {
+  ExternalSortLimits limits;
+  limits.run_records = size_t{1} << 18;  // 6 MiB of (id, place) records a run
+  ExternalSorter<IdAtPlace> by_id(folder, limits);
+  for (size_t k = 0; k < readers.size(); ++k) {
+    uint64_t row = 0;
+    for (size_t b = 0; b < readers[k]->n_read_batches(); ++b) {
+      ESCPOD_ASSIGN_OR_RETURN(std::vector<pod5::ReadId> ids, readers[k]->read_batch_ids(b));
+      for (const pod5::ReadId& id : ids) ESCPOD_RETURN_IF_ERROR(by_id.add({id, merge_place(k, row++)}));
+    }
+  }
+  ExternalSorter<uint64_t> later_copies(folder, limits);
+  std::optional<IdAtPlace> first;  // the first copy of the current id
+  ESCPOD_RETURN_IF_ERROR(by_id.drain([&](const IdAtPlace& r) -> Status {
+    if (!first || first->id != r.id) {
+      first = r;
+      return Status::ok();
+    }
+    if (!duplicate_ok) {
+      return Status::invalid_argument("duplicate read id " + r.id.to_string() + " in " +
+                                      readers[place_input(first->place)]->path().string() + " and " +
+                                      readers[place_input(r.place)]->path().string() +
+                                      " (use --duplicate-ok to keep the first)");
+    }
+    return later_copies.add(r.place);
+  }));
+  MergeSkips skips(folder);
+  ESCPOD_RETURN_IF_ERROR(later_copies.drain([&](uint64_t place) { return skips.append(place); }));
+  ESCPOD_RETURN_IF_ERROR(skips.flush());
+  return skips;
+}
+
 }  // namespace
 
 Status merge_files(const std::vector<std::filesystem::path>& inputs,
@@ -60,30 +163,26 @@ Status merge_files(const std::vector<std::filesystem::path>& inputs,
       Readers readers,
       detail::open_readers(inputs, options.n_threads,
                            options.skip_bad ? (skipped ? skipped : &local_skipped) : nullptr));
-  ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, options.writer));
+  // Duplicates are found before anything is written, in bounded memory; the writer need not
+  // check again.
+  ESCPOD_ASSIGN_OR_RETURN(MergeSkips skips,
+                          find_merge_duplicates(readers, output.parent_path(), options.duplicate_ok));
+  pod5::WriterOptions writer_options = options.writer;
+  writer_options.check_duplicate_ids = false;
+  ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, writer_options));
   for (const auto& r : readers)
     for (const auto& ri : r->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
-  std::unordered_map<pod5::ReadId, uint32_t, pod5::ReadIdHash> first_file;
-  uint64_t n_dup = 0;
   CopyScratch scratch;
   auto consume = [&](size_t k, const pod5::FileReader& r, const pod5::ReadBatch& b,
                      const PreparedRead& read) -> Status {
-    auto [it, inserted] = first_file.emplace(read.record.read_id, static_cast<uint32_t>(k));
-    if (!inserted) {
-      if (options.duplicate_ok) {
-        ++n_dup;
-        return Status::ok();
-      }
-      return Status::invalid_argument("duplicate read id " + read.record.read_id.to_string() +
-                                      " in " + readers[it->second]->path().string() + " and " +
-                                      r.path().string() + " (use --duplicate-ok to keep the first)");
-    }
+    ESCPOD_ASSIGN_OR_RETURN(bool skip, skips.take(merge_place(k, b.first_read_idx + read.row)));
+    if (skip) return Status::ok();  // a later copy of an id (--duplicate-ok keeps the first)
     // `readers` outlive `writer` (declared first): chunks are written from their mappings.
     return copy_prepared(r, b, read, *writer, scratch, stats, pod5::ChunkBytes::kBorrow);
   };
   ESCPOD_RETURN_IF_ERROR(
       stream_reads(readers, options.n_threads, nullptr, consume, nullptr, copy_borrowed_by(*writer)));
-  if (n_duplicates_skipped) *n_duplicates_skipped = n_dup;
+  if (n_duplicates_skipped) *n_duplicates_skipped = skips.size();
   return writer->close();
 }
 
@@ -287,7 +386,12 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
   if (ec) return Status::io_error("cannot create output folder " + out_dir.string() + ": " + ec.message());
 
   std::vector<std::unique_ptr<pod5::FileWriter>> writers;
-  std::unordered_set<pod5::ReadId, pod5::ReadIdHash> written;
+  // Every read id once across all outputs, in bounded memory (repeats far apart are found
+  // after the stream, before any output is committed).
+  pod5::ReadIdGuard written(out_dir);
+  pod5::WriterOptions writer_options = options.writer;
+  writer_options.check_duplicate_ids = false;  // `written` covers every output
+  uint64_t n_written = 0;
   CopyScratch scratch;
   std::string key;
   // Reads no mapping row names are dropped before their signal is touched, unless they go to
@@ -297,7 +401,7 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
     return !drop_unmapped || target.count(b.read_id[i]) > 0;
   };
   uint64_t n_seen = 0, n_selected = 0;
-  auto consume = [&](size_t, const pod5::FileReader& reader, const pod5::ReadBatch& batch,
+  auto consume = [&](size_t input, const pod5::FileReader& reader, const pod5::ReadBatch& batch,
                      const PreparedRead& read) -> Status {
     ++n_selected;
     const size_t i = read.row;
@@ -324,13 +428,15 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
         idx = it->second;
       }
     }
-    if (!written.insert(batch.read_id[i]).second) {
+    ESCPOD_ASSIGN_OR_RETURN(bool fresh, written.insert(batch.read_id[i], static_cast<uint32_t>(input)));
+    ++n_written;
+    if (!fresh) {
       return Status::invalid_argument("read " + batch.read_id[i].to_string() + " appears twice in the inputs (" +
                                       reader.path().string() + ")");
     }
     while (writers.size() <= idx) writers.push_back(nullptr);
     if (!writers[idx]) {
-      ESCPOD_ASSIGN_OR_RETURN(writers[idx], pod5::FileWriter::create(out_dir / names[idx], options.writer));
+      ESCPOD_ASSIGN_OR_RETURN(writers[idx], pod5::FileWriter::create(out_dir / names[idx], writer_options));
     }
     const auto& acq = reader.run_info_ids()[static_cast<size_t>(batch.run_info_idx[i])];
     if (const auto* ri = reader.find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writers[idx]->add_run_info(*ri));
@@ -346,7 +452,13 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
   };
   ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &n_seen, before_release));
   if (drop_unmapped) rep.n_unmapped = n_seen - n_selected;
-  if (!by_columns) rep.n_mapped_missing = target.size() - std::min(target.size(), written.size());
+  ESCPOD_ASSIGN_OR_RETURN(std::optional<pod5::ReadIdGuard::Duplicate> dup, written.find_duplicate());
+  if (dup) {
+    return Status::invalid_argument("read " + dup->id.to_string() + " appears twice in the inputs (" +
+                                    readers[dup->first_source]->path().string() + " and " +
+                                    readers[dup->second_source]->path().string() + ")");
+  }
+  if (!by_columns) rep.n_mapped_missing = target.size() - std::min<uint64_t>(target.size(), n_written);
   // All or nothing: finish every output before any is renamed into place.
   for (auto& w : writers)
     if (w) ESCPOD_RETURN_IF_ERROR(w->finish());

@@ -29,7 +29,7 @@ namespace {
 
 // Direct pointers into one memory-mapped signal batch, so reading a chunk costs no Arrow calls.
 struct SignalBatchView {
-  std::shared_ptr<arrow::RecordBatch> batch;  // keeps the buffers alive
+  std::shared_ptr<arrow::RecordBatch> batch;  // keeps the buffers alive (null: the mapping does)
   const uint8_t* read_ids = nullptr;          // 16 bytes a row
   const int64_t* offsets = nullptr;           // n_rows + 1 (bytes for VBZ, samples for raw)
   const uint8_t* vbz_data = nullptr;
@@ -171,7 +171,52 @@ struct FileReader::Impl {
   FileInfo info;
   std::shared_ptr<arrow::io::MemoryMappedFile> file;
   std::shared_ptr<arrow::ipc::RecordBatchFileReader> reads_reader;
+  // Reads batches, one entry each: kept in memory only where they cannot be read again (files
+  // rebuilt by recovery) and for the last batch (its dictionaries are the file's); the others
+  // are null and re-read from reads_reader when used, as their Arrow objects (~13 KB a batch of
+  // 1000 rows) would otherwise make a reader's memory grow with the read count.
   std::vector<std::shared_ptr<arrow::RecordBatch>> read_batches;
+  mutable std::mutex reads_reader_mutex;
+  const uint8_t* reads_table_begin = nullptr;  // the reads table in the mapping (null: elsewhere)
+  const uint8_t* reads_table_end = nullptr;
+  mutable std::atomic<uintptr_t> reads_dropped_until{0};
+  // Drops reads batch b's pages once its values are copied out. Inside the mapped reads table,
+  // everything from the last mark up to the batch's end goes (IPC headers, dictionary messages
+  // and the pages the kernel mapped around them included: ~22 KB a batch otherwise, measured),
+  // so a forward pass keeps a bounded resident set whatever the read count. Dropping a page
+  // another thread still reads only costs it a re-read from the page cache.
+  void drop_reads_batch_pages(size_t b, const arrow::RecordBatch& rb) const {
+    (void)b;
+    const auto [lo, hi] = batch_span(rb);
+    if (!lo) return;
+    if (!reads_table_begin || lo < reads_table_begin || hi > reads_table_end) {
+      drop_pages(lo, hi);
+      return;
+    }
+    uintptr_t from = reads_dropped_until.load(std::memory_order_relaxed);
+    if (from == 0) from = reinterpret_cast<uintptr_t>(reads_table_begin);
+    if (reinterpret_cast<uintptr_t>(hi) <= from) {
+      drop_pages(lo, hi);  // behind the mark (out of order): its own span only
+      return;
+    }
+    uintptr_t seen = reads_dropped_until.load(std::memory_order_relaxed);
+    if (!reads_dropped_until.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(hi))) {
+      drop_pages(lo, hi);
+      return;
+    }
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    drop_pages(reinterpret_cast<const void*>(from & ~(page - 1)), hi);
+  }  // RecordBatchFileReader is not documented thread-safe
+  Result<std::shared_ptr<arrow::RecordBatch>> reads_batch(size_t b) const {
+    if (read_batches[b]) return read_batches[b];
+    arrow::Result<std::shared_ptr<arrow::RecordBatch>> batch;
+    {
+      std::lock_guard lock(reads_reader_mutex);
+      batch = reads_reader->ReadRecordBatch(static_cast<int>(b));
+    }
+    if (!batch.ok()) return from_arrow(batch.status(), where() + ": reads batch " + std::to_string(b));
+    return std::move(*batch);
+  }
   std::vector<uint64_t> read_batch_first;  // prefix sums of rows
   // Signal table: schema checked at open, batches loaded on first use (ensure_signal).
   std::shared_ptr<arrow::ipc::RecordBatchFileReader> signal_reader;
@@ -205,6 +250,13 @@ struct FileReader::Impl {
   size_t map_size = 0;
   mutable std::atomic<uintptr_t> signal_dropped_until{0};
 
+  // True when [p, p + n) lies inside the file's mapping (an empty range anywhere).
+  bool in_mapping(const void* p, size_t n) const {
+    if (n == 0) return true;
+    const auto* b = static_cast<const uint8_t*>(p);
+    return map_begin && b >= map_begin && b <= map_begin + map_size && n <= size_t(map_begin + map_size - b);
+  }
+
   // Releases the whole pages inside [lo, hi) from this process's resident set. Always safe for
   // this read-only file mapping: a later access maps the page in again from the page cache.
   void drop_pages(const void* lo, const void* hi) const {
@@ -218,7 +270,7 @@ struct FileReader::Impl {
     if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
   }
   // Releases are batched: each is a TLB shootdown on every core running our threads (~23 us).
-  static constexpr ptrdiff_t kDropStride = 64 << 20;
+  static constexpr ptrdiff_t kDropStride = 16 << 20;
   // Releases what a forward scan over the mapping is done with, kDropStride at a time (the peak
   // resident set, not only the final one, must not grow with the file).
   class ScanRelease {
@@ -262,6 +314,7 @@ struct FileReader::Impl {
     return {lo, hi};
   }
   mutable std::once_flag id_index_once;
+  mutable Status id_index_status;  // a reads batch that could not be re-read for the index
   mutable std::unordered_map<ReadId, std::pair<uint32_t, uint32_t>, ReadIdHash> id_index;
 
   std::string where() const { return info.path.string(); }
@@ -543,6 +596,14 @@ Status FileReader::Impl::make_signal_view(int b, SignalBatchView* out) const {
   v.region_begin = std::min({v.read_ids, reinterpret_cast<const uint8_t*>(v.offsets),
                              reinterpret_cast<const uint8_t*>(v.samples),
                              v.bytes_begin ? v.bytes_begin : v.read_ids});
+  // Buffers that are slices of the file's mapping stay valid as long as the mapping (held by
+  // `file`): the Arrow objects (~3 KB a batch, ~30 bytes a read at 100 rows a batch) can go, so
+  // a reader's memory does not grow with the file's read count.
+  const auto rows = static_cast<size_t>(v.n_rows);
+  if (in_mapping(v.read_ids, 16 * rows) && in_mapping(v.offsets, 8 * (rows + 1)) &&
+      in_mapping(v.samples, 4 * rows) && in_mapping(v.bytes_begin, static_cast<size_t>(v.bytes_end - v.bytes_begin))) {
+    v.batch.reset();
+  }
   return Status::ok();
 }
 
@@ -610,6 +671,10 @@ Status FileReader::Impl::load_run_info(const arrow::Schema& schema, int n_batche
 
 Status FileReader::Impl::load_reads(const detail::EmbeddedTable& t) {
   ESCPOD_ASSIGN_OR_RETURN(reads_reader, open_table(t, "reads"));
+  if (map_begin && t.offset >= 0 && static_cast<size_t>(t.offset + t.length) <= map_size) {
+    reads_table_begin = map_begin + t.offset;
+    reads_table_end = reads_table_begin + t.length;
+  }
   return load_reads(*reads_reader->schema(), reads_reader->num_record_batches(),
                     [this](int b) { return reads_reader->ReadRecordBatch(b); });
 }
@@ -703,7 +768,8 @@ Status FileReader::Impl::load_reads(const arrow::Schema& schema, int n_batches,
     const auto [lo, hi] = batch_span(**batch);
     if (lo) release.reached(lo, hi);
     read_batch_first.push_back(read_batch_first.back() + static_cast<uint64_t>((*batch)->num_rows()));
-    read_batches.push_back(std::move(*batch));
+    const bool keep = !reads_reader || b + 1 == n_batches;
+    read_batches.push_back(keep ? std::move(*batch) : nullptr);
   }
   info.n_read_batches = read_batches.size();
   info.n_reads = read_batch_first.back();
@@ -794,11 +860,12 @@ Status FileReader::Impl::load_legacy_dictionaries() {
 }
 
 Status FileReader::Impl::decode_batch(size_t batch_idx, ReadBatch* out) const {
-  const arrow::RecordBatch& rb = *read_batches[batch_idx];
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<arrow::RecordBatch> held, reads_batch(batch_idx));
+  const arrow::RecordBatch& rb = *held;
   ESCPOD_RETURN_IF_ERROR(check_batch(rb, batch_idx));
   ESCPOD_RETURN_IF_ERROR(decode_rows(batch_idx, rb, read_batch_first[batch_idx], out));
   // Every value is copied into `out`: the batch's pages are not needed again.
-  drop_batch_pages(rb);
+  drop_reads_batch_pages(batch_idx, rb);
   return Status::ok();
 }
 
@@ -1060,7 +1127,7 @@ Result<ReadBatch> FileReader::read_batch(size_t batch_idx) const {
 
 size_t FileReader::batch_rows(size_t batch_idx) const {
   if (batch_idx >= m_impl->read_batches.size()) return 0;
-  return static_cast<size_t>(m_impl->read_batches[batch_idx]->num_rows());
+  return static_cast<size_t>(m_impl->read_batch_first[batch_idx + 1] - m_impl->read_batch_first[batch_idx]);
 }
 
 Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row, size_t n_rows) const {
@@ -1071,7 +1138,8 @@ Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row
                                     " (" + std::to_string(n_batch) + " rows, " +
                                     std::to_string(m_impl->read_batches.size()) + " batches)");
   }
-  auto slice = m_impl->read_batches[batch_idx]->Slice(static_cast<int64_t>(first_row),
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<arrow::RecordBatch> held, m_impl->reads_batch(batch_idx));
+  auto slice = held->Slice(static_cast<int64_t>(first_row),
                                                       static_cast<int64_t>(n_rows));
   ESCPOD_RETURN_IF_ERROR(m_impl->check_batch(*slice, batch_idx));
   ReadBatch batch;
@@ -1085,7 +1153,8 @@ Result<std::vector<ReadId>> FileReader::read_batch_ids(size_t batch_idx) const {
     return Status::invalid_argument(m_impl->where() + ": reads batch " + std::to_string(batch_idx) +
                                     " of " + std::to_string(m_impl->read_batches.size()));
   }
-  const arrow::RecordBatch& rb = *m_impl->read_batches[batch_idx];
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<arrow::RecordBatch> held, m_impl->reads_batch(batch_idx));
+  const arrow::RecordBatch& rb = *held;
   auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(m_impl->column(rb, "read_id"));
   if (!m_impl->validated_at_open) {
     ESCPOD_RETURN_IF_ERROR(from_arrow(ids->ValidateFull(), m_impl->where() + ": reads batch " +
@@ -1093,6 +1162,16 @@ Result<std::vector<ReadId>> FileReader::read_batch_ids(size_t batch_idx) const {
   }
   std::vector<ReadId> out(static_cast<size_t>(ids->length()));
   if (!out.empty()) std::memcpy(out.data(), ids->raw_values(), out.size() * 16);
+  // Copied out: release the pages read (and those the kernel mapped around them), so a pass over
+  // every id of a huge file (merge's duplicate check) keeps a small resident set.
+  m_impl->drop_reads_batch_pages(batch_idx, rb);
+  // A pass over every batch's ids (merge's duplicate check) leaves IPC headers and dictionary
+  // messages mapped around each batch (~22 KB a batch, measured): its last batch releases the
+  // whole table.
+  if (batch_idx + 1 == m_impl->read_batches.size() && m_impl->reads_table_begin) {
+    m_impl->drop_pages(m_impl->reads_table_begin, m_impl->reads_table_end);
+    m_impl->reads_dropped_until.store(0);  // the next pass starts from the table's beginning
+  }
   return out;
 }
 
@@ -1164,8 +1243,12 @@ Status FileReader::for_each_batch(int n_threads,
 Result<ReadRecord> FileReader::find_read(const ReadId& id) const {
   std::call_once(m_impl->id_index_once, [this] {
     for (size_t b = 0; b < m_impl->read_batches.size(); ++b) {
-      auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(
-          m_impl->column(*m_impl->read_batches[b], "read_id"));
+      auto held = m_impl->reads_batch(b);
+      if (!held.is_ok()) {
+        m_impl->id_index_status = held.status();
+        return;
+      }
+      auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(m_impl->column(**held, "read_id"));
       for (int64_t r = 0; r < ids->length(); ++r) {
         ReadId rid;
         std::memcpy(rid.bytes.data(), ids->GetValue(r), 16);
@@ -1173,6 +1256,7 @@ Result<ReadRecord> FileReader::find_read(const ReadId& id) const {
       }
     }
   });
+  ESCPOD_RETURN_IF_ERROR(m_impl->id_index_status);
   auto it = m_impl->id_index.find(id);
   if (it == m_impl->id_index.end()) {
     return Status::not_found(m_impl->where() + ": no read " + id.to_string());

@@ -18,7 +18,7 @@
 
 #include "pod5/arrow_types.hpp"
 #include "pod5/container.hpp"
-#include "pod5/read_id_set.hpp"
+#include "escpod/pod5/read_id_guard.hpp"
 
 namespace escpod::pod5 {
 
@@ -277,7 +277,9 @@ struct FileWriter::Impl {
   // Pending reads batch (columns as plain vectors; turned into Arrow arrays per batch).
   std::vector<ReadRecord> pending_reads;  // signal_rows filled with the rows we wrote
   uint64_t n_reads = 0;
-  detail::ReadIdSet seen_ids;  // duplicate guard, ~24 bytes a read
+  // Duplicate guard in bounded memory: repeats among recent ids fail add_read, the rest are
+  // found by finish() (spilled ids merged from a scratch file beside the output).
+  std::optional<ReadIdGuard> seen_ids;
 
   // Dictionaries: cumulative (each reads batch carries all values so far).
   std::vector<std::string> pore_types;
@@ -317,6 +319,10 @@ struct FileWriter::Impl {
   Status write_run_info_table();
   Status finish();
   Status check_read(const ReadRecord& read);
+  Status check_unique_ids();
+  Status duplicate_id(const ReadId& id) const {
+    return Status::invalid_argument(path.string() + ": duplicate read id " + id.to_string());
+  }
 };
 
 Status FileWriter::Impl::start() {
@@ -324,6 +330,7 @@ Status FileWriter::Impl::start() {
   staged.emplace(std::move(s));
   ESCPOD_ASSIGN_OR_RETURN(ScratchPath r, ScratchPath::create(path, ".reads"));
   reads_scratch.emplace(std::move(r));
+  if (options.check_duplicate_ids) seen_ids.emplace(path.parent_path());
   file_identifier = ReadId::random().to_string();
   ReadId m = ReadId::random();
   marker.assign(m.bytes.begin(), m.bytes.end());
@@ -683,8 +690,18 @@ Status FileWriter::Impl::write_run_info_table() {
   return check((*w)->Close());
 }
 
+// Repeats too far apart for add_read's window: found before anything is committed.
+Status FileWriter::Impl::check_unique_ids() {
+  if (!seen_ids) return Status::ok();
+  ESCPOD_ASSIGN_OR_RETURN(std::optional<ReadIdGuard::Duplicate> dup, seen_ids->find_duplicate());
+  seen_ids.reset();  // its memory and scratch file go before the tables are written
+  if (dup) return duplicate_id(dup->id);
+  return Status::ok();
+}
+
 Status FileWriter::Impl::finish() {
   auto io = [this](const arrow::Status& s) { return arrow_status(s, "write"); };
+  ESCPOD_RETURN_IF_ERROR(check_unique_ids());
   ESCPOD_RETURN_IF_ERROR(flush_signal_batch());
   ESCPOD_RETURN_IF_ERROR(wait_signal_write());
   ESCPOD_RETURN_IF_ERROR(flush_reads_batch());
@@ -747,8 +764,9 @@ Status FileWriter::Impl::check_read(const ReadRecord& read) {
                                     " refers to run info '" + read.run_info +
                                     "' that was not added");
   }
-  if (!seen_ids.insert(read.read_id)) {
-    return Status::invalid_argument(path.string() + ": duplicate read id " + read.read_id.to_string());
+  if (seen_ids) {
+    ESCPOD_ASSIGN_OR_RETURN(bool fresh, seen_ids->insert(read.read_id));
+    if (!fresh) return duplicate_id(read.read_id);
   }
   if (std::find(pore_types.begin(), pore_types.end(), read.pore_type) == pore_types.end()) {
     if (pore_types.size() >= 32767) {

@@ -3,6 +3,7 @@
 // ~64 (node, pointer, bucket), and no allocation per insert. Internal to the pod5 layer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -37,6 +38,13 @@ class ReadIdSet {
     }
   }
   size_t size() const { return m_size; }
+  // Forgets every id, keeping the slots (no allocation when it fills again).
+  void clear() {
+    std::fill(m_slots.begin(), m_slots.end(), ReadId{});
+    m_used = 0;
+    m_size = 0;
+    m_has_zero = false;
+  }
   size_t memory_bytes() const { return m_slots.capacity() * sizeof(ReadId); }
 
  private:

@@ -58,6 +58,11 @@ struct WriterOptions {
   FsyncMode fsync = FsyncMode::kNone;
   // Shared cap on pending signal held in memory (nullptr: a full batch stays in memory).
   std::shared_ptr<SignalMemoryBudget> signal_budget;
+  // Fail on a read id added twice: at add_read when the first is among the last few thousand
+  // ids, else at finish() (bounded memory: ids beyond a window spill, ~20 bytes a read, to an
+  // unlinked scratch file in the output's folder). Off only where the caller proved the ids
+  // unique already (merge's pre-pass).
+  bool check_duplicate_ids = true;
 };
 
 // What add_read_chunks does with the chunk bytes it is given.
@@ -85,7 +90,7 @@ class FileWriter {
 
   // Adds a read and its samples (ADC counts). read.run_info must name a run info added before;
   // read.end_reason must be a known end reason; read.num_samples and read.signal_rows are
-  // ignored (computed from `signal`). Read ids must be unique (checked at close()).
+  // ignored (computed from `signal`). Read ids must be unique (see check_duplicate_ids).
   Status add_read(const ReadRecord& read, std::span<const int16_t> signal);
 
   // Adds a read whose signal is already stored in this file's format (VBZ cells for a VBZ
