@@ -21,6 +21,7 @@
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/dtw.hpp"
+#include "escpod/pipeline/barcode_labels.hpp"  // label_name, kNoiseLabel
 #include "escpod/pod5/file_writer.hpp"
 
 namespace escpod::pipeline {
@@ -95,8 +96,5 @@ std::string default_signal_processing_json(bool use_cnn);
 // Human-readable description of a model and the detector it pins (for `demux --info`).
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
                                          const std::filesystem::path& cnn_model);
-
-// The text label of a classifier label: "BC" + two digits, or "unclassified" for -1.
-std::string label_name(int32_t label);
 
 }  // namespace escpod::pipeline
