@@ -102,7 +102,7 @@ Result<ReportData> collect_report(const ReportOptions& options) {
   d.model = options.model;
   d.signal_samples = samples_hist();
   d.duration_s = duration_hist();
-  if (options.classifications.empty()) return Status::invalid_argument("report needs a classifications CSV");
+  if (options.classifications.empty()) return Status::usage("report needs a classifications CSV");
 
   std::vector<std::string> labels;  // label index -> name
   std::unordered_map<std::string, uint16_t> label_idx;
