@@ -7,6 +7,7 @@ The signal exit codes themselves are exercised in test_file_ops.py
 """
 import csv
 import re
+import shutil
 
 import pytest
 
@@ -64,7 +65,9 @@ def test_usage_errors_exit_2(escpod, rna_file, tmp_path, args, message):
 
 def test_data_errors_exit_1(escpod, rna_file, tmp_path):
     # A duplicate read id in merge is bad data, not a usage error.
-    r = run([escpod, "merge", rna_file, rna_file, "-o", tmp_path / "m.pod5"], check=False)
+    copy = tmp_path / "copy.pod5"
+    shutil.copy(rna_file, copy)
+    r = run([escpod, "merge", rna_file, copy, "-o", tmp_path / "m.pod5"], check=False)
     assert r.returncode == 1 and "duplicate read id" in r.stderr, r.stderr
     # A malformed row of an input table.
     (tmp_path / "ids.txt").write_text("not-a-read-id\n")
