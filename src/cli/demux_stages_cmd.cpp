@@ -242,8 +242,9 @@ void register_classify(CLI::App* demux, GlobalOptions& global) {
       "classify",
       "Classify a fingerprint table (read_id,fp_0..: CSV, gzip CSV, or Parquet if named\n"
       "*.parquet; barcode and dwell_* columns are ignored)\n"
-      "with a DTW-SVM model: read_id,predicted_barcode,confidence,is_confident[,pNN..], in input\n"
-      "order; predicted_barcode is BC + two digits, or unclassified (noise, below threshold).\n"
+      "with a DTW-SVM model: read_id,barcode,confidence,is_confident[,pNN..], in input order;\n"
+      "barcode is BC + two digits, or unclassified (noise, below threshold): the column name of\n"
+      "every escpod table (escapepod calls it predicted_barcode). Counts per label on stderr.\n"
       "  escpod demux classify fp.csv --model WDX4_rna004_v1_0.json -o calls.csv --probabilities");
   sub->add_option("fingerprints", o->fingerprints, "Fingerprint table (from demux fingerprint): CSV or .parquet")->required();
   sub->add_option("-m,--model", o->model, "WarpDemuX-format model JSON")->required();

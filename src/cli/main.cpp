@@ -13,8 +13,8 @@ CommandBody* selected_body();
 
 namespace {
 constexpr const char* kExitCodesHelp =
-    "Exit status: 0 success; 1 failure (bad or unreadable input data, I/O errors, a duplicate "
-    "read id, ...); 2 usage error (bad flags or arguments); 3 completed with inputs skipped "
+    "Exit status: 0 success; 1 failure (bad or unreadable input data, I/O errors, a duplicate\n"
+    "read id, ...); 2 usage error (bad flags or arguments); 3 completed with inputs skipped\n"
     "(--skip-bad); 130 interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM).\n"
     "Data products go to stdout or -o FILE; logs, summaries and progress go to stderr.";
 

@@ -35,8 +35,8 @@ Result<int32_t> parse_barcode_label(std::string_view label, std::string_view whe
 std::string label_name(int32_t label);
 
 // The column that holds a read's barcode label in a classifications, calls, truth or labels
-// table. Every table escpod writes names it `barcode`; `predicted_barcode` (the classify table of
-// escapepod and of escpod before 0.13) is accepted when reading.
+// table. Every table escpod writes names it `barcode`; `predicted_barcode` (escapepod's classify
+// table, and escpod's before the names were unified) is accepted when reading.
 inline constexpr std::string_view kLabelColumn = "barcode";
 inline constexpr std::string_view kLegacyLabelColumn = "predicted_barcode";
 
