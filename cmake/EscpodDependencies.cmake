@@ -54,3 +54,7 @@ else()
 endif()
 add_library(escpod::arrow ALIAS escpod_arrow)
 add_library(escpod::parquet ALIAS escpod_parquet)
+# escpod/arrow_bridge/ (arrow::Status to ours) comes with Arrow, so only targets that link Arrow
+# can include it (see EscpodTarget.cmake for the include roots).
+escpod_public_root(_arrow_bridge_root arrow_bridge)
+target_include_directories(escpod_arrow INTERFACE ${_arrow_bridge_root})

@@ -27,6 +27,8 @@
 #                                builds oneDNN with its OpenCL runtime); libdnnl-dev only
 #                                *recommends* it, so --no-install-recommends dropped it.
 #   find_library(svm)            <svm.h>                libsvm-dev
+#   find_package(tomlplusplus CONFIG) <toml++/toml.h>   libtomlplusplus-dev (SeqTagger/bonito config.toml)
+#   find_package(OpenSSL)        <openssl/evp.h>        libssl-dev (SHA-256 pin of a CRF bundle's CNN)
 #   find_package(HDF5 COMPONENTS C) <hdf5.h> (FAST5)    libhdf5-dev
 #   HDF5 VBZ filter plugin (FAST5 signal; loaded from   libvbz-hdf-plugin-dev
 #     /usr/lib/<triplet>/hdf5/plugins at run time)
@@ -34,6 +36,8 @@
 #   samtools (bam-filter benchmark's two-step peer)    samtools
 #   find_package(GTest)          <gtest/gmock>          libgtest-dev, libgmock-dev
 #   find_package(benchmark)      <benchmark/...>        libbenchmark-dev
+#   find_library(edlib) <edlib.h> (crf_bench baseline)  libedlib-dev
+#   find_library(wfa2) <wfa2lib/...> (crf_bench base.)  libwfa2-dev
 #   clang++ (fuzz targets), libFuzzer/ASan runtimes     clang, libclang-rt-14-dev
 #   compiler cache (used when found; optional)          ccache
 #   find_package(CUDAToolkit), nvcc (optional)          the CUDA toolkit of the machine image
@@ -43,7 +47,8 @@
 #   tmux (progress-bar test in a real terminal)         tmux
 #   headless browser (report screenshot test)          chromium
 #   official pod5 (conformance), escapepod (bench),     requirements.txt, in .venv
-#   pytest, numpy, h5py, pysam (bam-filter tests)
+#   pytest, numpy, h5py, pysam (bam-filter tests),
+#   onnx, onnxruntime (CRF bundle fixture, parity and benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,8 +58,10 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libflatbuffers-dev zlib1g-dev flatbuffers-compiler
   clang libclang-rt-14-dev ccache
   libonnx-dev libprotobuf-dev libdnnl-dev ocl-icd-opencl-dev libsvm-dev
+  libtomlplusplus-dev libssl-dev
   libhdf5-dev libvbz-hdf-plugin-dev
   libhts-dev samtools
+  libedlib-dev libwfa2-dev
   tmux chromium
 )
 

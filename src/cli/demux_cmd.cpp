@@ -6,7 +6,6 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
-#include <nlohmann/json.hpp>
 
 #include "escpod/core/staged_file.hpp"
 #include "escpod/demux/train_svm.hpp"
@@ -202,21 +201,15 @@ Status run_train(const TrainCliOptions& o, const GlobalOptions& global) {
   fo.n_threads = resolve_threads(global);
   fo.cnn_model = o.cnn_model;
   ESCPOD_ASSIGN_OR_RETURN(fo.detector, parse_method(o.method));
-  nlohmann::json block;
+  demux::SvmTrainOptions so;
   if (!o.template_model.empty()) {
-    std::ifstream in(o.template_model);
-    if (!in) return Status::not_found(o.template_model + ": cannot open the template model");
-    try {
-      block = nlohmann::json::parse(in).at("signal_processing");
-    } catch (const std::exception& e) {
-      return Status::invalid_argument(o.template_model + ": no usable signal_processing block: " + e.what());
-    }
-    block["cnn_boundaries"]["cnn_detect"] = o.method == "cnn";
-    block["llr_boundaries"]["llr_detect"] = o.method == "llr";
-  } else {
-    block = nlohmann::json::parse(pipeline::default_signal_processing_json(o.method == "cnn"));
+    ESCPOD_ASSIGN_OR_RETURN(demux::ModelTemplate t, demux::load_model_template(o.template_model));
+    if (!t.has_signal_processing)
+      return Status::invalid_argument(o.template_model + ": no signal_processing block to copy");
+    demux::apply_template(t, so);
   }
-  fo.signal_processing_json = block.dump();
+  so.signal_processing.set_detector(o.method == "cnn");
+  fo.signal_processing = so.signal_processing;
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   pipeline::FingerprintReport frep;
   ESCPOD_ASSIGN_OR_RETURN(auto rows, pipeline::fingerprint_labelled_reads(files, labels, fo, &frep));
@@ -237,14 +230,12 @@ Status run_train(const TrainCliOptions& o, const GlobalOptions& global) {
     ESCPOD_RETURN_IF_ERROR(pipeline::write_labelled_fingerprints(csv, table, o.fingerprints));
     ESCPOD_RETURN_IF_ERROR(write_text_staged(o.fingerprints, csv.str(), o.writer));
   }
-  demux::SvmTrainOptions so;
   so.C = o.c;
   so.n_threads = fo.n_threads;
-  so.template_json = nlohmann::json{{"signal_processing", block}}.dump();
   demux::SvmTrainReport trep;
-  ESCPOD_ASSIGN_OR_RETURN(std::string model, demux::train_warpdemux_svm(
-                                                 x, d, y, so, std::filesystem::path(o.output).stem().string(), &trep));
-  ESCPOD_RETURN_IF_ERROR(write_text_staged(o.output, model, o.writer));
+  ESCPOD_ASSIGN_OR_RETURN(demux::TrainedDtwSvm model,
+                          demux::train_dtw_svm(x, d, y, so, std::filesystem::path(o.output).stem().string(), &trep));
+  ESCPOD_RETURN_IF_ERROR(write_text_staged(o.output, demux::serialize_dtw_svm(model), o.writer));
   log::info("trained {} classes on {} fingerprints: {} support vectors, training accuracy {:.3f} "
             "(DTW {:.1f} s, SVM {:.1f} s)", trep.n_classes, trep.n_rows, trep.n_support,
             trep.training_accuracy, trep.dtw_seconds, trep.svm_seconds);

@@ -77,11 +77,8 @@ Status run_train_svm(const TrainSvmCliOptions& o, const GlobalOptions& global) {
     ESCPOD_ASSIGN_OR_RETURN(t.fixed_thresholds, parse_number_list(o.thresholds, "--thresholds"));
   }
   if (!o.template_model.empty()) {
-    std::ifstream in(o.template_model, std::ios::binary);
-    if (!in) return Status::io_error("cannot open template model " + o.template_model);
-    std::ostringstream text;
-    text << in.rdbuf();
-    t.template_json = text.str();
+    ESCPOD_ASSIGN_OR_RETURN(demux::ModelTemplate tmpl, demux::load_model_template(o.template_model));
+    demux::apply_template(tmpl, t);
   }
   ESCPOD_ASSIGN_OR_RETURN(pipeline::LabelledFingerprints table, pipeline::read_labelled_fingerprints(o.input));
   // Reserve the output before the (long) training so that an existing file fails fast.
@@ -91,11 +88,11 @@ Status run_train_svm(const TrainSvmCliOptions& o, const GlobalOptions& global) {
   log::info("training {} from {}: {} fingerprints of {} values, {} threads", name, o.input,
             table.labels.size(), table.n_features, t.n_threads);
   demux::SvmTrainReport rep;
-  auto text = demux::train_warpdemux_svm(table.features, table.n_features, table.labels, t, name, &rep);
-  if (!text.is_ok()) return text.status().with_context(o.input);
+  auto model = demux::train_dtw_svm(table.features, table.n_features, table.labels, t, name, &rep);
+  if (!model.is_ok()) return model.status().with_context(o.input);
   {
     std::ofstream out(staged.staging_path(), std::ios::binary);
-    out << *text;
+    out << demux::serialize_dtw_svm(*model);
     out.close();
     if (!out) return Status::io_error("cannot write " + staged.staging_path().string());
   }

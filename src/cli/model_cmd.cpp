@@ -1,9 +1,13 @@
-// `escpod model info|run|bench`: inspect, run and time an ONNX signal model on the nn engine.
+// `escpod model info|run|bench`: inspect, run and time an ONNX signal model on the nn engine, or
+// the CTC-CRF encoder of a model folder (SeqTagger/bonito folder or escapepod CRF bundle).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <filesystem>
+#include <memory>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <sstream>
 #include <string>
@@ -14,6 +18,7 @@
 
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/demux/crf_model.hpp"
 #include "escpod/nn/model.hpp"
 #include "escpod/nn/npy.hpp"
 
@@ -61,18 +66,29 @@ Result<std::vector<int64_t>> parse_shape(const std::string& text) {
   return shape;
 }
 
-Result<nn::Model> load(const ModelOptions& o) {
+// An ONNX file, or a CRF model folder whose encoder is loaded (or built) with every load check.
+Result<std::shared_ptr<const nn::Model>> load(const ModelOptions& o) {
   if (o.isa != "default") {
     const nn::Isa isa = o.isa == "avx2" ? nn::Isa::kAvx2 : nn::Isa::kAvx512;
     ESCPOD_RETURN_IF_ERROR(nn::set_max_isa(isa));
   }
+  const nn::Backend backend = o.reference ? nn::Backend::kReference : nn::Backend::kOptimised;
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.model, ec)) {
+    demux::CrfLoadOptions co;
+    co.backend = backend;
+    ESCPOD_ASSIGN_OR_RETURN(demux::CrfModel crf, demux::load_crf_model(o.model, co));
+    return crf.encoder;
+  }
   nn::LoadOptions lo;
-  lo.backend = o.reference ? nn::Backend::kReference : nn::Backend::kOptimised;
-  return nn::Model::load(o.model, lo);
+  lo.backend = backend;
+  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, nn::Model::load(o.model, lo));
+  return std::shared_ptr<const nn::Model>(std::make_shared<nn::Model>(std::move(model)));
 }
 
 Status run_info(const ModelOptions& o) {
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load(o));
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<const nn::Model> model_ptr, load(o));
+  const nn::Model& model = *model_ptr;
   const nn::ModelInfo& info = model.info();
   std::printf("model:      %s\n", info.source.c_str());
   std::printf("producer:   %s (IR %lld, opset %lld)\n", info.producer.c_str(),
@@ -95,7 +111,8 @@ Status run_info(const ModelOptions& o) {
 }
 
 Status run_model(const ModelOptions& o, int n_threads) {
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load(o));
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<const nn::Model> model_ptr, load(o));
+  const nn::Model& model = *model_ptr;
   ESCPOD_ASSIGN_OR_RETURN(nn::NpyArray in, nn::read_npy(o.input));
   ESCPOD_ASSIGN_OR_RETURN(auto out_shape, model.output_shape(in.shape));
   int64_t n = 1;
@@ -107,7 +124,8 @@ Status run_model(const ModelOptions& o, int n_threads) {
 }
 
 Status run_bench(const ModelOptions& o, int n_threads) {
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load(o));
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<const nn::Model> model_ptr, load(o));
+  const nn::Model& model = *model_ptr;
   const nn::ValueInfo& in = model.info().inputs[0];
   std::vector<int64_t> shape = in.dims;
   if (shape.empty()) return Status::invalid_argument("the model's input has no declared shape");
@@ -150,7 +168,15 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   struct Tally {
     long calls = 0;
     double seconds = 0;
+    double cpu_seconds = 0;  // the worker thread's CPU time over its timed calls
     Status status;
+  };
+  // CPU time of the calling thread: on a loaded machine wall time also counts the time the
+  // worker waited for a core; this does not (for calls whose kernels run on that thread).
+  auto thread_cpu = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   };
   std::vector<Tally> tally(static_cast<size_t>(workers));
   auto worker = [&](int w) {
@@ -165,6 +191,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
     }
     while (!start.load() && !stop.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = thread_cpu();
     while (!stop.load(std::memory_order_relaxed)) {
       t.status = model.run(ws, input, shape, out);
       if (!t.status.is_ok()) {
@@ -173,6 +200,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
       }
       ++t.calls;
       t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      t.cpu_seconds = thread_cpu() - cpu0;
     }
   };
   std::vector<std::thread> threads;
@@ -194,18 +222,20 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   stop = true;
   for (auto& t : threads) t.join();
   double n_calls = 0, rate = 0, secs = 0;  // rate: calls per second, all workers together
+  double cpu_per_call = 0;                  // mean over workers of CPU seconds per call
   for (const Tally& t : tally) {
     ESCPOD_RETURN_IF_ERROR(t.status);
+    if (t.calls > 0) cpu_per_call += t.cpu_seconds / static_cast<double>(t.calls) / workers;
     n_calls += static_cast<double>(t.calls);
     if (t.seconds > 0) rate += static_cast<double>(t.calls) / t.seconds;
     secs = std::max(secs, t.seconds);
   }
   const double windows = rate * static_cast<double>(o.batch);
   std::printf("model=%s batch=%lld length=%lld threads=%d mode=%s backend=%s isa=%s calls=%.0f seconds=%.3f "
-              "windows_per_s=%.2f ms_per_call=%.3f gflops=%.2f\n",
+              "windows_per_s=%.2f ms_per_call=%.3f gflops=%.2f cpu_ms_per_call=%.3f\n",
               o.model.c_str(), static_cast<long long>(o.batch), static_cast<long long>(shape.back()), n_threads,
               o.mode.c_str(), o.reference ? "reference" : "optimised", o.reference ? "scalar" : nn::effective_isa_name().c_str(),
-              n_calls, secs, windows, rate > 0 ? 1e3 * workers / rate : 0.0, rate * flops / 1e9);
+              n_calls, secs, windows, rate > 0 ? 1e3 * workers / rate : 0.0, rate * flops / 1e9, cpu_per_call * 1e3);
   return Status::ok();
 }
 
@@ -218,19 +248,19 @@ void add_model_flags(CLI::App* sub, ModelOptions& o) {
 }  // namespace
 
 void register_model(CLI::App& app, GlobalOptions& global) {
-  auto* cmd = app.add_subcommand("model", "Inspect, run and time ONNX signal models on the built-in engine");
+  auto* cmd = app.add_subcommand("model", "Inspect, run and time ONNX signal models (or CRF model folders) on the built-in engine");
   cmd->require_subcommand(1);
   auto opts = std::make_shared<ModelOptions>();
 
   auto* info = cmd->add_subcommand("info", "Inputs, outputs, operators and parameter count of a model");
-  info->add_option("MODEL", opts->model, "ONNX file (.onnx or .onnx.gz)")->required()->check(CLI::ExistingFile);
+  info->add_option("MODEL", opts->model, "ONNX file (.onnx or .onnx.gz) or CRF model folder")->required()->check(CLI::ExistingPath);
   info->add_option("--shape", opts->shape, "Also print the execution plan for this input shape, e.g. 1,1,2000");
   add_model_flags(info, *opts);
   add_verbosity_flags(info, global);
   set_body(info, [opts] { return run_info(*opts); });
 
   auto* run = cmd->add_subcommand("run", "Run a model on a float32 .npy tensor");
-  run->add_option("MODEL", opts->model, "ONNX file")->required()->check(CLI::ExistingFile);
+  run->add_option("MODEL", opts->model, "ONNX file or CRF model folder")->required()->check(CLI::ExistingPath);
   run->add_option("INPUT", opts->input, "Input .npy (float32, C order, the model's input shape)")
       ->required()->check(CLI::ExistingFile);
   run->add_option("-o,--output", opts->output, "Output .npy")->required();
@@ -239,7 +269,7 @@ void register_model(CLI::App& app, GlobalOptions& global) {
   set_body(run, [opts, &global] { return run_model(*opts, resolve_threads(global)); });
 
   auto* bench = cmd->add_subcommand("bench", "Windows per second on random input");
-  bench->add_option("MODEL", opts->model, "ONNX file")->required()->check(CLI::ExistingFile);
+  bench->add_option("MODEL", opts->model, "ONNX file or CRF model folder")->required()->check(CLI::ExistingPath);
   bench->add_option("--batch", opts->batch, "Windows per call")->check(CLI::PositiveNumber);
   bench->add_option("--length", opts->length, "Value of a symbolic input length (e.g. 2000)")
       ->check(CLI::PositiveNumber);

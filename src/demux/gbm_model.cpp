@@ -14,6 +14,12 @@ using detail::JsonFields;
 
 Result<GbmModel> GbmModel::load(const std::filesystem::path& path) {
   ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
+  return detail::ModelBuilder::gbm(j, path);
+}
+
+Result<GbmModel> detail::ModelBuilder::gbm(const Json& j, const std::filesystem::path& path) {
+  using Head = GbmModel::Head;
+  using Node = GbmModel::Node;
   const JsonFields f(path.string());
   if (!j.is_object()) return f.error("top level must be a JSON object");
   GbmModel m;

@@ -1,5 +1,8 @@
 #include "json_fields.hpp"
 
+#include "escpod/demux/model_file.hpp"
+
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -7,21 +10,32 @@
 
 namespace escpod::demux::detail {
 
+namespace {
+std::atomic<uint64_t> g_parse_count{0};
+}  // namespace
+
 Result<Json> parse_json_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::io_error(path.string() + ": cannot open model file");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return Status::io_error(path.string() + ": read failed");
+  return parse_json_text(text.str(), path.string());
+}
+
+Result<Json> parse_json_text(const std::string& text, const std::string& where) {
+  g_parse_count.fetch_add(1, std::memory_order_relaxed);
   // nlohmann reports syntax errors by exception only with a position; contain it here.
   Json j;
   try {
-    j = Json::parse(text.str());
+    j = Json::parse(text);
   } catch (const Json::exception& e) {
-    return Status::corrupt(path.string() + ": not valid JSON: " + e.what());
+    return Status::corrupt(where + ": not valid JSON: " + e.what());
   }
   return j;
 }
+
+uint64_t model_json_parse_count() { return g_parse_count.load(std::memory_order_relaxed); }
 
 Status JsonFields::error(std::string_view what) const {
   return Status::corrupt(m_file + ": " + std::string(what));

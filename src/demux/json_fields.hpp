@@ -12,14 +12,18 @@
 #include <vector>
 
 #include "escpod/core/status.hpp"
+#include "escpod/demux/model_file.hpp"
 
 namespace escpod::demux::detail {
 
-using Json = nlohmann::json;
+// Ordered: a block copied from one model into another keeps its key order.
+using Json = nlohmann::ordered_json;
 
 // Reads and parses a whole JSON file: io_error if it cannot be read, corrupt on a syntax error
-// (with nlohmann's position message).
+// (with nlohmann's position message). Counted by model_json_parse_count().
 Result<Json> parse_json_file(const std::filesystem::path& path);
+// The same for text; `where` names its source in messages.
+Result<Json> parse_json_text(const std::string& text, const std::string& where);
 
 class JsonFields {
  public:
@@ -47,6 +51,18 @@ class JsonFields {
 
  private:
   std::string m_file;
+};
+
+// The one parser of a `signal_processing` object (signal_processing.cpp); `where` names the file.
+Result<SignalProcessing> signal_processing_from_json(const Json& block, const std::string& where);
+// ... and its writer (serialize_signal_processing is this, dumped).
+Json signal_processing_json(const SignalProcessing& s);
+
+// Builders of the parsed classifiers from a model file's top-level object (the bodies of
+// WarpDemuxModel::load and GbmModel::load, which are friends of this struct).
+struct ModelBuilder {
+  static Result<WarpDemuxModel> dtw_svm(const Json& j, const std::filesystem::path& path);
+  static Result<GbmModel> gbm(const Json& j, const std::filesystem::path& path);
 };
 
 }  // namespace escpod::demux::detail

@@ -15,18 +15,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "escpod/core/progress.hpp"
 #include "escpod/demux/dtw.hpp"
-#include "rna004_defaults.hpp"
 
 namespace escpod::demux {
 
 namespace {
 
-using OJson = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 constexpr int32_t kNoise = -1;
@@ -50,12 +47,6 @@ struct ModelDeleter {
   void operator()(svm_model* m) const { svm_free_and_destroy_model(&m); }
 };
 using ModelPtr = std::unique_ptr<svm_model, ModelDeleter>;
-
-std::string column_name(int32_t label) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "p%02d", static_cast<int>(label));
-  return buf;
-}
 
 // The n x n precomputed kernel as libsvm rows: row i is n + 2 nodes, [0] = (0, i + 1) (libsvm's
 // 1-based sample id), [j + 1] = (j + 1, K(i, j)), [n + 1] = (-1, 0) terminator.
@@ -273,10 +264,9 @@ std::vector<int> make_folds(std::span<const int32_t> row_class, size_t k, int fo
 
 }  // namespace
 
-Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, size_t n_features,
-                                        std::span<const int32_t> labels,
-                                        const SvmTrainOptions& o, const std::string& model_name,
-                                        SvmTrainReport* report) {
+Result<TrainedDtwSvm> train_dtw_svm(std::span<const double> fingerprints, size_t n_features,
+                                    std::span<const int32_t> labels, const SvmTrainOptions& o,
+                                    const std::string& model_name, SvmTrainReport* report) {
   ESCPOD_RETURN_IF_ERROR(validate(fingerprints, n_features, labels, o));
   const size_t width = n_features;
 
@@ -361,12 +351,6 @@ Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, si
                                       ")");
     for (double t : o.fixed_thresholds)
       if (!std::isfinite(t)) return Status::invalid_argument("fixed_thresholds must be finite");
-  }
-  OJson tmpl;
-  if (!o.template_json.empty()) {
-    tmpl = OJson::parse(o.template_json, nullptr, /*allow_exceptions=*/false);
-    if (!tmpl.is_object())
-      return Status::invalid_argument("template model is not a JSON object");
   }
 
   // Distance matrix -> kernel.
@@ -456,135 +440,36 @@ Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, si
   for (size_t c = 0; c < k; ++c)
     if (n_support[c] != m->nSV[c]) return Status::internal("libsvm support counts disagree");
 
-  OJson j;
-  j["format"] = "escapepod-wdx-dtw-svm";
-  j["format_version"] = 1;
-  j["version"] = "1.0";
-  j["model_name"] = model_name;
-  j["chemistry"] = tmpl.contains("chemistry") ? tmpl["chemistry"] : OJson(detail::kRna004Chemistry);
-  j["signal_processing_config_name"] = tmpl.contains("signal_processing_config_name")
-                                           ? tmpl["signal_processing_config_name"]
-                                           : OJson(detail::kRna004SignalProcessingConfigName);
-  OJson training;
-  training["trained_by"] = "escapepod train_warpdemux_svm";
-  training["solver"] = "libsvm " + std::to_string(libsvm_version) +
-                       " C-SVC, precomputed DTW kernel, one-vs-one";
-  training["seed"] = o.seed;
-  training["n_rows"] = n;
-  training["class_rows"] = class_rows;
-  training["training_accuracy"] = static_cast<double>(correct) / static_cast<double>(n);
-  training["thresholds"] = o.thresholds == ThresholdMode::kZero    ? "zero"
-                           : o.thresholds == ThresholdMode::kFixed ? "fixed"
-                                                                   : "cross_validated";
-  if (o.thresholds == ThresholdMode::kCrossValidated) {
-    training["target_precision"] = o.target_precision;
-    training["threshold_folds"] = o.threshold_folds;
+  TrainedDtwSvm out;
+  out.model_name = model_name;
+  out.options = o;
+  out.class_labels = class_labels;
+  out.classes = internal;
+  out.thresholds = thresholds;
+  out.n_features = width;
+  out.fingerprints.reserve(n_sv * width);
+  out.row_class.reserve(n_sv);
+  for (size_t sv = 0; sv < n_sv; ++sv) {
+    const double* row = rows.data() + sv_rows[sv] * width;
+    out.fingerprints.insert(out.fingerprints.end(), row, row + width);
+    out.row_class.push_back(row_class[sv_rows[sv]]);
   }
-  training["stored_rows"] = "support vectors only";
-  j["training"] = training;
-
-  std::vector<int32_t> barcodes(class_labels.begin(),
-                                class_labels.begin() + static_cast<std::ptrdiff_t>(n_barcodes));
-  j["barcodes"] = barcodes;
-  j["noise_class"] = has_noise;
-  j["n_barcodes"] = n_barcodes;
-  j["n_classes"] = k;
-  j["n_features"] = width;
-  j["n_training"] = n_sv;
-  j["classes"] = internal;
-  OJson mapper = OJson::object();
-  std::vector<std::string> columns;
-  for (size_t c = 0; c < k; ++c) {
-    mapper[std::to_string(c)] = class_labels[c];
-    columns.push_back(column_name(class_labels[c]));
-  }
-  j["label_mapper"] = mapper;
-  j["output_columns"] = columns;
-  j["thresholds"] = thresholds;
-  j["window"] = o.window;
-  j["penalty"] = o.penalty;
-  j["kernel_params"] = {{"gamma", o.gamma}, {"power", o.power}};
-  j["use_kernel_weighted"] = false;
-  OJson dtw;
-  dtw["window"] = o.window;
-  dtw["penalty"] = o.penalty;
-  dtw["inner_dist"] = "squared_euclidean";
-  dtw["band"] =
-      "cell (i,j), 0-based, equal lengths L: allowed iff |i-j| <= window-1; window 0 = no band";
-  dtw["step_cost"] =
-      "D[i][j] = (q_i - t_j)^2 + min(D[i-1][j-1], D[i-1][j] + penalty^2, D[i][j-1] + penalty^2); "
-      "D[-1][-1] = 0";
-  dtw["result"] = "sqrt(D[L-1][L-1])";
-  j["dtw"] = dtw;
-  OJson kernel;
-  kernel["formula"] = "K = exp(-gamma * d^pwr_dist)";
-  kernel["gamma"] = o.gamma;
-  kernel["pwr_dist"] = o.power;
-  kernel["distance_dtype"] = o.float32_kernel ? "float32" : "float64";
-  kernel["kernel_dtype"] = o.float32_kernel ? "float32" : "float64";
-  j["kernel"] = kernel;
-  OJson svc;
-  svc["implementation"] = "libsvm C-SVC (one-vs-one)";
-  svc["kernel"] = "precomputed";
-  svc["C"] = o.C;
-  svc["class_weight"] = o.weighting == ClassWeighting::kBalanced ? "balanced"
-                        : o.weighting == ClassWeighting::kNone   ? "none"
-                                                                 : "explicit";
-  svc["class_weight_"] = weights;
-  svc["probability"] = o.probability;
-  svc["random_state"] = o.seed;
-  svc["tol"] = o.tolerance;
-  svc["shrinking"] = o.shrinking;
-  j["svc"] = svc;
-  OJson post;
-  post["pred_index"] = "argmax over probabilities (first maximum wins)";
-  post["predicted_barcode"] = "label_mapper[pred_index]";
-  post["confidence"] = "p_sorted[0] - p_sorted[1] (largest minus second largest)";
-  post["threshold_rule"] = "if confidence < thresholds[pred_index] then predicted_barcode = -1";
-  post["noise_label"] = kNoise;
-  std::vector<std::string> csv = {"#read_id", "predicted_barcode", "confidence_score"};
-  csv.insert(csv.end(), columns.begin(), columns.end());
-  post["csv_columns"] = csv;
-  post["csv_rounding"] = {{"confidence_score", 3}, {"probabilities", 4}};
-  j["postprocess"] = post;
-  if (tmpl.contains("signal_processing")) {
-    j["signal_processing"] = tmpl["signal_processing"];
-  } else {
-    j["signal_processing"] = OJson::parse(detail::kRna004SignalProcessingJson);
-  }
-
-  std::vector<int64_t> train_labels(n_sv), train_class(n_sv), support(n_sv);
-  for (size_t s = 0; s < n_sv; ++s) {
-    const auto c = static_cast<size_t>(row_class[sv_rows[s]]);
-    train_labels[s] = internal[c];
-    train_class[s] = static_cast<int64_t>(c);
-    support[s] = static_cast<int64_t>(s);
-  }
-  j["training_labels"] = train_labels;
-  j["training_class_index"] = train_class;
-  j["support_indices"] = support;
-  j["n_support"] = n_support;
-  std::vector<double> intercept(n_pairs), prob_a, prob_b;
-  for (size_t q = 0; q < n_pairs; ++q) intercept[q] = -m->rho[q];
-  j["intercept"] = intercept;
+  out.n_support = n_support;
+  out.dual_coef.reserve((k - 1) * n_sv);
+  for (size_t r = 0; r + 1 < k; ++r) out.dual_coef.insert(out.dual_coef.end(), m->sv_coef[r], m->sv_coef[r] + n_sv);
+  out.intercept.resize(n_pairs);
+  for (size_t q = 0; q < n_pairs; ++q) out.intercept[q] = -m->rho[q];
   if (o.probability) {
     if (m->probA == nullptr || m->probB == nullptr)
       return Status::internal("libsvm returned no Platt parameters");
-    prob_a.assign(m->probA, m->probA + n_pairs);
-    prob_b.assign(m->probB, m->probB + n_pairs);
-    j["prob_a"] = prob_a;
-    j["prob_b"] = prob_b;
+    out.prob_a.assign(m->probA, m->probA + n_pairs);
+    out.prob_b.assign(m->probB, m->probB + n_pairs);
   }
-  OJson dual = OJson::array();
-  for (size_t r = 0; r + 1 < k; ++r)
-    dual.push_back(std::vector<double>(m->sv_coef[r], m->sv_coef[r] + n_sv));
-  j["dual_coef"] = dual;
-  OJson fps = OJson::array();
-  for (size_t s = 0; s < n_sv; ++s) {
-    const double* row = rows.data() + sv_rows[s] * width;
-    fps.push_back(std::vector<double>(row, row + width));
-  }
-  j["training_fingerprints"] = fps;
+  out.class_weights = weights;
+  out.class_rows = class_rows;
+  out.n_rows = n;
+  out.training_accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  out.libsvm_version = libsvm_version;
   lock.unlock();
 
   if (report) {
@@ -601,9 +486,15 @@ Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, si
     report->svm_seconds = svm_seconds;
     report->threshold_seconds = threshold_seconds;
   }
-  std::string text = j.dump();
-  text.push_back('\n');
-  return text;
+  return out;
+}
+
+Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, size_t n_features,
+                                        std::span<const int32_t> labels, const SvmTrainOptions& o,
+                                        const std::string& model_name, SvmTrainReport* report) {
+  ESCPOD_ASSIGN_OR_RETURN(TrainedDtwSvm model,
+                          train_dtw_svm(fingerprints, n_features, labels, o, model_name, report));
+  return serialize_dtw_svm(model);
 }
 
 }  // namespace escpod::demux

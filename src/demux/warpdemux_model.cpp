@@ -117,6 +117,11 @@ void couple(size_t k, const double* r, double* q, double* qp, double* p) {
 
 Result<WarpDemuxModel> WarpDemuxModel::load(const std::filesystem::path& path) {
   ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
+  return detail::ModelBuilder::dtw_svm(j, path);
+}
+
+Result<WarpDemuxModel> detail::ModelBuilder::dtw_svm(const Json& j, const std::filesystem::path& path) {
+  using M = WarpDemuxModel;
   const JsonFields f(path.string());
   if (!j.is_object()) return f.error("top level must be a JSON object");
   if (const Json* mt = JsonFields::optional_member(j, "model_type");
@@ -138,7 +143,7 @@ Result<WarpDemuxModel> WarpDemuxModel::load(const std::filesystem::path& path) {
     }
   }
 
-  WarpDemuxModel m;
+  M m;
   m.m_path = path;
   m.m_name = path.stem().string();
   if (const Json* v = JsonFields::optional_member(j, "model_name")) {

@@ -139,10 +139,17 @@ Result<Model> Model::load(const std::filesystem::path& path, const LoadOptions& 
 }
 
 Result<Model> Model::load_from_bytes(std::string_view bytes, std::string_view label, const LoadOptions& options) {
-  detail::g_any_model_loaded = true;
-  auto impl = std::make_unique<detail::ModelImpl>();
-  ESCPOD_ASSIGN_OR_RETURN(impl->graph, detail::parse_onnx(bytes, label));
-  ESCPOD_RETURN_IF_ERROR(detail::prepare_graph(impl->graph));
+  ESCPOD_ASSIGN_OR_RETURN(detail::Graph graph, detail::parse_onnx(bytes, label));
+  return detail::make_model(std::move(graph), options);
+}
+
+namespace detail {
+
+Result<Model> make_model(Graph graph, const LoadOptions& options) {
+  g_any_model_loaded = true;
+  auto impl = std::make_unique<ModelImpl>();
+  impl->graph = std::move(graph);
+  ESCPOD_RETURN_IF_ERROR(prepare_graph(impl->graph));
   impl->backend = options.backend;
   // When only the batch dimension is free, build the batch-1 plan now: unsupported attributes
   // are then reported at load, not at the first run.
@@ -157,6 +164,8 @@ Result<Model> Model::load_from_bytes(std::string_view bytes, std::string_view la
   }
   return Model(std::move(impl));
 }
+
+}  // namespace detail
 
 const ModelInfo& Model::info() const { return m_impl->graph.info; }
 Backend Model::backend() const { return m_impl->backend; }

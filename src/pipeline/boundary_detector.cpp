@@ -7,198 +7,26 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
-#include <nlohmann/json.hpp>
 
+#include "escpod/demux/model_file.hpp"
 #include "escpod/nn/model.hpp"
 
 namespace escpod::pipeline {
 
 namespace {
-
-using Json = nlohmann::json;
 constexpr size_t kMaxBatch = 32;
-
-Status bad(const std::string& where, const std::string& what) {
-  return Status::invalid_argument(where + ": signal_processing: " + what);
-}
-
-// Reads optional key `key` of section object `sec` into `out`.
-Status get_int(const Json& sec, const char* section, const char* key, int64_t& out,
-               const std::string& where) {
-  auto it = sec.find(key);
-  if (it == sec.end() || it->is_null()) return Status::ok();
-  if (it->is_number_integer() || it->is_number_unsigned()) {
-    out = it->get<int64_t>();
-    return Status::ok();
-  }
-  if (it->is_number_float()) {
-    const double v = it->get<double>();
-    if (v == std::floor(v) && std::fabs(v) < 9e15) {
-      out = static_cast<int64_t>(v);
-      return Status::ok();
-    }
-  }
-  return bad(where, std::string(section) + "." + key + " must be an integer");
-}
-
-Status get_double(const Json& sec, const char* section, const char* key, double& out,
-                  const std::string& where) {
-  auto it = sec.find(key);
-  if (it == sec.end() || it->is_null()) return Status::ok();
-  if (!it->is_number()) return bad(where, std::string(section) + "." + key + " must be a number");
-  out = it->get<double>();
-  return Status::ok();
-}
-
-Status get_bool(const Json& sec, const char* section, const char* key, bool& out,
-                const std::string& where) {
-  auto it = sec.find(key);
-  if (it == sec.end() || it->is_null()) return Status::ok();
-  if (!it->is_boolean()) return bad(where, std::string(section) + "." + key + " must be a boolean");
-  out = it->get<bool>();
-  return Status::ok();
-}
-
-Status get_range(const Json& sec, const char* section, const char* key, signal::Range& out,
-                 const std::string& where) {
-  auto it = sec.find(key);
-  if (it == sec.end()) return Status::ok();
-  if (it->is_null()) {  // None: unbounded
-    out = signal::Range{};
-    return Status::ok();
-  }
-  if (!it->is_array() || it->size() != 2) {
-    return bad(where, std::string(section) + "." + key + " must be [lo, hi]");
-  }
-  signal::Range r;
-  for (size_t i = 0; i < 2; ++i) {
-    const Json& v = (*it)[i];
-    if (v.is_null()) continue;
-    if (!v.is_number()) {
-      return bad(where, std::string(section) + "." + key + " must hold numbers or null");
-    }
-    (i == 0 ? r.lo : r.hi) = v.get<double>();
-  }
-  out = r;
-  return Status::ok();
-}
-
-const Json& section_of(const Json& root, const char* name) {
-  static const Json kEmpty = Json::object();
-  auto it = root.find(name);
-  if (it == root.end() || !it->is_object()) return kEmpty;
-  return *it;
-}
-
 }  // namespace
 
 Result<DetectorConfig> detector_config_from_json(const std::string& text, const std::string& where) {
-  Json root;
-  try {
-    root = Json::parse(text);
-  } catch (const std::exception& e) {
-    return bad(where, std::string("malformed JSON: ") + e.what());
+  // The one parser of the block (demux::parse_signal_processing); the text is the caller's
+  // argument, so a bad block is kInvalidArgument here (kUnsupported stays).
+  auto parsed = demux::parse_signal_processing(text, where);
+  if (!parsed.is_ok()) {
+    const Status& s = parsed.status();
+    if (s.code() == StatusCode::kCorrupt) return Status::invalid_argument(s.message());
+    return s;
   }
-  if (!root.is_object()) return bad(where, "not a JSON object");
-  DetectorConfig c;
-  {
-    const Json& s = section_of(root, "core");
-    ESCPOD_RETURN_IF_ERROR(get_int(s, "core", "min_obs_adapter", c.min_obs_adapter, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, "core", "max_obs_adapter", c.max_obs_adapter, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, "core", "min_obs_polya", c.min_obs_polya, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, "core", "downscale_factor", c.downscale_factor, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, "core", "max_obs_trace", c.max_obs_trace, where));
-    ESCPOD_RETURN_IF_ERROR(
-        get_double(s, "core", "sig_norm_outlier_thresh", c.sig_norm_outlier_thresh, where));
-  }
-  {
-    const Json& s = section_of(root, "cnn_boundaries");
-    const char* n = "cnn_boundaries";
-    ESCPOD_RETURN_IF_ERROR(get_bool(s, n, "cnn_detect", c.cnn_detect, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, n, "polya_cand_k", c.polya_cand_k, where));
-    ESCPOD_RETURN_IF_ERROR(
-        get_bool(s, n, "fallback_to_llr_short_reads", c.fallback_to_llr_short_reads, where));
-    ESCPOD_RETURN_IF_ERROR(get_bool(s, n, "fallback_to_llr", c.fallback_to_llr, where));
-  }
-  {
-    const Json& s = section_of(root, "llr_boundaries");
-    const char* n = "llr_boundaries";
-    ESCPOD_RETURN_IF_ERROR(get_bool(s, n, "llr_detect", c.llr_detect, where));
-    ESCPOD_RETURN_IF_ERROR(
-        get_double(s, n, "adapter_peak_prominence", c.adapter_peak_prominence, where));
-    ESCPOD_RETURN_IF_ERROR(
-        get_double(s, n, "adapter_peak_rel_height", c.adapter_peak_rel_height, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, n, "adapter_peak_width", c.adapter_peak_width, where));
-  }
-  {
-    const Json& s = section_of(root, "mvs_polya");
-    const char* n = "mvs_polya";
-    bool overwrite = false;
-    ESCPOD_RETURN_IF_ERROR(get_bool(s, n, "mvs_detect_check", c.mvs_detect_check, where));
-    ESCPOD_RETURN_IF_ERROR(get_bool(s, n, "mvs_detect_overwrite", overwrite, where));
-    if (overwrite) {
-      return Status::unsupported(where + ": signal_processing: mvs_polya.mvs_detect_overwrite "
-                                         "= true is not implemented");
-    }
-    ESCPOD_RETURN_IF_ERROR(get_int(s, n, "search_window", c.search_window, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, n, "pA_mean_window", c.pA_mean_window, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "pA_mean_range", c.pA_mean_range, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, n, "pA_var_window", c.pA_var_window, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "pA_var_range", c.pA_var_range, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, n, "median_shift_window", c.median_shift_window, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "median_shift_range", c.median_shift_range, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, n, "polyA_window", c.polyA_window, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "polyA_med_range", c.polyA_med_range, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "polyA_local_range", c.polyA_local_range, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "pA_mean_adapter_med_scale_range",
-                                     c.pA_mean_adapter_med_scale_range, where));
-  }
-  {
-    const Json& s = section_of(root, "real_range");
-    const char* n = "real_range";
-    ESCPOD_RETURN_IF_ERROR(get_bool(s, n, "detect_open_pores", c.detect_open_pores, where));
-    ESCPOD_RETURN_IF_ERROR(get_bool(s, n, "real_signal_check", c.real_signal_check, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, n, "mean_window", c.mean_window, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "mean_start_range", c.mean_start_range, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "mean_end_range", c.mean_end_range, where));
-    ESCPOD_RETURN_IF_ERROR(get_int(s, n, "max_obs_local_range", c.max_obs_local_range, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "local_range", c.local_range, where));
-    ESCPOD_RETURN_IF_ERROR(get_range(s, n, "adapter_mad_range", c.adapter_mad_range, where));
-  }
-  {
-    bool on = false;
-    ESCPOD_RETURN_IF_ERROR(
-        get_bool(section_of(root, "med_shift"), "med_shift", "detect_med_shift", on, where));
-    if (on) {
-      return Status::unsupported(where +
-                                 ": signal_processing: med_shift.detect_med_shift = true is not "
-                                 "implemented");
-    }
-    on = false;
-    ESCPOD_RETURN_IF_ERROR(get_bool(section_of(root, "rna_start_peak"), "rna_start_peak",
-                                    "detect_rna_start_peak", on, where));
-    if (on) {
-      return Status::unsupported(where +
-                                 ": signal_processing: rna_start_peak.detect_rna_start_peak = true "
-                                 "(tRNA configuration) is not implemented");
-    }
-  }
-  if (c.downscale_factor < 1 || c.min_obs_adapter < 0 || c.max_obs_adapter < c.min_obs_adapter ||
-      c.max_obs_trace < 1 || c.pA_mean_window < 1 || c.pA_var_window < 1 || c.mean_window < 1 ||
-      c.median_shift_window < 1 || c.sig_preload_size() <= c.min_obs_adapter) {
-    return bad(where, "inconsistent core/window values");
-  }
-  {
-    int64_t derived = -1;
-    ESCPOD_RETURN_IF_ERROR(
-        get_int(section_of(root, "derived"), "derived", "sig_preload_size", derived, where));
-    if (derived >= 0 && derived != c.sig_preload_size()) {
-      return bad(where, "derived.sig_preload_size " + std::to_string(derived) +
-                            " disagrees with the value computed from the other keys (" +
-                            std::to_string(c.sig_preload_size()) + ")");
-    }
-  }
-  return c;
+  return parsed->boundaries;
 }
 
 // ---- detector ------------------------------------------------------------------------------

@@ -8,12 +8,10 @@
 #include <fstream>
 #include <mutex>
 #include <unordered_map>
-#include <nlohmann/json.hpp>
 
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
-#include "escpod/demux/gbm_model.hpp"
-#include "escpod/demux/warpdemux_model.hpp"
+#include "escpod/demux/head.hpp"
 #include "escpod/pipeline/annotations.hpp"
 #include "escpod/pipeline/boundary_detector.hpp"
 #include "escpod/pipeline/demux_stages.hpp"
@@ -42,47 +40,30 @@ Result<Featurizer> make_featurizer(const StageSettings& s, const std::filesystem
   return Featurizer{std::move(detector), s.fingerprint};
 }
 
-// One classifier head: a WarpDemuX DTW-SVM model or an escapepod GBM model (JSON
-// "model_type": "gbm"), both fed the barcode fingerprint.
+// The classifier head (demux::Head: DTW-SVM, GBM, or a registered kind) with the featurizer its
+// model's signal_processing settings describe.
 struct Engine {
-  std::optional<demux::WarpDemuxModel> model;
-  std::optional<demux::GbmModel> gbm;
+  std::unique_ptr<demux::Head> head;
+  demux::HeadInput input;
   BoundaryDetector detector;
   signal::FingerprintParams fingerprint;
   std::vector<std::string> output_columns;
-  demux::DtwPrecision dtw = demux::DtwPrecision::kFloat32;
-
-  demux::WarpDemuxModel::Scratch make_classifier_scratch() const {
-    return model ? model->make_scratch() : demux::WarpDemuxModel::Scratch{};
-  }
 };
 
-bool is_gbm_model(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return false;
-  try {
-    auto j = nlohmann::json::parse(in);
-    return j.is_object() && j.value("model_type", std::string()) == "gbm";
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
 Result<Engine> make_engine(const DemuxOptions& o) {
-  if (is_gbm_model(o.model_path)) {
-    // escapepod's GBM JSON records no signal processing: the RNA004 defaults apply.
-    ESCPOD_ASSIGN_OR_RETURN(demux::GbmModel gbm, demux::GbmModel::load(o.model_path));
-    ESCPOD_ASSIGN_OR_RETURN(StageSettings sp, stage_settings({}, o.detector));
-    ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.cnn_model));
-    Engine e{std::nullopt, std::move(gbm), std::move(f.detector), f.fingerprint, {}};
-    for (int32_t l : e.gbm->labels()) e.output_columns.push_back(l < 0 ? "p-1" : fmt::format("p{:02d}", l));
-    return e;
+  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(o.model_path, {o.dtw}));
+  if (!h.signal_processing) {
+    return Status::corrupt(o.model_path.string() +
+                           ": model has no signal_processing block (which detector and "
+                           "fingerprint settings it was trained with)");
   }
-  ESCPOD_ASSIGN_OR_RETURN(StageSettings sp, stage_settings(o.model_path, o.detector));
-  ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(o.model_path));
+  const std::string where = h.default_settings ? "default settings" : o.model_path.string();
+  const StageSettings sp = stage_settings_from(*h.signal_processing, where, o.detector);
   ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.cnn_model));
-  Engine e{std::move(model), std::nullopt, std::move(f.detector), f.fingerprint, {}, o.dtw};
-  for (const auto& c : e.model->output_columns()) e.output_columns.push_back(c);
+  Engine e{std::move(h.head), {}, std::move(f.detector), f.fingerprint, {}};
+  e.input = e.head->input();
+  if (e.input.batch_size == 0) e.input.batch_size = 1;
+  for (const auto& c : e.head->extra_columns()) e.output_columns.push_back(c);
   return e;
 }
 
@@ -97,40 +78,95 @@ struct DemuxRead {
 };
 using ReadTask = detail::ReadTask<DemuxRead>;
 
+// The signal and fingerprint of one read of a head batch (kept until the batch is classified).
+struct ReadSlot {
+  std::vector<float> pa;
+  std::vector<double> features;
+};
+
 struct WorkerScratch {
   pod5::VbzCodec codec;
   std::vector<int16_t> adc;
-  std::vector<float> pa;
   BoundaryDetector::Scratch detector;
   signal::FingerprintScratch fingerprint;
-  std::vector<double> features;
-  demux::WarpDemuxModel::Scratch classifier;
+  std::unique_ptr<demux::HeadScratch> head;
+  // The head batch being filled: slots[i] backs prepared[i], the read of tasks[i].
+  std::vector<ReadSlot> slots;
+  std::vector<demux::PreparedRead> prepared;
+  std::vector<ReadTask*> tasks;
+  std::vector<demux::Classification> calls;
 };
 
-// Decode, detect, fingerprint: w.features holds the fingerprint when this returns true;
+WorkerScratch make_worker_scratch(const BoundaryDetector& detector, size_t batch_size) {
+  WorkerScratch w;
+  w.detector = detector.make_scratch();
+  w.slots.resize(batch_size);
+  w.prepared.reserve(batch_size);
+  w.tasks.reserve(batch_size);
+  w.calls.resize(batch_size);
+  return w;
+}
+
+// Decode, detect, fingerprint (when `want_fingerprint`) into `slot`: true when the read is ready;
 // otherwise t.out.reason says why not.
 bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintParams& params,
-                    ReadTask& t, WorkerScratch& w);
+                    bool want_fingerprint, ReadTask& t, WorkerScratch& w, ReadSlot& slot);
 
-void classify_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
+// Classifies the batch collected in `w` and hands each call to its read.
+void classify_batch(const Engine& e, WorkerScratch& w) {
+  const size_t n = w.prepared.size();
+  if (n == 0) return;
+  const std::span<demux::Classification> calls(w.calls.data(), n);
+  e.head->classify(w.prepared, *w.head, calls);
+  for (size_t i = 0; i < n; ++i) {
+    ReadTask& t = *w.tasks[i];
+    std::swap(t.out.call, calls[i]);  // no copy: the buffers move between read and scratch
+    if (!t.out.call.is_classified()) t.out.reason = std::string(t.out.call.reason());
+  }
+  w.prepared.clear();
+  w.tasks.clear();
+}
+
+// The head's input of a featurized read, from its slot.
+demux::PreparedRead prepare_for_head(const Engine& e, const ReadTask& t, const ReadSlot& slot) {
+  demux::PreparedRead r;
+  r.pa = slot.pa;
+  r.num_samples = t.batch->num_samples[t.row];
+  r.adapter_start = t.out.bounds.adapter_start;
+  r.adapter_end = t.out.bounds.adapter_end;
+  if (e.input.kind == demux::HeadInputKind::kFingerprint) {
+    r.fingerprint = slot.features;
+  } else {
+    const auto size = static_cast<int64_t>(slot.pa.size());
+    const int64_t begin = std::clamp<int64_t>(r.adapter_end + e.input.window_begin, 0, size);
+    const int64_t end = std::clamp<int64_t>(r.adapter_end + e.input.window_end, begin, size);
+    r.window = std::span<const float>(slot.pa).subspan(static_cast<size_t>(begin),
+                                                       static_cast<size_t>(end - begin));
+    r.window_start = begin;
+  }
+  return r;
+}
+
+// Featurizes one read into the next slot of the batch; classifies the batch when it is full.
+void add_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
   t.out.call = demux::Classification{};
   t.out.call.status = demux::CallStatus::kNoFingerprint;
-  if (!featurize_read(e.detector, e.fingerprint, t, w)) return;
-  if (e.model) {
-    e.model->classify(w.features, w.classifier, t.out.call, demux::KernelPrecision::kModelDefault,
-                      e.dtw);
-  } else if (w.features.size() != e.gbm->n_features()) {
-    t.out.reason = fmt::format("GBM model expects {} features, the fingerprint has {}", e.gbm->n_features(),
-                           w.features.size());
+  ReadSlot& slot = w.slots[w.prepared.size()];
+  const bool want_fingerprint = e.input.kind == demux::HeadInputKind::kFingerprint;
+  if (!featurize_read(e.detector, e.fingerprint, want_fingerprint, t, w, slot)) return;
+  if (want_fingerprint && e.input.fingerprint_length != 0 &&
+      slot.features.size() != e.input.fingerprint_length) {
+    t.out.reason = fmt::format("{} model expects {} features, the fingerprint has {}",
+                               e.head->name(), e.input.fingerprint_length, slot.features.size());
     return;
-  } else {
-    e.gbm->classify(w.features, t.out.call);
   }
-  if (!t.out.call.is_classified()) t.out.reason = std::string(t.out.call.reason());
+  w.prepared.push_back(prepare_for_head(e, t, slot));
+  w.tasks.push_back(&t);
+  if (w.prepared.size() == e.input.batch_size) classify_batch(e, w);
 }
 
 bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintParams& params,
-                    ReadTask& t, WorkerScratch& w) {
+                    bool want_fingerprint, ReadTask& t, WorkerScratch& w, ReadSlot& slot) {
   const pod5::ReadBatch& b = *t.batch;
   const uint64_t n = b.num_samples[t.row];
   if (n == 0 || b.rows_of(t.row).empty()) {
@@ -145,20 +181,21 @@ bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintP
     return false;
   }
   t.out.n_decoded = take;
-  w.pa.resize(take);
-  signal::calibrate_to_pa(w.adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, w.pa);
-  t.out.bounds = detector.detect(w.pa, n, w.detector);
+  slot.pa.resize(take);
+  signal::calibrate_to_pa(w.adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, slot.pa);
+  t.out.bounds = detector.detect(slot.pa, n, w.detector);
   if (!t.out.bounds.success) {
     t.out.reason = "boundary detection failed: " + t.out.bounds.fail_reason;
     return false;
   }
+  if (!want_fingerprint) return true;
   const signal::SampleRange window = signal::barcode_window(
       static_cast<size_t>(t.out.bounds.adapter_start), static_cast<size_t>(t.out.bounds.adapter_end), take,
       params);
-  w.features.resize(params.barcode_num_events);
+  slot.features.resize(params.barcode_num_events);
   const auto err = signal::barcode_fingerprint(
-      std::span<const float>(w.pa).subspan(window.begin, window.size()), params, w.fingerprint,
-      w.features);
+      std::span<const float>(slot.pa).subspan(window.begin, window.size()), params, w.fingerprint,
+      slot.features);
   if (err != signal::FingerprintError::kNone) {
     t.out.reason = "no fingerprint: " + std::string(signal::fingerprint_error_reason(err));
     return false;
@@ -285,14 +322,19 @@ class Router {
 
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
                                          const std::filesystem::path& cnn_model) {
-  if (is_gbm_model(model_path)) {
-    ESCPOD_ASSIGN_OR_RETURN(demux::GbmModel gbm, demux::GbmModel::load(model_path));
-    return gbm.describe() + "\ndetector: boundary CNN (RNA004 defaults; GBM models record no "
-                            "signal processing)\n";
+  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(model_path, {}));
+  if (h.default_settings) {
+    return h.head->describe() + "\ndetector: boundary CNN (RNA004 defaults; " +
+           std::string(h.head->name()) + " models record no signal processing)\n";
   }
-  ESCPOD_ASSIGN_OR_RETURN(StageSettings sp, stage_settings(model_path, DetectorChoice::kModelDefault));
-  ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(model_path));
-  std::string out = model.describe();
+  if (!h.signal_processing) {
+    return Status::corrupt(model_path.string() +
+                           ": model has no signal_processing block (which detector and "
+                           "fingerprint settings it was trained with)");
+  }
+  const StageSettings sp =
+      stage_settings_from(*h.signal_processing, model_path.string(), DetectorChoice::kModelDefault);
+  std::string out = h.head->describe();
   const bool cnn_detect = sp.method == DetectMethod::kCnn;
   out += fmt::format("\ndetector: {}\n", cnn_detect ? "boundary CNN (" + sp.cnn_model_name +
                                                           ") with LLR fallbacks"
@@ -302,7 +344,7 @@ Result<std::string> describe_demux_model(const std::filesystem::path& model_path
     out += cnn.is_ok() ? "CNN file: " + cnn->string() + "\n" : "CNN file: MISSING: " + cnn.status().message() + "\n";
   }
   out += "outputs: " + std::string("barcode_<label>.pod5 for labels");
-  for (int32_t l : model.labels()) out += " " + label_name(l);
+  for (int32_t l : h.head->labels()) out += " " + label_name(l);
   out += "\n";
   return out;
 }
@@ -323,18 +365,19 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
   DemuxReport local;
   DemuxReport& rep = report ? *report : local;
 
-  // One read per block: per-read work stealing (a slow read never holds up others).
+  // One head batch per block (one read for the DTW-SVM and GBM heads): per-read work stealing,
+  // a slow read never holds up others.
   Status s = detail::for_each_read_ordered<DemuxRead, WorkerScratch>(
-      readers, options.n_threads, /*block_size=*/1,
+      readers, options.n_threads, /*block_size=*/engine.input.batch_size,
       [](const pod5::ReadBatch&, size_t, size_t*) { return true; },
       [&engine] {
-        WorkerScratch w;
-        w.detector = engine.detector.make_scratch();
-        w.classifier = engine.make_classifier_scratch();
+        WorkerScratch w = make_worker_scratch(engine.detector, engine.input.batch_size);
+        w.head = engine.head->make_scratch();
         return w;
       },
       [&engine](detail::ReadBlock<DemuxRead>& block, WorkerScratch& w) {
-        for (ReadTask& t : block.reads) classify_read(engine, t, w);
+        for (ReadTask& t : block.reads) add_read(engine, t, w);
+        classify_batch(engine, w);
       },
       [&](const ReadTask& t) -> Status { return router.route(t, rep); });
   ESCPOD_RETURN_IF_ERROR(s);
@@ -344,33 +387,11 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
   return Status::ok();
 }
 
-std::string default_signal_processing_json(bool use_cnn) {
-  // Section 3.0's effective RNA004 configuration (the values every WarpDemuX 1.0 RNA004 model
-  // records), so models trained here carry the settings they were trained with.
-  nlohmann::ordered_json b = {
-      {"core", {{"min_obs_adapter", 1000}, {"max_obs_adapter", 6500}, {"min_obs_polya", 100},
-                {"downscale_factor", 10}, {"max_obs_trace", 10000}, {"sig_norm_outlier_thresh", 5.0}}},
-      {"cnn_boundaries", {{"cnn_detect", use_cnn}, {"model_name", "rna004_130bps@v0.2.4.pth"},
-                          {"polya_cand_k", 5}, {"fallback_to_llr_short_reads", true},
-                          {"fallback_to_llr", true}}},
-      {"llr_boundaries", {{"llr_detect", !use_cnn}, {"adapter_peak_prominence", 1.0},
-                          {"adapter_peak_rel_height", 1.0}, {"adapter_peak_width", 1000},
-                          {"polya_peak_prominence", 1.0}, {"polya_peak_rel_height", 0.5},
-                          {"polya_peak_width", 50}}},
-      {"sig_extract", {{"padding", 100}, {"normalization", "none"}}},
-      {"segmentation", {{"num_events", 110}, {"min_obs_per_base", 6}, {"running_stat_width", 12},
-                        {"accept_less_cpts", false}, {"normalization", "mean"},
-                        {"barcode_num_events", 25}, {"consensus_refinement", false}}},
-  };
-  return b.dump();
-}
-
 Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
     const std::vector<std::filesystem::path>& inputs, const std::map<std::string, int32_t>& labels,
     const FingerprintOptions& options, FingerprintReport* report) {
   const std::filesystem::path where = options.cnn_model.empty() ? "signal_processing" : options.cnn_model;
-  ESCPOD_ASSIGN_OR_RETURN(StageSettings sp, stage_settings_from_block(options.signal_processing_json,
-                                                                      where.string(), options.detector));
+  const StageSettings sp = stage_settings_from(options.signal_processing, where.string(), options.detector);
   ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, where, options.cnn_model));
 
   std::unordered_map<pod5::ReadId, int32_t, pod5::ReadIdHash> by_id;
@@ -385,14 +406,11 @@ Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
   ESCPOD_RETURN_IF_ERROR((detail::for_each_read_ordered<DemuxRead, WorkerScratch>(
       readers, options.n_threads, /*block_size=*/1,
       [&by_id](const pod5::ReadBatch& b, size_t row, size_t*) { return by_id.count(b.read_id[row]) > 0; },
-      [&f] {
-        WorkerScratch w;
-        w.detector = f.detector.make_scratch();
-        return w;
-      },
+      [&f] { return make_worker_scratch(f.detector, 1); },
       [&f](detail::ReadBlock<DemuxRead>& block, WorkerScratch& w) {
         for (ReadTask& t : block.reads) {
-          if (featurize_read(f.detector, f.fingerprint, t, w)) t.out.features = w.features;
+          ReadSlot& slot = w.slots[0];
+          if (featurize_read(f.detector, f.fingerprint, true, t, w, slot)) t.out.features = slot.features;
         }
       },
       [&](const ReadTask& t) -> Status {

@@ -16,7 +16,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "escpod/core/log.hpp"
@@ -48,29 +47,6 @@ double seconds_since(Clock::time_point t0) {
 }
 
 // ---- settings -------------------------------------------------------------------------------
-
-Status parse_fingerprint_settings(const nlohmann::json& b, const std::string& where,
-                                  StageSettings& s) {
-  try {
-    if (b.contains("cnn_boundaries")) {
-      s.method = b["cnn_boundaries"].value("cnn_detect", true) ? DetectMethod::kCnn : DetectMethod::kLlr;
-      s.cnn_model_name = b["cnn_boundaries"].value("model_name", std::string());
-    }
-    auto& fp = s.fingerprint;
-    if (b.contains("sig_extract")) fp.padding_samples = b["sig_extract"].value("padding", fp.padding_samples);
-    if (b.contains("core")) fp.outlier_mads = b["core"].value("sig_norm_outlier_thresh", fp.outlier_mads);
-    if (b.contains("segmentation")) {
-      const auto& seg = b["segmentation"];
-      fp.num_events = seg.value("num_events", fp.num_events);
-      fp.max_stat_width = seg.value("running_stat_width", fp.max_stat_width);
-      fp.max_min_gap = seg.value("min_obs_per_base", fp.max_min_gap);
-      fp.barcode_num_events = seg.value("barcode_num_events", fp.barcode_num_events);
-    }
-  } catch (const std::exception& e) {
-    return Status::corrupt(where + ": signal_processing: " + e.what());
-  }
-  return Status::ok();
-}
 
 // Positions: integers, or floats truncated toward zero.
 bool parse_position(std::string_view text, int64_t& out) {
@@ -125,18 +101,13 @@ Status check_stream(const std::ostream& out) {
 
 // ---- settings -------------------------------------------------------------------------------
 
-Result<StageSettings> stage_settings_from_block(const std::string& block_json, const std::string& where,
-                                                DetectorChoice choice) {
+StageSettings stage_settings_from(const demux::SignalProcessing& processing, const std::string& where,
+                                  DetectorChoice choice) {
   StageSettings s;
-  nlohmann::json block;
-  try {
-    block = nlohmann::json::parse(block_json);
-  } catch (const std::exception& e) {
-    return Status::invalid_argument(where + ": signal_processing block: " + e.what());
-  }
-  s.block_json = block.dump();
-  ESCPOD_RETURN_IF_ERROR(parse_fingerprint_settings(block, where, s));
-  ESCPOD_ASSIGN_OR_RETURN(s.config, detector_config_from_json(s.block_json, where));
+  s.config = processing.boundaries;
+  s.method = processing.uses_cnn() ? DetectMethod::kCnn : DetectMethod::kLlr;
+  s.cnn_model_name = processing.cnn_model_name;
+  s.fingerprint = processing.fingerprint;
   const bool model_cnn = s.method == DetectMethod::kCnn;
   if (choice == DetectorChoice::kCnn) s.method = DetectMethod::kCnn;
   if (choice == DetectorChoice::kLlr) {
@@ -154,22 +125,15 @@ Result<StageSettings> stage_settings_from_block(const std::string& block_json, c
 
 Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice) {
   if (model_path.empty()) {
-    return stage_settings_from_block(default_signal_processing_json(true), "default settings", choice);
+    return stage_settings_from(demux::SignalProcessing::rna004(true), "default settings", choice);
   }
-  std::ifstream in(model_path);
-  if (!in) return Status::not_found(model_path.string() + ": cannot open the model");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    return Status::corrupt(model_path.string() + ": not valid JSON: " + e.what());
-  }
-  if (!j.is_object() || !j.contains("signal_processing") || !j["signal_processing"].is_object()) {
+  ESCPOD_ASSIGN_OR_RETURN(demux::ModelFile m, demux::load_model_settings(model_path));
+  if (!m.signal_processing) {
     return Status::corrupt(model_path.string() +
                            ": model has no signal_processing block (which detector and "
                            "fingerprint settings it was trained with)");
   }
-  return stage_settings_from_block(j["signal_processing"].dump(), model_path.string(), choice);
+  return stage_settings_from(*m.signal_processing, model_path.string(), choice);
 }
 
 // The ONNX file of the model's boundary CNN: --cnn-model, else beside the model.

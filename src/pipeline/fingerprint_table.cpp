@@ -14,17 +14,17 @@
 #include <limits>
 #include <map>
 
+#include "escpod/arrow_bridge/status.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/pipeline/barcode_labels.hpp"
 #include "pipeline/csv_text.hpp"
-#include "pod5/arrow_types.hpp"
 
 namespace escpod::pipeline {
 
 using detail::LineReader;
 using detail::parse_double;
 using detail::split_csv;
-using pod5::detail::from_arrow;
+using arrow_bridge::from_arrow;
 
 namespace {
 

@@ -177,11 +177,4 @@ std::shared_ptr<arrow::Schema> run_info_schema(const std::string& id, const std:
       minknow_metadata(id, software, version));
 }
 
-Status from_arrow(const arrow::Status& s, const std::string& context) {
-  if (s.ok()) return Status::ok();
-  if (s.IsIOError()) return Status::io_error(context + ": " + s.message());
-  if (s.IsNotImplemented()) return Status::unsupported(context + ": " + s.message());
-  return Status::corrupt(context + ": " + s.message());
-}
-
 }  // namespace escpod::pod5::detail

@@ -1,5 +1,5 @@
 // Arrow schemas of the POD5 tables and the two extension types (minknow.uuid, minknow.vbz).
-// Internal: Arrow stays out of include/.
+// Internal: Arrow stays out of the layers' public headers (include/escpod/<layer>).
 #pragma once
 
 #include <arrow/api.h>
@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "escpod/arrow_bridge/status.hpp"
 #include "escpod/core/status.hpp"
 
 namespace escpod::pod5::detail {
@@ -33,7 +34,7 @@ std::shared_ptr<arrow::Schema> run_info_schema(const std::string& file_identifie
                                                const std::string& software,
                                                const std::string& pod5_version);
 
-// Converts an arrow::Status into ours, with context.
-Status from_arrow(const arrow::Status& s, const std::string& context);
+// Converts an arrow::Status into ours, with context (shared with the pipeline's Parquet code).
+using arrow_bridge::from_arrow;
 
 }  // namespace escpod::pod5::detail

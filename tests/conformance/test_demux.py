@@ -84,6 +84,32 @@ def test_bad_model_is_a_clear_error_before_any_output(escpod, rna_file, tmp_path
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_model_kind_and_bad_fields_are_errors_naming_file_and_field(escpod, wdx4, rna_file, tmp_path):
+    import json
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text('{"classes": [1, 2]}')
+    out = tmp_path / "out"
+    r = run([escpod, "demux", rna_file, "--model", unknown, "-d", out], check=False)
+    assert r.returncode == 1, r.stderr
+    assert "unknown.json" in r.stderr and "cannot tell the model kind" in r.stderr
+    assert not out.exists() or not any(out.iterdir())
+    model = json.loads(wdx4.read_text())
+    model["signal_processing"]["core"]["max_obs_trace"] = "10000"
+    bad = tmp_path / "badfield.json"
+    bad.write_text(json.dumps(model))
+    r = run([escpod, "demux", "--model", bad, "--info"], check=False)
+    assert r.returncode == 1, r.stderr
+    assert "badfield.json" in r.stderr and "signal_processing.core.max_obs_trace" in r.stderr
+    read_id = run([escpod, "view", rna_file, "--include", "read_id", "--no-header"]).stdout.split("\n")[0]
+    labels = tmp_path / "labels.csv"
+    labels.write_text(f"read_id,barcode\n{read_id},BC01\n")
+    r = run([escpod, "demux", "train", rna_file, "--labels", labels, "--template", bad,
+             "-o", tmp_path / "m.json"], check=False)
+    assert r.returncode == 1, r.stderr
+    assert "badfield.json" in r.stderr and "signal_processing.core.max_obs_trace" in r.stderr
+    assert not (tmp_path / "m.json").exists()
+
+
 def test_missing_cnn_says_where_it_looked(escpod, wdx4, rna_file, tmp_path):
     lonely = tmp_path / "WDX4.json"
     lonely.write_bytes(wdx4.read_bytes())

@@ -19,6 +19,10 @@
 
 namespace escpod::demux {
 
+namespace detail {
+struct ModelBuilder;  // builds models from a parsed file (src/demux)
+}  // namespace detail
+
 class GbmModel {
  public:
   enum class Head : uint8_t { kSoftmax, kSigmoid };
@@ -50,6 +54,7 @@ class GbmModel {
   void classify(std::span<const double> features, Classification& out) const;
 
  private:
+  friend struct detail::ModelBuilder;
   struct Node {
     double threshold;  // internal: go left iff x <= threshold; leaf: the value
     int32_t feature;   // -1 for a leaf

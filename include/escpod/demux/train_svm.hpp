@@ -1,6 +1,7 @@
 // Training of the WarpDemuX-compatible DTW-kernel SVM (shared/docs/warpdemux-algorithm.md
-// section 5) from labelled fingerprints. The result is the `escapepod-wdx-dtw-svm` JSON text that
-// WarpDemuxModel::load() reads.
+// section 5) from labelled fingerprints. The result is a TrainedDtwSvm (the model as values);
+// serialize_dtw_svm writes it as the `escapepod-wdx-dtw-svm` JSON that load_model_file and
+// WarpDemuxModel::load read.
 //
 // Steps: DTW distance matrix of the training fingerprints (DtwBank, band |i-j| <= window-1,
 // squared penalty per non-diagonal step; oneTBB over rows) -> kernel K = exp(-gamma d^power)
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "escpod/core/status.hpp"
+#include "escpod/demux/model_file.hpp"
 
 namespace escpod::demux {
 
@@ -74,11 +76,55 @@ struct SvmTrainOptions {
   uint64_t seed = 9;   // srand() seed for libsvm's Platt CV and the threshold folds
   int n_threads = 0;   // DTW matrix workers; 0 = oneTBB default
 
-  // Optional: JSON text of an existing model (e.g. WDX4_rna004_v1_0.json) whose
-  // `signal_processing`, `signal_processing_config_name`, `chemistry`, `postprocess` blocks are
-  // copied. Empty: the RNA004 defaults (the block shipped in WDX4_rna004_v1_0.json).
-  std::string template_json;
+  // Recorded in the model (the settings its fingerprints were made with); a template model's
+  // (load_model_template) or the RNA004 defaults.
+  std::string chemistry = kRna004Chemistry;
+  std::string signal_processing_config_name = kRna004SignalProcessingConfigName;
+  SignalProcessing signal_processing = SignalProcessing::rna004(true);
 };
+
+// The parts of an existing model that a trained model copies (--template): chemistry, settings
+// name, signal_processing block. Any JSON object is accepted (a model of any kind or a bare
+// settings file); what it lacks keeps the RNA004 defaults (has_signal_processing says whether the
+// block was there). Errors as load_model_file's (file and field named).
+struct ModelTemplate {
+  std::string chemistry = kRna004Chemistry;
+  std::string signal_processing_config_name = kRna004SignalProcessingConfigName;
+  SignalProcessing signal_processing = SignalProcessing::rna004(true);
+  bool has_signal_processing = false;
+};
+Result<ModelTemplate> load_model_template(const std::filesystem::path& path);
+// Copies a template's fields into training options.
+void apply_template(const ModelTemplate& t, SvmTrainOptions& options);
+
+// A trained DTW-SVM model as values: everything serialize_dtw_svm writes. Classes are in
+// class-index order (barcodes ascending, the noise class -1 last); stored rows are the support
+// vectors, grouped by class.
+struct TrainedDtwSvm {
+  std::string model_name;
+  SvmTrainOptions options;             // what it was trained with (recorded in the file)
+  std::vector<int32_t> class_labels;   // label of each class index
+  std::vector<int64_t> classes;        // WarpDemuX's class numbers (barcode - 1; noise = max barcode)
+  std::vector<double> thresholds;      // per class
+  size_t n_features = 0;
+  std::vector<double> fingerprints;    // n_support x n_features, row-major (support vectors)
+  std::vector<int32_t> row_class;      // class index of each stored row
+  std::vector<int64_t> n_support;      // per class
+  std::vector<double> dual_coef;       // (k - 1) x n_support, row-major (libsvm sv_coef)
+  std::vector<double> intercept;       // per class pair (= -rho)
+  std::vector<double> prob_a, prob_b;  // per class pair; empty without probability
+  std::vector<double> class_weights;   // per class, as used
+  std::vector<size_t> class_rows;      // training rows per class
+  size_t n_rows = 0;                   // training rows
+  double training_accuracy = 0.0;
+  int libsvm_version = 0;
+
+  bool has_noise() const { return !class_labels.empty() && class_labels.back() == -1; }
+};
+
+// The model file text: a compact JSON object ending in a newline. Deterministic (same model,
+// same bytes).
+std::string serialize_dtw_svm(const TrainedDtwSvm& model);
 
 // What training did, for logs and tests.
 struct SvmTrainReport {
@@ -109,8 +155,12 @@ struct SvmTrainReport {
 // classes, a class with fewer than 2 rows (Platt CV needs 2; 1 is allowed without probability),
 // bad option values (C, gamma, power <= 0, window < 0, penalty < 0, weights or thresholds of the
 // wrong length or non-finite, target_precision outside (0, 1], folds < 2, cross-validated
-// thresholds without probability), a template that is not a JSON object. The returned text is a
-// compact JSON object ending in a newline. `report` (optional) receives the statistics above.
+// thresholds without probability). `report` (optional) receives the statistics above.
+Result<TrainedDtwSvm> train_dtw_svm(std::span<const double> fingerprints, size_t n_features,
+                                    std::span<const int32_t> labels, const SvmTrainOptions& options,
+                                    const std::string& model_name, SvmTrainReport* report = nullptr);
+
+// train_dtw_svm, serialized (serialize_dtw_svm).
 Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, size_t n_features,
                                         std::span<const int32_t> labels,
                                         const SvmTrainOptions& options,

@@ -23,6 +23,10 @@
 
 namespace escpod::demux {
 
+namespace detail {
+struct ModelBuilder;  // builds models from a parsed file (src/demux)
+}  // namespace detail
+
 // Which kernel arithmetic to use. WarpDemuX casts distances to float32 and evaluates
 // K = exp(-g d^p) in float32 (K = float(exp(-float(d))) for its models); the golden files'
 // `proba` follow that path, `proba_f64` the double one (they differ by <= 2.5e-7).
@@ -101,6 +105,7 @@ class WarpDemuxModel {
   std::span<const std::string> output_columns() const { return m_output_columns; }
 
  private:
+  friend struct detail::ModelBuilder;
   std::filesystem::path m_path;
   std::string m_name;
   std::string m_chemistry;

@@ -22,9 +22,15 @@
 
 namespace escpod::nn {
 
+class Model;
+struct LoadOptions;
+
 namespace detail {
 struct ModelImpl;
 struct WorkspaceState;
+struct Graph;
+// Makes a Model from a graph built in code (graph_builder.cpp); defined in model.cpp.
+Result<Model> make_model(Graph graph, const LoadOptions& options);
 }  // namespace detail
 
 // Which kernels execute the plan.
@@ -134,6 +140,7 @@ class Model {
   Result<std::vector<std::string>> describe_plan(std::span<const int64_t> input_shape) const;
 
  private:
+  friend Result<Model> detail::make_model(detail::Graph graph, const LoadOptions& options);
   explicit Model(std::unique_ptr<detail::ModelImpl> impl);
   std::unique_ptr<detail::ModelImpl> m_impl;
 };

@@ -32,13 +32,11 @@ namespace escpod::pipeline {
 // --downscale 10).
 using DetectorConfig = signal::BoundaryConfig;
 
-// Parses the `signal_processing` object (its JSON text; `where` names the source in messages).
-// Sections and keys missing from the text keep their defaults; unknown keys are ignored. Ranges
-// are [lo, hi] with null for an unbounded side. Errors (kInvalidArgument, naming `where` and the
-// key): malformed JSON, a key of the wrong type, a derived.sig_preload_size that disagrees with
-// the one computed from the other keys. kUnsupported: options this detector does not implement
-// (mvs_polya.mvs_detect_overwrite, med_shift.detect_med_shift, rna_start_peak.detect_rna_start_peak
-// set to true, i.e. the tRNA configuration).
+// The boundary settings of a `signal_processing` block given as JSON text (tests and tools; the
+// demultiplexer reads them typed with its model, demux::load_model_file). Parsed by
+// demux::parse_signal_processing (missing keys keep the RNA004 defaults; unknown keys ignored);
+// its errors, with kCorrupt reported as kInvalidArgument (the text is the caller's argument), and
+// kUnsupported for the tRNA-only options.
 Result<DetectorConfig> detector_config_from_json(const std::string& json_text_of_signal_processing_block,
                                                  const std::string& where);
 

@@ -1,10 +1,12 @@
-// The fused demultiplexer: POD5 reads -> adapter boundaries -> barcode fingerprint -> DTW-SVM
-// classification -> one POD5 per label (+ `unclassified`) and an optional classifications CSV,
-// in one streaming pass with no intermediate files.
+// The fused demultiplexer: POD5 reads -> adapter boundaries -> what the model's head asks for (a
+// barcode fingerprint, or a signal window; demux/head.hpp) -> the head's call (DTW-SVM, GBM, or a
+// registered head kind) -> one POD5 per label (+ `unclassified`) and an optional classifications
+// CSV (the head's extra columns appended), in one streaming pass with no intermediate files.
 //
-// Work is per read with work stealing (oneTBB pipeline): a serial reader hands out reads in
-// input order, workers (each with its own scratch) decode only the signal prefix the detector
-// needs and classify, and a serial writer consumes results in input order, so outputs are
+// Work is per read with work stealing (oneTBB pipeline), or per head batch for heads that ask
+// for batches: a serial reader hands out reads in input order, workers (each with its own
+// scratch) decode only the signal prefix the detector needs and classify, and a serial writer
+// consumes results in input order, so outputs are
 // identical for any thread count. Memory is bounded by the number of reads in flight (4 a thread)
 // and one shared budget for pending output signal (SignalMemoryBudget), whatever the input size
 // or the number of labels. Every input read ends in exactly one output; a read that cannot be
@@ -22,6 +24,7 @@
 #include "escpod/core/status.hpp"
 #include "escpod/demux/dtw.hpp"
 #include "escpod/pipeline/barcode_labels.hpp"  // label_name, kNoiseLabel
+#include "escpod/demux/model_file.hpp"
 #include "escpod/pod5/file_writer.hpp"
 
 namespace escpod::pipeline {
@@ -29,7 +32,9 @@ namespace escpod::pipeline {
 enum class DetectorChoice { kModelDefault, kCnn, kLlr };
 
 struct DemuxOptions {
-  std::filesystem::path model_path;     // WarpDemuX-format JSON model
+  // The model: a file or folder demux::load_head reads (DTW-SVM or GBM JSON, or a registered
+  // head kind's model).
+  std::filesystem::path model_path;
   std::filesystem::path cnn_model;      // boundary CNN (ONNX); empty: found beside the model
   DetectorChoice detector = DetectorChoice::kModelDefault;
   // DTW arithmetic of the DTW-SVM head (see ClassifyStageOptions::dtw).
@@ -62,10 +67,10 @@ Status run_demux(const std::vector<std::filesystem::path>& inputs, const DemuxOp
                  DemuxReport* report);
 
 // Barcode fingerprints of labelled reads, for training. The detector and fingerprint settings
-// come from `signal_processing_json` (a model's signal_processing block); `detector` may
-// override its detector as in DemuxOptions.
+// come from `signal_processing` (a model's signal_processing block); `detector` may override its
+// detector as in DemuxOptions.
 struct FingerprintOptions {
-  std::string signal_processing_json;
+  demux::SignalProcessing signal_processing = demux::SignalProcessing::rna004(true);
   std::filesystem::path cnn_model;  // needed when the CNN detects
   DetectorChoice detector = DetectorChoice::kModelDefault;
   int n_threads = 1;
@@ -88,10 +93,6 @@ struct FingerprintReport {
 Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
     const std::vector<std::filesystem::path>& inputs, const std::map<std::string, int32_t>& labels,
     const FingerprintOptions& options, FingerprintReport* report);
-
-// The RNA004 signal_processing block of the WarpDemuX 1.0 models (section 3.0 of the algorithm
-// notes), with the detector set to the CNN (`cnn`) or to LLR only (`llr`).
-std::string default_signal_processing_json(bool use_cnn);
 
 // Human-readable description of a model and the detector it pins (for `demux --info`).
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "escpod/demux/dtw.hpp"
+#include "escpod/demux/model_file.hpp"
 #include "escpod/core/status.hpp"
 #include "escpod/pipeline/boundary_detector.hpp"
 #include "escpod/pipeline/demux.hpp"
@@ -30,7 +31,6 @@ namespace escpod::pipeline {
 // What a model's signal_processing block pins for the stages (the settings the fused pipeline
 // derives from the same block).
 struct StageSettings {
-  std::string block_json;         // the signal_processing block
   DetectorConfig config;
   DetectMethod method = DetectMethod::kCnn;
   std::string cnn_model_name;     // e.g. rna004_130bps@v0.2.4.pth
@@ -38,9 +38,10 @@ struct StageSettings {
   size_t preload_samples = 0;     // calibrated samples decoded per read (SIZE_MAX: whole read)
 };
 
-// The same from a signal_processing block's JSON text; `where` names it in errors.
-Result<StageSettings> stage_settings_from_block(const std::string& block_json, const std::string& where,
-                                                DetectorChoice choice);
+// The same from a model's typed signal-processing settings; `where` names the model in the
+// warning an override gives.
+StageSettings stage_settings_from(const demux::SignalProcessing& processing, const std::string& where,
+                                  DetectorChoice choice);
 
 // The ONNX file of a model's boundary CNN: `explicit_path` (--cnn-model) if given, else the file
 // named after `cnn_model_name` beside the model. kNotFound says where it looked.
@@ -52,10 +53,10 @@ Result<std::filesystem::path> find_cnn_model(const std::filesystem::path& model_
 Result<BoundaryDetector> make_stage_detector(const StageSettings& s, const std::filesystem::path& model_path,
                                              const std::filesystem::path& cnn_model);
 
-// Settings from `model_path`'s signal_processing block (empty path: the RNA004 defaults of
-// default_signal_processing_json with the CNN), with the detector overridden per `choice`
-// (a warning when LLR overrides a CNN-trained model). Errors: unreadable or malformed model,
-// a block the detector does not support.
+// Settings from `model_path`'s signal_processing block (empty path: the RNA004 defaults,
+// demux::SignalProcessing::rna004(true)), with the detector overridden per `choice` (a warning
+// when LLR overrides a CNN-trained model). Reads the model file once (demux::load_model_settings).
+// Errors: those of load_model_settings, a model without a signal_processing block.
 Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice);
 
 // ---- detect ---------------------------------------------------------------------------------

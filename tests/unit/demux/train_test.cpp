@@ -9,11 +9,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "escpod/demux/model_file.hpp"
 #include "escpod/demux/warpdemux_model.hpp"
 #include "test_data.hpp"
 
@@ -255,6 +257,58 @@ TEST(TrainSvm, SyntheticSeparableProblemFitsAndRoundTrips) {
   EXPECT_EQ(j["thresholds"].get<std::vector<double>>(), std::vector<double>(4, 0.0));
 }
 
+TEST(TrainSvm, TrainedModelIsAValueTheSerializerWritesAndTheLoaderReadsBack) {
+  const TrainingSet t = synthetic(12, 5);
+  SvmTrainOptions o;
+  o.thresholds = ThresholdMode::kFixed;
+  o.fixed_thresholds = {0.1, 0.2, 0.3, 0.0};
+  o.signal_processing = SignalProcessing::rna004(false);
+  o.signal_processing.fingerprint.padding_samples = 90;
+  o.chemistry = "RNA004-test";
+  auto trained = train_dtw_svm(t.fps, t.width, t.labels, o, "valued");
+  ASSERT_TRUE(trained.is_ok()) << trained.status().to_string();
+  const TrainedDtwSvm& m = *trained;
+  EXPECT_EQ(m.class_labels, std::vector<int32_t>({4, 7, 11, -1}));
+  EXPECT_EQ(m.classes, std::vector<int64_t>({3, 6, 10, 11}));
+  EXPECT_TRUE(m.has_noise());
+  EXPECT_EQ(m.n_features, 25u);
+  EXPECT_EQ(m.fingerprints.size(), m.row_class.size() * m.n_features);
+  EXPECT_EQ(m.dual_coef.size(), 3 * m.row_class.size());
+  EXPECT_EQ(m.intercept.size(), 6u);
+  EXPECT_EQ(m.prob_a.size(), 6u);
+
+  // The string API is this model, serialized; the serializer is deterministic.
+  const std::string text = serialize_dtw_svm(m);
+  auto via_string = train_warpdemux_svm(t.fps, t.width, t.labels, o, "valued");
+  ASSERT_TRUE(via_string.is_ok());
+  EXPECT_EQ(*via_string, text);
+  EXPECT_EQ(serialize_dtw_svm(m), text);
+
+  // Loaded back (one parse), every value is the model's.
+  const auto path = write_text(test::scratch_dir("valued"), "valued.json", text);
+  const uint64_t before = detail::model_json_parse_count();
+  auto file = load_model_file(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  EXPECT_EQ(detail::model_json_parse_count() - before, 1u);
+  EXPECT_EQ(file->kind, ModelKind::kDtwSvm);
+  EXPECT_EQ(file->chemistry, "RNA004-test");
+  EXPECT_EQ(file->signal_processing_config_name, "rna004_130bps@v1.0");
+  ASSERT_TRUE(file->signal_processing.has_value());
+  EXPECT_TRUE(*file->signal_processing == o.signal_processing);
+  EXPECT_FALSE(file->signal_processing->uses_cnn());
+  EXPECT_EQ(file->signal_processing->fingerprint.padding_samples, 90u);
+  const WarpDemuxModel& w = *file->dtw_svm;
+  EXPECT_EQ(std::vector<int32_t>(w.labels().begin(), w.labels().end()), m.class_labels);
+  EXPECT_EQ(std::vector<double>(w.thresholds().begin(), w.thresholds().end()), m.thresholds);
+  EXPECT_EQ(w.n_features(), m.n_features);
+  EXPECT_EQ(w.n_training(), m.row_class.size());
+  EXPECT_EQ(w.n_support(), m.row_class.size());
+  EXPECT_EQ(w.dtw_params().window, static_cast<size_t>(o.window));
+  EXPECT_DOUBLE_EQ(w.dtw_params().penalty, o.penalty);
+  EXPECT_TRUE(w.has_platt());
+  EXPECT_EQ(w.name(), "valued");
+}
+
 TEST(TrainSvm, TwoClassesWithoutNoise) {
   TrainingSet t = synthetic(15, 3);
   TrainingSet two;
@@ -327,19 +381,26 @@ TEST(TrainSvm, DeterministicForSeedAndThreadCount) {
 
 TEST(TrainSvm, TemplateSignalProcessingIsCopied) {
   const TrainingSet t = synthetic(9, 2);
+  const auto dir = std::filesystem::temp_directory_path() / "escpod_train_template";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "template.json";
+  std::ofstream(path) << R"({"chemistry": "RNA999", "signal_processing": {"x": 1},
+                            "signal_processing_config_name": "custom"})";
+  auto tmpl = load_model_template(path);
+  ASSERT_TRUE(tmpl.is_ok()) << tmpl.status().to_string();
   SvmTrainOptions o;
-  o.template_json = R"({"chemistry": "RNA999", "signal_processing": {"x": 1},
-                        "signal_processing_config_name": "custom"})";
+  apply_template(*tmpl, o);
   auto text = train_warpdemux_svm(t.fps, t.width, t.labels, o, "tmpl");
   ASSERT_TRUE(text.is_ok()) << text.status().to_string();
   const json j = json::parse(*text);
   EXPECT_EQ(j["chemistry"], "RNA999");
   EXPECT_EQ(j["signal_processing"], json({{"x", 1}}));
   EXPECT_EQ(j["signal_processing_config_name"], "custom");
-  o.template_json = "[1, 2";
-  auto bad = train_warpdemux_svm(t.fps, t.width, t.labels, o, "tmpl");
+  std::ofstream(path, std::ios::trunc) << "[1, 2";
+  auto bad = load_model_template(path);
   ASSERT_FALSE(bad.is_ok());
-  EXPECT_NE(bad.status().message().find("template"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("template.json"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 void expect_error(const Result<std::string>& r, const std::string& needle) {

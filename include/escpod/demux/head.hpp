@@ -1,0 +1,121 @@
+// Demux heads: the classifier end of the demultiplexer behind one interface. The engine
+// (pipeline::run_demux) decodes and calibrates each read, detects its adapter, prepares what the
+// head asked for (a barcode fingerprint, or a window of calibrated signal placed relative to the
+// detected adapter end), hands the head batches of prepared reads, and routes the calls. A head
+// never sees files or threads; a new head (e.g. a CTC-CRF barcode caller) plugs in by registering
+// a HeadKind: the engine does not change.
+//
+// Contract of a head: immutable after loading and shared by every worker; all per-call state in
+// its HeadScratch (one per worker, from make_scratch()); classify() is const, allocation-free
+// once its scratch and the calls' probability vectors have held one batch, and never fails for a
+// read: an unusable read gets CallStatus::kInvalidInput (the engine reports why).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "escpod/core/status.hpp"
+#include "escpod/demux/classification.hpp"
+#include "escpod/demux/dtw.hpp"
+#include "escpod/demux/model_file.hpp"
+
+namespace escpod::demux {
+
+enum class HeadInputKind : uint8_t {
+  kFingerprint,   // the barcode fingerprint (signal::barcode_fingerprint of the model's settings)
+  kSignalWindow,  // calibrated samples around the adapter end (HeadInput::window_*)
+};
+
+// What a head needs of each read, declared once.
+struct HeadInput {
+  HeadInputKind kind = HeadInputKind::kFingerprint;
+  // kFingerprint: the fingerprint length the head accepts; 0 = the head checks the length itself.
+  size_t fingerprint_length = 0;
+  // kSignalWindow: samples [adapter_end + window_begin, adapter_end + window_end), clipped to
+  // the samples the engine decoded: the detector's prefix (11 500 for RNA004 with the CNN, the
+  // whole read with LLR). A read that ends early gives a shorter window, never an error.
+  int64_t window_begin = 0;
+  int64_t window_end = 0;
+  // Reads per classify() call the head works best with (1: per read; an encoder: its batch).
+  // The engine passes at most this many, fewer at the end of the input.
+  size_t batch_size = 1;
+};
+
+// One read, prepared for the head. Spans stay valid for the classify() call only.
+struct PreparedRead {
+  std::span<const float> pa;          // the calibrated samples decoded (the detector's prefix)
+  uint64_t num_samples = 0;           // the read's full length in samples
+  int64_t adapter_start = 0;          // detected boundaries, samples from the read start
+  int64_t adapter_end = 0;
+  std::span<const double> fingerprint;  // kFingerprint
+  std::span<const float> window;        // kSignalWindow
+  int64_t window_start = 0;             // kSignalWindow: sample index of window[0]
+};
+
+// A head's per-worker state (derive from it).
+class HeadScratch {
+ public:
+  virtual ~HeadScratch() = default;
+};
+
+class Head {
+ public:
+  virtual ~Head() = default;
+
+  // Short kind name for messages ("DTW-SVM", "GBM").
+  virtual std::string_view name() const = 0;
+  virtual HeadInput input() const = 0;
+  // Extra per-read CSV columns, in the order of Classification::probabilities (e.g. "p04"...,
+  // "p-1"). A call with fewer values leaves the remaining cells empty.
+  virtual std::span<const std::string> extra_columns() const = 0;
+  // Output label of each class index (barcode number, -1 for noise).
+  virtual std::span<const int32_t> labels() const = 0;
+  // Multi-line human-readable description (`demux --info`).
+  virtual std::string describe() const = 0;
+
+  virtual std::unique_ptr<HeadScratch> make_scratch() const = 0;
+  // calls[i] = the call for reads[i]; reads.size() == calls.size() <= input().batch_size.
+  virtual void classify(std::span<const PreparedRead> reads, HeadScratch& scratch,
+                        std::span<Classification> calls) const = 0;
+};
+
+struct HeadOptions {
+  DtwPrecision dtw = DtwPrecision::kFloat32;  // the DTW-SVM head's DTW arithmetic
+};
+
+// A loaded head with the signal-processing settings the engine prepares its reads with: those
+// its model records, or (default_settings) the RNA004 defaults of a kind whose models record none
+// (GBM). nullopt: the model should have recorded them and did not (the engine refuses it).
+struct LoadedHead {
+  std::unique_ptr<Head> head;
+  std::optional<SignalProcessing> signal_processing;
+  bool default_settings = false;
+  std::string kind;  // "dtw-svm", "gbm", or a registered kind's name
+};
+
+// The heads of a parsed model file (DTW-SVM or GBM; the file is consumed).
+Result<LoadedHead> make_head(ModelFile&& file, const HeadOptions& options);
+
+// A head kind whose models are files or folders this library does not parse itself (registered
+// by the code that implements it). claims(path) must be cheap and must not fail: it says whether
+// `path` is one of its models (e.g. a folder holding its manifest).
+struct HeadKind {
+  std::string name;
+  std::function<bool(const std::filesystem::path&)> claims;
+  std::function<Result<LoadedHead>(const std::filesystem::path&, const HeadOptions&)> load;
+};
+// Thread-safe; a later registration of the same name replaces the earlier one.
+void register_head_kind(HeadKind kind);
+
+// Model file or folder -> head: a registered kind that claims `model`, else a model file
+// (load_model_file: DTW-SVM or GBM). A folder no kind claims is kInvalidArgument naming it.
+Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptions& options);
+
+}  // namespace escpod::demux
