@@ -78,7 +78,7 @@ def main():
         runs = {"escpod": [], "pod5": []}
         for _ in range(args.repeat):
             runs["escpod"].append(measure([escpod, "recover", ours_dir / "run.pod5", "-o",
-                                           tmp / "ours_out", "-f", "-t", "1"]))
+                                           tmp / "ours_out", "-f"]))
             runs["pod5"].append(measure([VENV / "pod5", "recover", theirs_dir / "run.pod5",
                                          "--force-overwrite"]))
         got = {"escpod": n_reads(tmp / "ours_out/run_recovered.pod5"),

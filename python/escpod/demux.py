@@ -113,7 +113,7 @@ def fingerprint(inputs, boundaries, model: PathLike = "", method: str = "",
 
 def classify(fingerprints, model: PathLike, probabilities: bool = False,
              dtw_precision: str = "float32", threads: int = 0) -> Dict[str, np.ndarray]:
-    """`escpod demux classify`: calls (read_id, predicted_barcode, confidence, is_confident) from
+    """`escpod demux classify`: calls (read_id, barcode, confidence, is_confident) from
     a fingerprint table (from fingerprint(), or a CSV/Parquet path)."""
     with tempfile.TemporaryDirectory(prefix="escpod-cls-") as tmp:
         if isinstance(fingerprints, dict):

@@ -18,11 +18,11 @@ struct AnnotateCliOptions {
 
 Status run_annotate(const AnnotateCliOptions& o, const GlobalOptions& global) {
   if (o.from.empty() && o.design.empty()) {
-    return Status::invalid_argument("annotate needs --from CSV --name NAME, and/or --design CSV --keys K,...");
+    return Status::usage("annotate needs --from CSV --name NAME, and/or --design CSV --keys K,...");
   }
-  if (!o.from.empty() && o.name.empty()) return Status::invalid_argument("--from needs --name NAME");
-  if (o.kind != "label" && o.kind != "score") return Status::invalid_argument("--kind must be label or score");
-  if (!o.design.empty() && o.keys.empty()) return Status::invalid_argument("--design needs --keys (its key columns)");
+  if (!o.from.empty() && o.name.empty()) return Status::usage("--from needs --name NAME");
+  if (o.kind != "label" && o.kind != "score") return Status::usage("--kind must be label or score");
+  if (!o.design.empty() && o.keys.empty()) return Status::usage("--design needs --keys (its key columns)");
   pipeline::AnnotateOptions ao;
   ao.n_threads = resolve_threads(global);
   ESCPOD_ASSIGN_OR_RETURN(ao.fsync, parse_fsync_mode(o.fsync));

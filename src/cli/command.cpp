@@ -48,23 +48,33 @@ void add_common_flags(CLI::App* sub, GlobalOptions& global) {
   sub->add_option("-t,-j,--threads", global.n_threads,
                   "Worker threads (default: min(16, available CPUs); env ESCPOD_THREADS)")
       ->check(CLI::PositiveNumber);
+  add_verbosity_flags(sub, global);
+}
+
+void add_verbosity_flags(CLI::App* sub, GlobalOptions& global) {
   sub->add_flag_callback("-q,--quiet", [&global] { global.verbosity = -1; }, "Only print errors");
   sub->add_flag_callback("-v,--verbose", [&global] { global.verbosity = 1; },
                          "Print debugging detail");
 }
 
-void add_writer_flags(CLI::App* sub, WriterFlags& flags) {
+void add_staging_flags(CLI::App* sub, WriterFlags& flags) {
   sub->add_flag("-f,--force", flags.force, "Overwrite existing outputs");
   sub->add_option("--fsync", flags.fsync,
-                  "Sync outputs before renaming them into place: none (default), file, full");
-  sub->add_option("--compression", flags.compression, "Signal compression: vbz (default) or none");
+                  "Sync outputs before renaming them into place: none (default), file, full")
+      ->check(CLI::IsMember(kFsyncModes));
+}
+
+void add_writer_flags(CLI::App* sub, WriterFlags& flags) {
+  add_staging_flags(sub, flags);
+  sub->add_option("--compression", flags.compression, "Signal compression: vbz (default) or none")
+      ->check(CLI::IsMember({"vbz", "none"}));
 }
 
 Result<pod5::WriterOptions> writer_options(const WriterFlags& flags) {
   pod5::WriterOptions o;
   ESCPOD_ASSIGN_OR_RETURN(o.fsync, parse_fsync_mode(flags.fsync));
   if (flags.compression != "vbz" && flags.compression != "none") {
-    return Status::invalid_argument("--compression must be vbz or none, not '" + flags.compression + "'");
+    return Status::usage("--compression must be vbz or none, not '" + flags.compression + "'");
   }
   o.vbz = flags.compression == "vbz";
   o.overwrite = flags.force;

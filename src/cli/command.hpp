@@ -23,7 +23,8 @@ struct GlobalOptions {
   std::string command_line;  // argv joined (reports record it)
 };
 
-// A command's body: runs after parsing; its Status becomes the exit code (0 ok, 1 failure).
+// A command's body: runs after parsing; its Status becomes the exit code (0 ok, 2 for
+// Status::usage, 1 for any other failure). Argument checks a body makes return Status::usage.
 using CommandBody = std::function<Status()>;
 
 // Each subcommand registers itself with this: `set_body(sub, [opts]{ return run(*opts); })`.
@@ -31,6 +32,8 @@ void set_body(CLI::App* sub, CommandBody body);
 
 // Adds the shared -t/--threads, -q, -v flags to a subcommand.
 void add_common_flags(CLI::App* sub, GlobalOptions& global);
+// Adds -q, -v only: for commands with no parallel work (no -t that would be ignored).
+void add_verbosity_flags(CLI::App* sub, GlobalOptions& global);
 
 // Flags of every command that writes POD5 files: -f/--force, --fsync, --compression.
 struct WriterFlags {
@@ -39,8 +42,13 @@ struct WriterFlags {
   std::string compression = "vbz";
 };
 void add_writer_flags(CLI::App* sub, WriterFlags& flags);
+// -f/--force and --fsync only, for commands that write text or JSON (compression stays "vbz").
+void add_staging_flags(CLI::App* sub, WriterFlags& flags);
 // Validated writer options from the flags (kInvalidArgument for bad values).
 Result<pod5::WriterOptions> writer_options(const WriterFlags& flags);
+
+// `--fsync` values (CLI11 check: anything else is a usage error).
+inline const std::vector<std::string> kFsyncModes = {"none", "file", "full"};
 
 // Worker threads to use: explicit --threads, else ESCPOD_THREADS, else min(16, CPUs usable by
 // this process per its affinity mask).
@@ -63,9 +71,16 @@ void register_model(CLI::App& app, GlobalOptions& global);  // nn engine (weak: 
 void register_convert(CLI::App& app, GlobalOptions& global);  // FAST5 (fast5 layer: optional)
 void register_recover(CLI::App& app, GlobalOptions& global);
 
-// Exit status of a command that completed but skipped inputs (--skip-bad): its outputs are
-// written and valid, without the skipped inputs' reads.
+// Exit statuses. kExitFailure: data and I/O errors (any Status but kUsage and kCancelled).
+// kExitUsage: bad flags or arguments only (CLI11's parse errors and Status::usage).
+// kExitSkippedInputs: the command completed but skipped inputs (--skip-bad); its outputs are
+// written and valid, without the skipped inputs' reads. kExitInterrupted / kExitTerminated:
+// stopped by SIGINT / SIGTERM (128 + the signal number, as a shell reports it).
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
 inline constexpr int kExitSkippedInputs = 3;
+inline constexpr int kExitInterrupted = 130;
+inline constexpr int kExitTerminated = 143;
 // Adds the --skip-bad flag (documented with the exit status) to a subcommand.
 void add_skip_bad_flag(CLI::App* sub, bool& skip_bad);
 // Logs each skipped input with its reason (after the command's other output) and makes a

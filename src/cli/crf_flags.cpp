@@ -33,15 +33,20 @@ void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
 
 Result<demux::CrfHeadOptions> crf_head_options(const CrfCliFlags& o) {
   demux::CrfHeadOptions c;
+  // Bad flag values are usage errors (exit status 2).
   if (!o.decoder.empty()) {
-    ESCPOD_ASSIGN_OR_RETURN(c.decoder, demux::parse_crf_decoder(o.decoder));
+    auto d = demux::parse_crf_decoder(o.decoder);
+    if (!d.is_ok()) return Status::usage(d.status().message());
+    c.decoder = *d;
   }
   if (!o.window.empty()) {
-    ESCPOD_ASSIGN_OR_RETURN(c.placement, demux::parse_crf_window_placement(o.window));
+    auto w = demux::parse_crf_window_placement(o.window);
+    if (!w.is_ok()) return Status::usage(w.status().message());
+    c.placement = *w;
   }
   if (o.norm == "prefix") c.norm_span = demux::CrfNormSpan::kPrefix;
-  else if (o.norm != "window") return Status::invalid_argument("--crf-norm must be window or prefix");
-  if (o.min_margin < 0) return Status::invalid_argument("--min-margin must be >= 0");
+  else if (o.norm != "window") return Status::usage("--crf-norm must be window or prefix");
+  if (o.min_margin < 0) return Status::usage("--min-margin must be >= 0");
   c.min_margin = o.min_margin;
   c.min_baseq = set_or_none(o.min_baseq);
   c.min_mean_post = set_or_none(o.min_mean_post);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "escpod/core/staged_file.hpp"
 #include "escpod/demux/crf_head.hpp"
@@ -14,7 +15,9 @@
 #include "escpod/demux/train_svm.hpp"
 #include "escpod/pipeline/demux.hpp"
 #include "escpod/pipeline/annotations.hpp"
+#include "escpod/pipeline/barcode_labels.hpp"
 #include "escpod/pipeline/demux_eval.hpp"
+#include "escpod/pipeline/fingerprint_table.hpp"
 #include "escpod/pipeline/pod5_ops.hpp"
 #include "escpod/pod5/inputs.hpp"
 
@@ -76,7 +79,7 @@ Status register_crf_options(const DemuxCliOptions& o, std::string& cnn_model) {
 }
 
 Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
-  if (o.model.empty()) return Status::invalid_argument("demux needs --model MODEL.json");
+  if (o.model.empty()) return Status::usage("demux needs --model MODEL.json");
   std::string cnn_model;
   ESCPOD_RETURN_IF_ERROR(register_crf_options(o, cnn_model));
   if (o.info) {
@@ -84,18 +87,16 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
     fmt::print("{}", text);
     return Status::ok();
   }
-  if (o.inputs.empty()) return Status::invalid_argument("demux needs POD5 inputs");
+  if (o.inputs.empty()) return Status::usage("demux needs POD5 inputs");
   if (o.out_dir.empty() && o.classifications.empty() && !o.annotate && o.report.empty()) {
-    return Status::invalid_argument("demux needs -d OUTDIR (per-barcode POD5 files), --annotate "
+    return Status::usage("demux needs -d OUTDIR (per-barcode POD5 files), --annotate "
                                     "(barcode column in each input's .p5s sidecar), --report HTML "
                                     "and/or --classifications CSV");
   }
   pipeline::DemuxOptions d;
   d.model_path = o.model;
   d.cnn_model = cnn_model;
-  if (o.method == "cnn") d.detector = pipeline::DetectorChoice::kCnn;
-  else if (o.method == "llr") d.detector = pipeline::DetectorChoice::kLlr;
-  else if (!o.method.empty()) return Status::invalid_argument("--method must be cnn or llr");
+  ESCPOD_ASSIGN_OR_RETURN(d.detector, parse_method(o.method));
   ESCPOD_ASSIGN_OR_RETURN(d.dtw, parse_dtw_precision(o.dtw_precision));
   d.out_dir = o.out_dir;
   d.prefix = o.prefix;
@@ -118,13 +119,13 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   pipeline::DemuxReport report;
   ESCPOD_RETURN_IF_ERROR(pipeline::run_demux(files, d, &report));
-  // The summary table is the command's data product: stdout.
-  fmt::print("{:<16} {:>10} {:>8}\n", "label", "reads", "share");
+  // A summary for people: stderr, like every command's summary (the data are the outputs).
+  log::info("{:<16} {:>10} {:>8}", "label", "reads", "share");
   for (const auto& [label, n] : report.reads_per_label) {
-    fmt::print("{:<16} {:>10} {:>7.1f}%\n", label, n,
-               100.0 * static_cast<double>(n) / static_cast<double>(std::max<uint64_t>(1, report.n_reads)));
+    log::info("{:<16} {:>10} {:>7.1f}%", label, n,
+              100.0 * static_cast<double>(n) / static_cast<double>(std::max<uint64_t>(1, report.n_reads)));
   }
-  fmt::print("{:<16} {:>10}\n", "total", report.n_reads);
+  log::info("{:<16} {:>10}", "total", report.n_reads);
   for (const auto& p : report.sidecars_written) log::info("annotated {}", p.string());
   for (const auto& [reason, n] : report.unclassified_reasons) log::info("unclassified, {}: {}", reason, n);
   log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", report.n_reads, report.seconds,
@@ -157,22 +158,16 @@ Status run_split(const SplitCliOptions& o, int n_threads) {
   ESCPOD_ASSIGN_OR_RETURN(so.writer, writer_options(o.writer));
   so.writer.signal_budget = std::make_shared<pod5::SignalMemoryBudget>(o.memory_mib << 20);
   if (o.sidecar == !o.classifications.empty()) {
-    return Status::invalid_argument("split needs one of --classifications CSV or --sidecar");
+    return Status::usage("split needs one of --classifications CSV or --sidecar");
   }
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
-  Result<std::vector<std::pair<pod5::ReadId, std::string>>> rows = Status::internal("unset");
-  if (o.sidecar) {
-    rows = pipeline::sidecar_labels(files, o.annotation, n_threads);
-    if (rows.is_ok()) {
-      for (auto& [id, label] : *rows)
-        if (label.empty()) label = "unclassified";  // unassigned reads
-    }
-  } else {
-    // The fused pipeline's CSV has `barcode`; `demux classify` writes `predicted_barcode`.
-    rows = pipeline::read_subset_csv(o.classifications, "barcode", "unclassified");
-    if (!rows.is_ok()) rows = pipeline::read_subset_csv(o.classifications, "predicted_barcode", "unclassified");
-  }
+  Result<std::vector<std::pair<pod5::ReadId, std::string>>> rows =
+      o.sidecar ? pipeline::sidecar_labels(files, o.annotation, n_threads)
+                : pipeline::read_call_labels(o.classifications);
   if (!rows.is_ok()) return rows.status();
+  for (auto& [id, label] : *rows) {
+    if (label.empty()) label = "unclassified";  // reads the sidecar leaves unassigned
+  }
   std::vector<std::pair<pod5::ReadId, std::string>> mapping;
   for (auto& [id, label] : *rows) {
     if (o.classified_only && label == "unclassified") continue;
@@ -184,10 +179,10 @@ Status run_split(const SplitCliOptions& o, int n_threads) {
   ESCPOD_RETURN_IF_ERROR(pipeline::subset_files(files, o.out_dir, so, &report));
   uint64_t total = 0;
   for (const auto& [name, n] : report.reads_per_output) {
-    fmt::print("{:<32} {:>10}\n", name, n);
+    log::info("{:<32} {:>10}", name, n);
     total += n;
   }
-  fmt::print("{:<32} {:>10}\n", "total", total);
+  log::info("{:<32} {:>10}", "total", total);
   if (report.n_unmapped) {
     log::info("{} reads not in the classifications {}", report.n_unmapped,
               o.classified_only ? "were not written" : "went to unclassified");
@@ -200,8 +195,9 @@ void register_split(CLI::App* demux, GlobalOptions& global) {
   auto o = std::make_shared<SplitCliOptions>();
   auto* sub = demux->add_subcommand(
       "split",
-      "Write one POD5 per label from a classifications CSV (read_id + barcode or\n"
-      "predicted_barcode columns). Reads the CSV does not name go to unclassified.\n"
+      "Write one POD5 per label from a classifications CSV (read_id and barcode columns, as\n"
+      "demux --classifications and demux classify write them; predicted_barcode is read as\n"
+      "barcode). Reads the CSV does not name go to unclassified. Counts per file on stderr.\n"
       "  escpod demux split reads/ --classifications calls.csv -d by_barcode/\n"
       "  escpod demux split reads/ --sidecar -d by_barcode/   (labels from each reads.pod5.p5s)\n"
       "--sidecar routes by a label column of the inputs' sidecars (--annotation, default barcode);\n"
@@ -227,14 +223,6 @@ struct TrainCliOptions {
   WriterFlags writer;
 };
 
-Result<std::map<std::string, int32_t>> read_training_labels(const std::string& path) {
-  ESCPOD_ASSIGN_OR_RETURN(auto rows, pipeline::read_subset_csv(path, "barcode", "unclassified"));
-  std::map<std::string, int32_t> labels;
-  for (const auto& [id, label] : rows) labels[id.to_string()] = pipeline::barcode_number(label);
-  if (labels.empty()) return Status::invalid_argument(path + ": no labelled reads");
-  return labels;
-}
-
 Status write_text_staged(const std::string& path, const std::string& text, const WriterFlags& flags) {
   ESCPOD_ASSIGN_OR_RETURN(FsyncMode fsync, parse_fsync_mode(flags.fsync));
   ESCPOD_ASSIGN_OR_RETURN(StagedFile f, StagedFile::create(path, flags.force));
@@ -247,12 +235,11 @@ Status write_text_staged(const std::string& path, const std::string& text, const
 }
 
 Status run_train(const TrainCliOptions& o, const GlobalOptions& global) {
-  if (o.method != "llr" && o.method != "cnn") return Status::invalid_argument("--method must be cnn or llr");
-  ESCPOD_ASSIGN_OR_RETURN(auto labels, read_training_labels(o.labels));
+  ESCPOD_ASSIGN_OR_RETURN(auto labels, pipeline::read_training_labels(o.labels));
   pipeline::FingerprintOptions fo;
   fo.n_threads = resolve_threads(global);
   fo.cnn_model = o.cnn_model;
-  fo.detector = o.method == "cnn" ? pipeline::DetectorChoice::kCnn : pipeline::DetectorChoice::kLlr;
+  ESCPOD_ASSIGN_OR_RETURN(fo.detector, parse_method(o.method));
   demux::SvmTrainOptions so;
   if (!o.template_model.empty()) {
     ESCPOD_ASSIGN_OR_RETURN(demux::ModelTemplate t, demux::load_model_template(o.template_model));
@@ -276,15 +263,11 @@ Status run_train(const TrainCliOptions& o, const GlobalOptions& global) {
     y.push_back(r.label);
   }
   if (!o.fingerprints.empty()) {
-    std::string csv = "read_id";
-    for (size_t k = 0; k < d; ++k) csv += ",fp_" + std::to_string(k);
-    csv += ",barcode\n";
-    for (const auto& r : rows) {
-      csv += r.read_id;
-      for (double v : r.features) csv += fmt::format(",{:.6f}", v);
-      csv += "," + pipeline::label_name(r.label) + "\n";
-    }
-    ESCPOD_RETURN_IF_ERROR(write_text_staged(o.fingerprints, csv, o.writer));
+    pipeline::LabelledFingerprints table{d, {}, x, y};
+    for (const auto& r : rows) table.read_ids.push_back(r.read_id);
+    std::ostringstream csv;
+    ESCPOD_RETURN_IF_ERROR(pipeline::write_labelled_fingerprints(csv, table, o.fingerprints));
+    ESCPOD_RETURN_IF_ERROR(write_text_staged(o.fingerprints, csv.str(), o.writer));
   }
   so.C = o.c;
   so.n_threads = fo.n_threads;
@@ -304,18 +287,19 @@ void register_train(CLI::App* demux, GlobalOptions& global) {
       "train",
       "Train a DTW-SVM model from labelled reads: detect each read's adapter, fingerprint the\n"
       "barcode, and fit the classifier (libsvm, Platt probabilities). Labels CSV: read_id and\n"
-      "barcode columns (names ending in the barcode number, e.g. BC04 or demo04; `noise` or\n"
-      "`unclassified` for the noise class); a simulator truth CSV works as it is.\n"
+      "barcode columns. A label is a barcode (letters ending in its number 1..999: BC04, bc4,\n"
+      "demo04, or the number alone) or the noise class (noise, unclassified, -1); any other\n"
+      "label is an error naming the file, line and label. A simulator truth CSV works as it is.\n"
       "  escpod demux train sim.pod5 --labels sim.truth.csv --method llr -o model.json");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("--labels", o->labels, "CSV with read_id and barcode columns")->required();
   sub->add_option("-o,--output", o->output, "Model JSON to write")->required();
-  sub->add_option("--method", o->method, "Boundary detector the model pins: llr (default) or cnn");
+  add_method_flag(sub, o->method, "Boundary detector the model pins: llr (default) or cnn");
   sub->add_option("--cnn-model", o->cnn_model, "Boundary CNN (ONNX) for --method cnn");
   sub->add_option("--template", o->template_model, "Copy signal-processing settings from this model");
   sub->add_option("--fingerprints", o->fingerprints, "Also write the training fingerprints (CSV)");
-  sub->add_option("--C", o->c, "SVM regularisation (default 1)");
-  add_writer_flags(sub, o->writer);
+  sub->add_option("-C,--C", o->c, "SVM regularisation C (default 1)")->check(CLI::PositiveNumber);
+  add_staging_flags(sub, o->writer);
   add_common_flags(sub, global);
   set_body(sub, [o, &global] { return run_train(*o, global); });
 }
@@ -328,11 +312,13 @@ void register_evaluate(CLI::App* demux, GlobalOptions& global) {
   auto o = std::make_shared<EvalCliOptions>();
   auto* sub = demux->add_subcommand(
       "evaluate",
-      "Score barcode calls against ground truth: per-barcode precision and recall.\n"
+      "Score barcode calls against ground truth: per-barcode precision and recall (the table is\n"
+      "the command's output: stdout). Labels as demux train reads them; one that is neither a\n"
+      "barcode nor the noise class is an error naming the file, line and label.\n"
       "  escpod demux evaluate --calls calls.csv --truth sim.truth.csv");
   sub->add_option("--calls", o->calls, "Classifications CSV (read_id, barcode)")->required();
   sub->add_option("--truth", o->truth, "Truth CSV (read_id, barcode)")->required();
-  add_common_flags(sub, global);
+  add_verbosity_flags(sub, global);
   set_body(sub, [o] () -> Status {
     ESCPOD_ASSIGN_OR_RETURN(auto scores, pipeline::score_calls(o->calls, o->truth));
     fmt::print("{}", pipeline::format_scores(scores));
@@ -358,7 +344,7 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
   sub->add_option("-m,--model", opts->model,
                   "WarpDemuX-format model JSON, GBM JSON, or a CTC-CRF model folder (SeqTagger or bundle)");
   sub->add_option("--cnn-model", opts->cnn_model, "Boundary CNN (ONNX), if not beside the model");
-  sub->add_option("--method", opts->method, "Override the model's detector: cnn or llr");
+  add_method_flag(sub, opts->method, "Override the model's detector: cnn or llr");
   sub->add_option("-d,--output-dir", opts->out_dir, "Folder for <prefix>_<label>.pod5 files");
   sub->add_option("--classifications", opts->classifications,
                   "CSV: read_id,barcode,confidence,adapter_start,adapter_end,detector,reason,p..");

@@ -29,7 +29,8 @@ void add_csv_output_flags(CLI::App* sub, CsvOutputFlags& f, const std::string& w
   sub->add_option("-o,--output", f.output, what + " (default: standard output)");
   sub->add_flag("-f,--force", f.force, "Overwrite an existing output");
   sub->add_option("--fsync", f.fsync,
-                  "Sync the output before renaming it into place: none (default), file, full");
+                  "Sync the output before renaming it into place: none (default), file, full")
+      ->check(CLI::IsMember(kFsyncModes));
 }
 
 // Runs `body` on the output stream: a staged file renamed into place only on success, or stdout.
@@ -49,13 +50,6 @@ Status with_csv_output(const CsvOutputFlags& f, const std::function<Status(std::
     if (!out) return Status::io_error("cannot write " + file.staging_path().string());
   }
   return file.commit(fsync);
-}
-
-Result<pipeline::DetectorChoice> parse_method(const std::string& method) {
-  if (method.empty()) return pipeline::DetectorChoice::kModelDefault;
-  if (method == "cnn") return pipeline::DetectorChoice::kCnn;
-  if (method == "llr") return pipeline::DetectorChoice::kLlr;
-  return Status::invalid_argument("--method must be cnn or llr, not '" + method + "'");
 }
 
 double per_second(uint64_t n, double seconds) {
@@ -114,7 +108,7 @@ void register_detect(CLI::App* demux, GlobalOptions& global) {
       "  escpod demux detect reads/ --model WDX4_rna004_v1_0.json -o boundaries.csv");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("-m,--model", o->model, "WarpDemuX-format model JSON (its detector settings)")->required();
-  sub->add_option("--method", o->method, "Override the model's detector: cnn or llr");
+  add_method_flag(sub, o->method, "Override the model's detector: cnn or llr");
   sub->add_option("--cnn-model", o->cnn_model, "Boundary CNN (ONNX), if not beside the model");
   sub->add_flag("--emit-llr-delta", o->emit_llr_delta,
                 "Also write the LLR detector's adapter and its end's difference from the CNN's");
@@ -179,7 +173,7 @@ void register_fingerprint(CLI::App* demux, GlobalOptions& global) {
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("--boundaries", o->boundaries, "Boundaries CSV (from demux detect)")->required();
   sub->add_option("-m,--model", o->model, "Model JSON whose signal_processing settings to use");
-  sub->add_option("--method", o->method, "Detector the boundaries came from, if not the model's: cnn or llr");
+  add_method_flag(sub, o->method, "Detector the boundaries came from, if not the model's: cnn or llr");
   sub->add_flag("--emit-dwell", o->emit_dwell,
                 "Also write dwell_0..: the length in samples of each fingerprint event");
   add_csv_output_flags(sub, o->out, "Fingerprint table to write: CSV, or Parquet if named *.parquet");
@@ -191,6 +185,17 @@ void register_fingerprint(CLI::App* demux, GlobalOptions& global) {
 
 }  // namespace
 
+void add_method_flag(CLI::App* sub, std::string& value, const std::string& help) {
+  sub->add_option("--method", value, help)->check(CLI::IsMember({"cnn", "llr"}));
+}
+
+Result<pipeline::DetectorChoice> parse_method(const std::string& method) {
+  if (method.empty()) return pipeline::DetectorChoice::kModelDefault;
+  if (method == "cnn") return pipeline::DetectorChoice::kCnn;
+  if (method == "llr") return pipeline::DetectorChoice::kLlr;
+  return Status::usage("--method must be cnn or llr, not '" + method + "'");
+}
+
 void add_dtw_precision_flag(CLI::App* sub, std::string& value) {
   sub->add_option("--dtw-precision", value,
                   "DTW arithmetic: float32 (default; about 2x faster, probabilities within 1e-6\n"
@@ -201,7 +206,7 @@ void add_dtw_precision_flag(CLI::App* sub, std::string& value) {
 Result<demux::DtwPrecision> parse_dtw_precision(const std::string& value) {
   if (value == "float32") return demux::DtwPrecision::kFloat32;
   if (value == "float64") return demux::DtwPrecision::kFloat64;
-  return Status::invalid_argument("--dtw-precision must be float32 or float64, not '" + value + "'");
+  return Status::usage("--dtw-precision must be float32 or float64, not '" + value + "'");
 }
 
 namespace {
@@ -239,8 +244,9 @@ void register_classify(CLI::App* demux, GlobalOptions& global) {
       "classify",
       "Classify a fingerprint table (read_id,fp_0..: CSV, gzip CSV, or Parquet if named\n"
       "*.parquet; barcode and dwell_* columns are ignored)\n"
-      "with a DTW-SVM model: read_id,predicted_barcode,confidence,is_confident[,pNN..], in input\n"
-      "order; predicted_barcode is BC + two digits, or unclassified (noise, below threshold).\n"
+      "with a DTW-SVM model: read_id,barcode,confidence,is_confident[,pNN..], in input order;\n"
+      "barcode is BC + two digits, or unclassified (noise, below threshold): the column name of\n"
+      "every escpod table (escapepod calls it predicted_barcode). Counts per label on stderr.\n"
       "  escpod demux classify fp.csv --model WDX4_rna004_v1_0.json -o calls.csv --probabilities");
   sub->add_option("fingerprints", o->fingerprints, "Fingerprint table (from demux fingerprint): CSV or .parquet")->required();
   sub->add_option("-m,--model", o->model, "WarpDemuX-format model JSON")->required();

@@ -7,11 +7,17 @@
 #include "cli/command.hpp"
 #include "escpod/core/status.hpp"
 #include "escpod/demux/dtw.hpp"
+#include "escpod/pipeline/demux.hpp"
 
 namespace escpod::cli {
 
 // Adds `detect`, `fingerprint` and `classify` under the `demux` subcommand object.
 void register_demux_stages(CLI::App* demux_subcommand, GlobalOptions& global);
+
+// --method cnn|llr (the boundary detector), shared by the fused demux, detect, fingerprint and
+// train; parse_method reads it: "" (not given) -> kModelDefault, else cnn or llr.
+void add_method_flag(CLI::App* sub, std::string& value, const std::string& help);
+Result<pipeline::DetectorChoice> parse_method(const std::string& method);
 
 // --dtw-precision float32|float64 (the DTW-SVM head's arithmetic), shared by the fused demux
 // and `demux classify`.

@@ -32,7 +32,7 @@ Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
   c.exclude_end_reasons = opts.exclude_end_reasons;
   c.annotations = opts.annotations;
   if (!c.any()) {
-    return Status::invalid_argument("filter needs at least one criterion: --ids, --min-samples, "
+    return Status::usage("filter needs at least one criterion: --ids, --min-samples, "
                                     "--max-samples, --end-reason, --exclude-end-reason or --annotation");
   }
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));

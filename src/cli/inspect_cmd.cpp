@@ -112,7 +112,7 @@ void append_summary(const pod5::FileReader& file, std::string& out) {
 
 Status inspect_read(const InspectOptions& opts, Output& out) {
   if (opts.args.size() < 3) {
-    return Status::invalid_argument("usage: escpod inspect read FILE|DIR READ_ID...");
+    return Status::usage("usage: escpod inspect read FILE|DIR READ_ID...");
   }
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs({opts.args[1]}));
   std::vector<pod5::ReadId> ids;
@@ -165,7 +165,7 @@ Status run_inspect(const InspectOptions& opts) {
   if (!opts.args.empty() && opts.args[0] == "read") return inspect_read(opts, out);
   std::vector<std::string> inputs = opts.args;
   if (!inputs.empty() && inputs[0] == "summary") inputs.erase(inputs.begin());
-  if (inputs.empty()) return Status::invalid_argument("inspect needs at least one FILE or DIR");
+  if (inputs.empty()) return Status::usage("inspect needs at least one FILE or DIR");
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(inputs));
   size_t n_failed = 0;
   Status first_error;
@@ -201,7 +201,7 @@ void register_inspect(CLI::App& app, GlobalOptions& global) {
   sub->add_option("args", opts->args, "[summary|read] FILE|DIR... [READ_ID...]")->required();
   sub->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
   sub->add_flag("--no-index", opts->no_index, "inspect read: scan the files even where a read-id index covers them");
-  add_common_flags(sub, global);
+  add_verbosity_flags(sub, global);
   set_body(sub, [opts] { return run_inspect(*opts); });
 }
 

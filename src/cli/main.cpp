@@ -1,6 +1,5 @@
 // escpod: the command-line entry point. Maps subcommand names to their register functions and
-// Status to exit codes: 0 success, 1 runtime failure, 2 usage error, 3 completed with inputs
-// skipped (--skip-bad), 128 + signal number when interrupted (130 Ctrl-C, 143 SIGTERM).
+// Status to exit codes (kExitCodesHelp, printed under `escpod --help`).
 #include <csignal>
 #include <cstdio>
 
@@ -11,7 +10,28 @@
 
 namespace escpod::cli {
 CommandBody* selected_body();
+
+namespace {
+constexpr const char* kExitCodesHelp =
+    "Exit status: 0 success; 1 failure (bad or unreadable input data, I/O errors, a duplicate\n"
+    "read id, ...); 2 usage error (bad flags or arguments); 3 completed with inputs skipped\n"
+    "(--skip-bad); 130 interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM).\n"
+    "Data products go to stdout or -o FILE; logs, summaries and progress go to stderr.";
+
+// The exit status of a command body's Status. Only kUsage (bad flags or arguments, detected by
+// CLI11 or a command's argument validation) is a usage error; kInvalidArgument is bad data.
+int exit_code_of(const Status& status) {
+  if (status.is_ok()) return success_exit_code();
+  switch (status.code()) {
+    case StatusCode::kUsage: return kExitUsage;
+    // Stopped by a signal: SIGINT's 130. The interrupt handler exits 128 + the signal itself
+    // (143 for SIGTERM) when it stops the process; a Status only carries the SIGINT meaning.
+    case StatusCode::kCancelled: return kExitInterrupted;
+    default: return kExitFailure;
+  }
 }
+}  // namespace
+}  // namespace escpod::cli
 
 int main(int argc, char** argv) {
   using namespace escpod;
@@ -25,6 +45,7 @@ int main(int argc, char** argv) {
                "direct-RNA reads"};
   app.set_version_flag("--version", std::string("escpod ") + ESCPOD_VERSION);
   app.require_subcommand(1);
+  app.footer(cli::kExitCodesHelp);
   cli::GlobalOptions global;
   for (int i = 0; i < argc; ++i) global.command_line += (i ? " " : "") + std::string(argv[i]);
 
@@ -55,7 +76,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    return code == 0 ? 0 : cli::kExitUsage;
   }
   log::set_level(global.verbosity < 0   ? log::Level::kError
                  : global.verbosity > 0 ? log::Level::kDebug
@@ -70,11 +91,8 @@ int main(int argc, char** argv) {
   }
   progress::set_default_label(label);
   cli::CommandBody* body = cli::selected_body();
-  if (body == nullptr) return 2;
+  if (body == nullptr) return cli::kExitUsage;
   Status status = (*body)();
-  if (status.is_ok()) return cli::success_exit_code();
-  log::error("{}", status.message());
-  if (status.code() == StatusCode::kCancelled) return 130;
-  if (status.code() == StatusCode::kInvalidArgument) return 2;
-  return 1;
+  if (!status.is_ok()) log::error("{}", status.message());
+  return cli::exit_code_of(status);
 }

@@ -59,10 +59,10 @@ Result<std::vector<int64_t>> parse_shape(const std::string& text) {
     try {
       shape.push_back(std::stoll(item));
     } catch (...) {
-      return Status::invalid_argument(fmt::format("--shape '{}': not a comma-separated list of integers", text));
+      return Status::usage(fmt::format("--shape '{}': not a comma-separated list of integers", text));
     }
   }
-  if (shape.empty()) return Status::invalid_argument("--shape is empty");
+  if (shape.empty()) return Status::usage("--shape is empty");
   return shape;
 }
 
@@ -133,7 +133,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   for (size_t d = 1; d < shape.size(); ++d) {
     if (shape[d] < 0) {
       if (o.length <= 0) {
-        return Status::invalid_argument(fmt::format("input dimension {} ('{}') is symbolic: give --length", d, in.dim_params[d]));
+        return Status::usage(fmt::format("input dimension {} ('{}') is symbolic: give --length", d, in.dim_params[d]));
       }
       shape[d] = o.length;
     }
@@ -256,7 +256,7 @@ void register_model(CLI::App& app, GlobalOptions& global) {
   info->add_option("MODEL", opts->model, "ONNX file (.onnx or .onnx.gz) or CRF model folder")->required()->check(CLI::ExistingPath);
   info->add_option("--shape", opts->shape, "Also print the execution plan for this input shape, e.g. 1,1,2000");
   add_model_flags(info, *opts);
-  add_common_flags(info, global);
+  add_verbosity_flags(info, global);
   set_body(info, [opts] { return run_info(*opts); });
 
   auto* run = cmd->add_subcommand("run", "Run a model on a float32 .npy tensor");

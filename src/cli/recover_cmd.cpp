@@ -96,7 +96,7 @@ void register_recover(CLI::App& app, GlobalOptions& global) {
                   "id; an id it lacks is an error); repeatable")
       ->check(CLI::ExistingFile);
   add_writer_flags(sub, opts->writer);
-  add_common_flags(sub, global);
+  add_verbosity_flags(sub, global);
   set_body(sub, [opts] { return run_recover(*opts); });
 }
 

@@ -17,7 +17,7 @@ struct SubsetCliOptions {
 
 Status run_subset(const SubsetCliOptions& opts, const GlobalOptions& global) {
   if (opts.csv.empty() == opts.columns.empty()) {
-    return Status::invalid_argument("subset needs exactly one of --csv MAP or --columns FIELD,...");
+    return Status::usage("subset needs exactly one of --csv MAP or --columns FIELD,...");
   }
   pipeline::SubsetOptions so;
   ESCPOD_ASSIGN_OR_RETURN(so.writer, writer_options(opts.writer));

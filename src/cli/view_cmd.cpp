@@ -49,7 +49,7 @@ Status run_view(const ViewOptions& opts, int n_threads_wanted) {
     fmt::print("{}", field_list());
     return Status::ok();
   }
-  if (opts.inputs.empty()) return Status::invalid_argument("view needs at least one FILE or DIR");
+  if (opts.inputs.empty()) return Status::usage("view needs at least one FILE or DIR");
   std::vector<const ReadField*> fields;
   std::vector<std::string> names;
   if (opts.include.empty()) {
@@ -60,7 +60,7 @@ Status run_view(const ViewOptions& opts, int n_threads_wanted) {
   auto excluded = split_names(opts.exclude);
   for (const auto& n : excluded) {
     if (!find_read_field(n)) {
-      return Status::invalid_argument("--exclude: unknown field '" + n + "'; fields are:\n" + field_list());
+      return Status::usage("--exclude: unknown field '" + n + "'; fields are:\n" + field_list());
     }
   }
   std::vector<std::string> sidecar_columns;  // not built-in: looked up in the sidecars
@@ -73,7 +73,7 @@ Status run_view(const ViewOptions& opts, int n_threads_wanted) {
       sidecar_columns.push_back(n);
     }
   }
-  if (fields.empty() && sidecar_columns.empty()) return Status::invalid_argument("no fields left to print");
+  if (fields.empty() && sidecar_columns.empty()) return Status::usage("no fields left to print");
 
   std::unordered_set<pod5::ReadId, pod5::ReadIdHash> wanted;
   const bool select = !opts.ids_path.empty();
@@ -88,7 +88,7 @@ Status run_view(const ViewOptions& opts, int n_threads_wanted) {
       if (std::find(known.begin(), known.end(), n) != known.end()) continue;
       std::string annotations;
       for (const auto& k : known) annotations += " " + k;
-      return Status::invalid_argument("--include: unknown field '" + n + "', and no sidecar column of the inputs "
+      return Status::usage("--include: unknown field '" + n + "', and no sidecar column of the inputs "
                                       "has that name (sidecar columns:" +
                                       (known.empty() ? std::string(" none") : annotations) + "); fields are:\n" +
                                       field_list());
@@ -130,11 +130,13 @@ void register_view(CLI::App& app, GlobalOptions& global) {
       "  escpod view reads.pod5 --include read_id,barcode      (annotations of reads.pod5.p5s)\n"
       "Default fields: read_id channel well read_number start_sample num_samples end_reason.\n"
       "--list-fields shows them all. An --include name that is not a field is a sidecar column\n"
-      "(label or score), printed after the fields; empty where a read has no value.");
+      "(label or score), printed after the fields; empty where a read has no value.\n"
+      "-i is --ids in every escpod command (as in `pod5 filter -i`); `pod5 view -i` is --include,\n"
+      "which escpod spells out.");
   sub->add_option("inputs", opts->inputs, "POD5 files or directories (walked for *.pod5)");
-  sub->add_option("-i,--include", opts->include, "Comma-separated fields to print, in order");
+  sub->add_option("--include", opts->include, "Comma-separated fields to print, in order");
   sub->add_option("-x,--exclude", opts->exclude, "Comma-separated fields to leave out");
-  sub->add_option("--ids", opts->ids_path, "Only reads whose ids are listed in this file ('-' = stdin)");
+  sub->add_option("-i,--ids", opts->ids_path, "Only reads whose ids are listed in this file ('-' = stdin)");
   sub->add_option("-s,--separator", opts->separator, "Column separator (default TAB)");
   sub->add_flag("-H,--no-header", opts->no_header, "Do not print the header line");
   sub->add_flag("--list-fields", opts->list_fields, "List the fields and exit");

@@ -112,7 +112,7 @@ Result<FsyncMode> parse_fsync_mode(std::string_view text) {
   if (text == "none") return FsyncMode::kNone;
   if (text == "file") return FsyncMode::kFile;
   if (text == "full") return FsyncMode::kFull;
-  return Status::invalid_argument("--fsync must be none, file or full, not '" + std::string(text) + "'");
+  return Status::usage("--fsync must be none, file or full, not '" + std::string(text) + "'");
 }
 
 Result<StagedFile> StagedFile::create(const std::filesystem::path& final_path, bool overwrite) {

@@ -6,6 +6,7 @@ std::string_view status_code_name(StatusCode code) {
   switch (code) {
     case StatusCode::kOk: return "ok";
     case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kUsage: return "usage error";
     case StatusCode::kNotFound: return "not found";
     case StatusCode::kAlreadyExists: return "already exists";
     case StatusCode::kIoError: return "I/O error";

@@ -28,9 +28,9 @@ Result<std::vector<std::string>> read_header(detail::LineReader& in, const std::
 
 Result<AnnotationSource> read_annotation_csv(const std::string& path, const std::string& name,
                                              pod5::AnnotationKind kind, const std::string& value_column) {
-  if (name.empty()) return Status::invalid_argument("--name is empty");
+  if (name.empty()) return Status::usage("--name is empty");
   if (pod5::is_reserved_sidecar_name(name)) {
-    return Status::invalid_argument("'" + name + "' is reserved for the sidecar's index (read_id, batch_idx, row_idx)");
+    return Status::usage("'" + name + "' is reserved for the sidecar's index (read_id, batch_idx, row_idx)");
   }
   ESCPOD_ASSIGN_OR_RETURN(detail::LineReader in, detail::LineReader::open(path));
   std::vector<std::string_view> cells;
@@ -150,7 +150,7 @@ Status annotate_files(const std::vector<std::filesystem::path>& inputs,
                       AnnotateReport* report) {
   AnnotateReport local;
   AnnotateReport& rep = report ? *report : local;
-  if (sources.empty() && !options.design) return Status::invalid_argument("nothing to annotate");
+  if (sources.empty() && !options.design) return Status::usage("nothing to annotate");
   struct Pending {
     std::unique_ptr<pod5::FileReader> reader;
     pod5::Sidecar sidecar;
@@ -321,7 +321,7 @@ Result<std::unique_ptr<AnnotationFilter>> AnnotationFilter::create(const std::ve
   for (const auto& text : criteria) {
     const auto eq = text.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
-      return Status::invalid_argument("--annotation '" + text + "': expected NAME=LABEL");
+      return Status::usage("--annotation '" + text + "': expected NAME=LABEL");
     }
     std::string name = text.substr(0, eq), label = text.substr(eq + 1);
     auto it = std::find_if(by_name.begin(), by_name.end(), [&](const auto& p) { return p.first == name; });

@@ -134,15 +134,15 @@ Result<Region> parse_region(const fs::path& bam_path, sam_hdr_t* h, const std::s
   const char* rest = sam_parse_region(h, text.c_str(), &r.tid, &r.beg, &r.end, 0);
   if (rest == nullptr || *rest != '\0') {
     if (r.tid == -1 || r.tid == -2) {
-      return Status::invalid_argument("--region '" + text + "': no such contig in " + bam_path.string() +
+      return Status::usage("--region '" + text + "': no such contig in " + bam_path.string() +
                                       " (contigs: " + some_contigs(h) + ")");
     }
-    return Status::invalid_argument("--region '" + text +
+    return Status::usage("--region '" + text +
                                     "': not a region (expected chr, chr:start or chr:start-end, "
                                     "1-based inclusive)");
   }
   if (r.beg >= r.end) {
-    return Status::invalid_argument("--region '" + text + "': empty range (start after end)");
+    return Status::usage("--region '" + text + "': empty range (start after end)");
   }
   return r;
 }
@@ -198,7 +198,7 @@ Result<BamSelection> select_bam_reads(const fs::path& bam_path, const BamCriteri
                                       const BamSelectOptions& options) {
   quiet_htslib();
   if (criteria.min_mapq && (*criteria.min_mapq < 0 || *criteria.min_mapq > 255)) {
-    return Status::invalid_argument("--quality must be a MAPQ in 0-255, not " +
+    return Status::usage("--quality must be a MAPQ in 0-255, not " +
                                     std::to_string(*criteria.min_mapq));
   }
   errno = 0;

@@ -26,11 +26,6 @@
 
 namespace escpod::pipeline {
 
-std::string label_name(int32_t label) {
-  if (label < 0) return "unclassified";
-  return fmt::format("BC{:02d}", label);
-}
-
 namespace {
 
 // The boundary detector and fingerprint settings of a model (its signal_processing block).

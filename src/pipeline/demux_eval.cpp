@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "escpod/pipeline/barcode_labels.hpp"
 #include "pipeline/csv_text.hpp"
+
+#include <algorithm>
 
 #include <unordered_map>
 #include <vector>
@@ -10,10 +13,11 @@
 namespace escpod::pipeline {
 namespace {
 
-// read_id -> label from a CSV (plain or gzip) with a header naming read_id and one of
-// `label_columns`; a leading '#' on the header is stripped and later '#' lines are skipped.
-Result<std::unordered_map<std::string, std::string>> read_labels(
-    const std::string& path, std::initializer_list<const char*> label_columns) {
+// read_id -> barcode number (parse_barcode_label: every label strict, errors name file, line and
+// label) from a CSV (plain or gzip) whose header names read_id and one of `label_columns` (the
+// first found wins); a leading '#' on the header is stripped and later '#' lines are skipped.
+Result<std::unordered_map<std::string, int32_t>> read_labels(
+    const std::string& path, std::initializer_list<std::string_view> label_columns) {
   ESCPOD_ASSIGN_OR_RETURN(detail::LineReader in, detail::LineReader::open(path));
   std::string line, storage;
   std::vector<std::string_view> cells;
@@ -25,23 +29,24 @@ Result<std::unordered_map<std::string, std::string>> read_labels(
     header.assign(cells.begin(), cells.end());
     break;
   }
-  size_t id_col = header.size(), label_col = header.size();
-  for (size_t k = 0; k < header.size(); ++k) {
-    if (header[k] == "read_id") id_col = k;
-    for (const char* name : label_columns)
-      if (header[k] == name && label_col == header.size()) label_col = k;
+  const auto column = [&header](std::string_view name) {
+    return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  const size_t id_col = column("read_id");
+  size_t label_col = header.size();
+  for (std::string_view name : label_columns) {
+    if (label_col == header.size()) label_col = column(name);
   }
   if (id_col == header.size() || label_col == header.size()) {
     return Status::invalid_argument(path + ": header needs read_id and a barcode column");
   }
-  std::unordered_map<std::string, std::string> labels;
+  std::unordered_map<std::string, int32_t> labels;
   while (in.next(line)) {
     if (line.empty() || line[0] == '#') continue;
+    const std::string where = path + ":" + std::to_string(in.line_no());
     detail::split_csv(line, cells, storage);
-    if (cells.size() <= std::max(id_col, label_col)) {
-      return Status::invalid_argument(path + " line " + std::to_string(in.line_no()) + ": too few columns");
-    }
-    labels[std::string(cells[id_col])] = std::string(cells[label_col]);
+    if (cells.size() <= std::max(id_col, label_col)) return Status::invalid_argument(where + ": too few columns");
+    ESCPOD_ASSIGN_OR_RETURN(labels[std::string(cells[id_col])], parse_barcode_label(cells[label_col], where));
   }
   if (!in.error().empty()) return Status::io_error(path + ": " + in.error());
   return labels;
@@ -49,25 +54,17 @@ Result<std::unordered_map<std::string, std::string>> read_labels(
 
 }  // namespace
 
-int32_t barcode_number(const std::string& label) {
-  if (label.empty() || label == "unclassified" || label == "noise" || label == "-1") return -1;
-  size_t end = label.size(), start = end;
-  while (start > 0 && label[start - 1] >= '0' && label[start - 1] <= '9') --start;
-  if (start == end) return -1;
-  return static_cast<int32_t>(std::stol(label.substr(start, std::min<size_t>(end - start, 9))));
-}
-
 Result<CallScores> score_calls(const std::string& calls_csv, const std::string& truth_csv) {
-  ESCPOD_ASSIGN_OR_RETURN(auto calls, read_labels(calls_csv, {"barcode", "predicted_barcode"}));
-  ESCPOD_ASSIGN_OR_RETURN(auto truth, read_labels(truth_csv, {"barcode"}));
+  ESCPOD_ASSIGN_OR_RETURN(auto calls, read_labels(calls_csv, {kLabelColumn, kLegacyLabelColumn}));
+  ESCPOD_ASSIGN_OR_RETURN(auto truth, read_labels(truth_csv, {kLabelColumn}));
   CallScores s;
-  for (const auto& [id, true_label] : truth) {
+  for (const auto& [id, t] : truth) {
     auto it = calls.find(id);
     if (it == calls.end()) {
       ++s.n_missing_calls;
       continue;
     }
-    const int32_t t = barcode_number(true_label), c = barcode_number(it->second);
+    const int32_t c = it->second;
     ++s.n_reads;
     ++s.per_barcode[t].n_truth;
     if (c < 0) {

@@ -172,7 +172,7 @@ Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
                          const DetectStageOptions& options, std::ostream& csv,
                          DetectStageReport* report) {
   const auto t0 = Clock::now();
-  if (options.model_path.empty()) return Status::invalid_argument("detect needs --model MODEL.json");
+  if (options.model_path.empty()) return Status::usage("detect needs --model MODEL.json");
   ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
   std::filesystem::path cnn;
   if (settings.method == DetectMethod::kCnn) {
@@ -441,7 +441,7 @@ Status classify_fingerprints(const std::filesystem::path& fingerprints,
   const size_t d = model.n_features();
 
   const size_t k_classes = model.n_classes();
-  csv << "read_id,predicted_barcode,confidence,is_confident";
+  csv << "read_id,barcode,confidence,is_confident";
   if (options.probabilities) {
     for (const auto& c : model.output_columns()) csv << ',' << c;
   }

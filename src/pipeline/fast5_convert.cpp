@@ -52,7 +52,7 @@ Result<fs::path> output_path_for(const fs::path& input, const fs::path& output,
   const fs::path in = fs::weakly_canonical(input, ec);
   fs::path rel = in.lexically_relative(root);
   if (rel.empty() || *rel.begin() == "..") {
-    return Status::invalid_argument("--one-to-one " + options.one_to_one->string() +
+    return Status::usage("--one-to-one " + options.one_to_one->string() +
                                     " must be a parent folder of every input; " +
                                     input.string() + " is not under it");
   }
@@ -76,7 +76,7 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
   if (options.one_to_one) {
     std::set<fs::path> distinct(out_paths.begin(), out_paths.end());
     if (distinct.size() != out_paths.size()) {
-      return Status::invalid_argument("two inputs map to the same output under --one-to-one");
+      return Status::usage("two inputs map to the same output under --one-to-one");
     }
   }
 

@@ -12,9 +12,11 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "escpod/arrow_bridge/status.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/pipeline/barcode_labels.hpp"
 #include "pipeline/csv_text.hpp"
 
 namespace escpod::pipeline {
@@ -437,6 +439,111 @@ Result<std::unique_ptr<FingerprintTableReader>> FingerprintTableReader::open(
     return ParquetReader::open(path, n_features, model);
   }
   return CsvReader::open(path, n_features, model);
+}
+
+// ---- labelled fingerprints (training input) ---------------------------------------------------
+
+namespace {
+
+// Column positions of a labelled fingerprint table's header.
+struct LabelledColumns {
+  std::vector<size_t> fp;      // fp[k]: the column of fp_k
+  size_t label = SIZE_MAX;     // the barcode column
+  size_t read_id = SIZE_MAX;   // SIZE_MAX: no read_id column
+};
+
+Result<LabelledColumns> labelled_columns(const std::vector<std::string>& names, const std::string& file) {
+  std::map<long, size_t> fp;  // fp index -> column, ordered to check 0..N-1
+  LabelledColumns c;
+  for (size_t col = 0; col < names.size(); ++col) {
+    if (const long k = indexed_column(names[col], "fp_"); k >= 0) {
+      if (!fp.emplace(k, col).second) {
+        return Status::invalid_argument(file + ": column " + names[col] + " appears twice");
+      }
+    } else if (names[col] == kLabelColumn) {
+      c.label = col;
+    } else if (names[col] == "read_id") {
+      c.read_id = col;
+    }
+  }
+  if (fp.empty()) return Status::invalid_argument(file + ": no fp_0, fp_1, ... columns in the header");
+  if (c.label == SIZE_MAX) {
+    return Status::invalid_argument(file + ": no `barcode` column (training needs a label per read: "
+                                           "BC04 or 4, noise/unclassified/-1 for the noise class)");
+  }
+  if (fp.rbegin()->first != static_cast<long>(fp.size()) - 1) {
+    return Status::invalid_argument(fmt::format("{}: fingerprint columns must be fp_0 .. fp_{} without gaps",
+                                                file, fp.size() - 1));
+  }
+  for (const auto& [k, col] : fp) c.fp.push_back(col);
+  return c;
+}
+
+// Appends one data row's values and label to `t`; `where` is "file:line".
+Status add_labelled_row(const std::vector<std::string_view>& cells, const LabelledColumns& c,
+                        const std::string& where, LabelledFingerprints& t) {
+  for (size_t k = 0; k < c.fp.size(); ++k) {
+    double v = 0;
+    if (!parse_double(cells[c.fp[k]], v)) {
+      return Status::invalid_argument(fmt::format("{}: fp_{} '{}' is not a number", where, k, cells[c.fp[k]]));
+    }
+    t.features.push_back(v);
+  }
+  ESCPOD_ASSIGN_OR_RETURN(const int32_t label, parse_barcode_label(cells[c.label], where));
+  t.labels.push_back(label);
+  t.read_ids.emplace_back(c.read_id == SIZE_MAX ? std::string_view() : cells[c.read_id]);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status write_labelled_fingerprints(std::ostream& out, const LabelledFingerprints& table,
+                                   const std::string& what) {
+  std::string line = "read_id";
+  for (size_t k = 0; k < table.n_features; ++k) fmt::format_to(std::back_inserter(line), ",fp_{}", k);
+  line += ",barcode\n";
+  out << line;
+  for (size_t r = 0; r < table.labels.size(); ++r) {
+    line = table.read_ids[r];
+    for (size_t k = 0; k < table.n_features; ++k) {
+      fmt::format_to(std::back_inserter(line), ",{:.6f}", table.features[r * table.n_features + k]);
+    }
+    line += ',';
+    line += label_name(table.labels[r]);
+    line += '\n';
+    out << line;
+  }
+  out.flush();
+  return out ? Status::ok() : Status::io_error("cannot write " + what);
+}
+
+Result<LabelledFingerprints> read_labelled_fingerprints(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  ESCPOD_ASSIGN_OR_RETURN(LineReader in, LineReader::open(path));
+  std::string line, storage;
+  std::vector<std::string_view> cells;
+  if (!in.next(line)) {
+    if (!in.error().empty()) return Status::io_error(file + ": " + in.error());
+    return Status::invalid_argument(file + ": empty file");
+  }
+  if (!line.empty() && line[0] == '#') line.erase(0, 1);
+  split_csv(line, cells, storage);
+  const std::vector<std::string> names(cells.begin(), cells.end());
+  ESCPOD_ASSIGN_OR_RETURN(const LabelledColumns columns, labelled_columns(names, file));
+  LabelledFingerprints t;
+  t.n_features = columns.fp.size();
+  while (in.next(line)) {
+    if (line.find_first_not_of(' ') == std::string::npos || line[0] == '#') continue;
+    const std::string where = fmt::format("{}:{}", file, in.line_no());
+    split_csv(line, cells, storage);
+    if (cells.size() != names.size()) {
+      return Status::invalid_argument(fmt::format("{}: {} fields, the header has {}", where, cells.size(), names.size()));
+    }
+    ESCPOD_RETURN_IF_ERROR(add_labelled_row(cells, columns, where, t));
+  }
+  if (!in.error().empty()) return Status::io_error(file + ": " + in.error());
+  if (t.labels.empty()) return Status::invalid_argument(file + ": no data rows");
+  return t;
 }
 
 }  // namespace escpod::pipeline

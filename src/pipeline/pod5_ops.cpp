@@ -30,7 +30,7 @@ Status check_end_reasons(const std::vector<std::string>& names, const char* flag
         if (!known.empty()) known.append(", ");
         known.append(k);
       }
-      return Status::invalid_argument(std::string(flag) + ": unknown end reason '" + n + "' (known: " + known + ")");
+      return Status::usage(std::string(flag) + ": unknown end reason '" + n + "' (known: " + known + ")");
     }
   }
   return Status::ok();
@@ -190,7 +190,7 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
                     const std::filesystem::path& output, const FilterCriteria& c,
                     const FilterOptions& options, FilterReport* report) {
   if (!c.any()) {
-    return Status::invalid_argument("filter needs at least one criterion (--ids, --min-samples, "
+    return Status::usage("filter needs at least one criterion (--ids, --min-samples, "
                                     "--max-samples, --end-reason, --exclude-end-reason, --annotation)");
   }
   ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.end_reasons, "--end-reason"));
@@ -292,7 +292,7 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
 }
 
 Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(
-    const std::string& path, const std::string& output_column, const std::string& empty_as) {
+    const std::string& path, const std::vector<std::string>& output_columns, const std::string& empty_as) {
   ESCPOD_ASSIGN_OR_RETURN(detail::LineReader in, detail::LineReader::open(path));
   std::string line, storage;
   std::vector<std::string_view> cells;
@@ -301,9 +301,16 @@ Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(
                     cells, storage);
   std::vector<std::string> header(cells.begin(), cells.end());
   auto id_col = std::find(header.begin(), header.end(), "read_id") - header.begin();
-  auto out_col = std::find(header.begin(), header.end(), output_column) - header.begin();
+  auto out_col = static_cast<long>(header.size());
+  for (auto it = output_columns.rbegin(); it != output_columns.rend(); ++it) {
+    if (auto found = std::find(header.begin(), header.end(), *it); found != header.end()) {
+      out_col = found - header.begin();
+    }
+  }
   if (id_col == static_cast<long>(header.size()) || out_col == static_cast<long>(header.size())) {
-    return Status::invalid_argument(path + ": header must name the columns read_id and " + output_column);
+    std::string names;
+    for (const auto& c : output_columns) names += (names.empty() ? "" : " or ") + c;
+    return Status::invalid_argument(path + ": header must name the columns read_id and " + names);
   }
   std::vector<std::pair<pod5::ReadId, std::string>> rows;
   while (in.next(line)) {
@@ -335,11 +342,11 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
   std::string name_template = options.name_template;
   if (by_columns) {
     if (options.columns.empty()) {
-      return Status::invalid_argument("subset needs --csv MAP or --columns FIELD,...");
+      return Status::usage("subset needs --csv MAP or --columns FIELD,...");
     }
     for (const auto& c : options.columns) {
       const ReadField* f = find_read_field(c);
-      if (!f || c == "signal_hash") return Status::invalid_argument("--columns: unknown field '" + c + "'");
+      if (!f || c == "signal_hash") return Status::usage("--columns: unknown field '" + c + "'");
       fields.push_back(f);
     }
     if (name_template.empty()) {
@@ -353,9 +360,9 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
     }
     for (size_t pos = name_template.find('{'); pos != std::string::npos; pos = name_template.find('{', pos + 1)) {
       size_t end = name_template.find('}', pos);
-      if (end == std::string::npos) return Status::invalid_argument("--template: unmatched '{'");
+      if (end == std::string::npos) return Status::usage("--template: unmatched '{'");
       if (!contains(options.columns, name_template.substr(pos + 1, end - pos - 1))) {
-        return Status::invalid_argument("--template names {" + name_template.substr(pos + 1, end - pos - 1) +
+        return Status::usage("--template names {" + name_template.substr(pos + 1, end - pos - 1) +
                                         "}, which is not one of --columns");
       }
     }

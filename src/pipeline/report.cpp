@@ -1,5 +1,7 @@
 #include "escpod/pipeline/report.hpp"
 
+#include "escpod/pipeline/barcode_labels.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -102,7 +104,7 @@ Result<ReportData> collect_report(const ReportOptions& options) {
   d.model = options.model;
   d.signal_samples = samples_hist();
   d.duration_s = duration_hist();
-  if (options.classifications.empty()) return Status::invalid_argument("report needs a classifications CSV");
+  if (options.classifications.empty()) return Status::usage("report needs a classifications CSV");
 
   std::vector<std::string> labels;  // label index -> name
   std::unordered_map<std::string, uint16_t> label_idx;
@@ -120,7 +122,7 @@ Result<ReportData> collect_report(const ReportOptions& options) {
       const auto c = cells[i];
       const int k = static_cast<int>(i);
       if (c == "read_id") c_id = k;
-      else if (c == "barcode" || (c == "predicted_barcode" && c_label < 0)) c_label = k;
+      else if (c == kLabelColumn || (c == kLegacyLabelColumn && c_label < 0)) c_label = k;
       else if (c == "confidence") c_conf = k;
       else if (c == "detector") c_det = k;
       else if (c == "reason") c_reason = k;

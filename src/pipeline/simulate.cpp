@@ -22,6 +22,7 @@
 #include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/pod5/vbz.hpp"
+#include "pipeline/csv_text.hpp"
 
 namespace escpod::pipeline {
 namespace {
@@ -42,18 +43,6 @@ std::string lower(std::string_view s) {
   return r;
 }
 
-std::vector<std::string_view> split_commas(std::string_view line) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t pos = line.find(',', start);
-    out.push_back(trim(line.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start)));
-    if (pos == std::string_view::npos) break;
-    start = pos + 1;
-  }
-  return out;
-}
-
 // Parses "synthetic:N"; returns -1 when `spec` is not of that form, -2 when N is not a number.
 long parse_synthetic(std::string_view spec) {
   constexpr std::string_view kPrefix = "synthetic:";
@@ -65,61 +54,21 @@ long parse_synthetic(std::string_view spec) {
   return v;
 }
 
-// Line reader over a plain or gzip file (zlib reads both transparently).
-class GzLines {
- public:
-  static Result<GzLines> open(const std::filesystem::path& path) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) {
-      return Status::not_found(path.string() + ": no such file");
-    }
-    if (std::filesystem::is_directory(path, ec)) {
-      return Status::invalid_argument(path.string() + ": is a directory, not a file");
-    }
-    gzFile f = gzopen(path.c_str(), "rb");
-    if (f == nullptr) return Status::io_error(path.string() + ": cannot open");
-    gzbuffer(f, 1 << 17);
-    GzLines r;
-    r.m_file.reset(f);
-    r.m_path = path;
-    return r;
+// The lines of a plain or gzip text file (detail::LineReader), with the errors a user can act
+// on reported first: a missing file, a folder.
+Result<detail::LineReader> open_lines(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return Status::not_found(path.string() + ": no such file");
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::invalid_argument(path.string() + ": is a directory, not a file");
   }
-  // Next line without its newline; false at the end. `status` reports a read error.
-  bool next(std::string& line, Status& status) {
-    line.clear();
-    char buf[8192];
-    for (;;) {
-      char* got = gzgets(m_file.get(), buf, sizeof buf);
-      if (got == nullptr) {
-        int err = 0;
-        const char* msg = gzerror(m_file.get(), &err);
-        if (err != Z_OK && err != Z_STREAM_END) {
-          status = Status::corrupt(m_path.string() + ": " + (msg ? msg : "read error"));
-          return false;
-        }
-        if (line.empty()) return false;
-        ++m_line_no;
-        return true;
-      }
-      line.append(got);
-      if (!line.empty() && line.back() == '\n') {
-        line.pop_back();
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        ++m_line_no;
-        return true;
-      }
-    }
-  }
-  size_t line_no() const { return m_line_no; }
+  return detail::LineReader::open(path);
+}
 
- private:
-  struct Closer {
-    void operator()(gzFile f) const { gzclose(f); }
-  };
-  std::unique_ptr<gzFile_s, Closer> m_file;
-  std::filesystem::path m_path;
-  size_t m_line_no = 0;
-};
+// The read error a LineReader met (a damaged gzip stream), or OK.
+Status read_status(const detail::LineReader& lines, const std::filesystem::path& path) {
+  return lines.error().empty() ? Status::ok() : Status::corrupt(path.string() + ": " + lines.error());
+}
 
 std::vector<Barcode> synthetic_barcodes(int n) {
   // Fixed seed: the same N always gives the same set (bc01..bcNN, each a prefix of the larger).
@@ -153,6 +102,8 @@ Result<std::vector<Barcode>> parse_barcode_csv(std::string_view text, std::strin
   bool have_header = false;
   size_t line_no = 0;
   size_t pos = 0;
+  std::vector<std::string_view> fields;
+  std::string storage;
   while (pos <= text.size()) {
     size_t nl = text.find('\n', pos);
     if (nl == std::string_view::npos) nl = text.size();
@@ -163,7 +114,8 @@ Result<std::vector<Barcode>> parse_barcode_csv(std::string_view text, std::strin
       if (nl == text.size()) break;
       continue;
     }
-    const auto fields = split_commas(line);
+    detail::split_csv(line, fields, storage);
+    for (auto& f : fields) f = trim(f);
     const std::string where = fmt::format("{}:{}", source, line_no);
     if (!have_header) {
       for (size_t i = 0; i < fields.size(); ++i) {
@@ -210,32 +162,30 @@ Result<std::vector<Barcode>> parse_barcode_csv(std::string_view text, std::strin
 Result<std::vector<Barcode>> load_barcodes(const std::string& spec) {
   const long n = parse_synthetic(spec);
   if (n == -2 || n == 0 || n > 384) {  // up to a 384-well plate
-    return Status::invalid_argument("--barcodes " + spec + ": synthetic:N needs N in [1, 384]");
+    return Status::usage("--barcodes " + spec + ": synthetic:N needs N in [1, 384]");
   }
   if (n > 0) return synthetic_barcodes(static_cast<int>(n));
-  ESCPOD_ASSIGN_OR_RETURN(GzLines lines, GzLines::open(spec));
+  ESCPOD_ASSIGN_OR_RETURN(detail::LineReader lines, open_lines(spec));
   std::string text, line;
-  Status st;
-  while (lines.next(line, st)) {
+  while (lines.next(line)) {
     text += line;
     text += '\n';
   }
-  ESCPOD_RETURN_IF_ERROR(st);
+  ESCPOD_RETURN_IF_ERROR(read_status(lines, spec));
   return parse_barcode_csv(text, spec);
 }
 
 Result<signal::KmerTable> load_kmer_table(const std::string& spec) {
   const long k = parse_synthetic(spec);
   if (k == -2 || k == 0 || k > 12) {
-    return Status::invalid_argument("--kmer-model " + spec + ": synthetic:K needs K in [1, 12]");
+    return Status::usage("--kmer-model " + spec + ": synthetic:K needs K in [1, 12]");
   }
   if (k > 0) return signal::KmerTable::synthetic(static_cast<int>(k));
-  ESCPOD_ASSIGN_OR_RETURN(GzLines lines, GzLines::open(spec));
+  ESCPOD_ASSIGN_OR_RETURN(detail::LineReader lines, open_lines(spec));
   std::optional<signal::KmerTable> table;
   std::string line;
-  Status st;
   bool first_data = true;
-  while (lines.next(line, st)) {
+  while (lines.next(line)) {
     const std::string_view l = trim(line);
     if (l.empty() || l.front() == '#') continue;
     const size_t sep = l.find_first_of(" \t");
@@ -264,18 +214,17 @@ Result<signal::KmerTable> load_kmer_table(const std::string& spec) {
     const Status s = table->set(kmer, level);
     if (!s.is_ok()) return Status::invalid_argument(where + ": " + s.message());
   }
-  ESCPOD_RETURN_IF_ERROR(st);
+  ESCPOD_RETURN_IF_ERROR(read_status(lines, spec));
   if (!table) return Status::invalid_argument(spec + ": no k-mer levels in the file");
   ESCPOD_RETURN_IF_ERROR(table->check_complete());
   return std::move(*table);
 }
 
 Result<std::vector<FastaRecord>> load_fasta(const std::filesystem::path& path) {
-  ESCPOD_ASSIGN_OR_RETURN(GzLines lines, GzLines::open(path));
+  ESCPOD_ASSIGN_OR_RETURN(detail::LineReader lines, open_lines(path));
   std::vector<FastaRecord> out;
   std::string line;
-  Status st;
-  while (lines.next(line, st)) {
+  while (lines.next(line)) {
     const std::string_view l = trim(line);
     if (l.empty() || l.front() == ';') continue;
     if (l.front() == '>') {
@@ -302,7 +251,7 @@ Result<std::vector<FastaRecord>> load_fasta(const std::filesystem::path& path) {
       out.back().sequence.push_back(u);
     }
   }
-  ESCPOD_RETURN_IF_ERROR(st);
+  ESCPOD_RETURN_IF_ERROR(read_status(lines, path));
   std::erase_if(out, [](const FastaRecord& r) { return r.sequence.empty(); });
   if (out.empty()) return Status::invalid_argument(path.string() + ": no sequences in the FASTA file");
   return out;
@@ -358,33 +307,43 @@ pod5::ReadId make_read_id(signal::SimRng& rng) {
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
-}  // namespace
-
-Status simulate(const std::filesystem::path& output, const SimulateOptions& o, SimulateStats* stats) {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (o.n_reads == 0) return Status::invalid_argument("--reads must be at least 1");
-  if (o.n_channels == 0) return Status::invalid_argument("--channels must be at least 1");
-  if (o.kmer_model.empty()) return Status::invalid_argument("--kmer-model is required (a table file or synthetic:K)");
+// The truth CSV path for these options, after checking the options that need no file.
+Result<std::filesystem::path> check_options(const std::filesystem::path& output, const SimulateOptions& o) {
+  if (o.n_reads == 0) return Status::usage("--reads must be at least 1");
+  if (o.n_channels == 0) return Status::usage("--channels must be at least 1");
+  if (o.kmer_model.empty()) return Status::usage("--kmer-model is required (a table file or synthetic:K)");
   if (!(o.transcript_length_mean >= 1.0) || o.transcript_length_min == 0 ||
       o.transcript_length_min > o.transcript_length_max) {
-    return Status::invalid_argument("transcript length: need mean >= 1 and 1 <= min <= max");
+    return Status::usage("transcript length: need mean >= 1 and 1 <= min <= max");
   }
   if (!(o.polya_length_mean >= 0.0) || !(o.polya_length_sd >= 0.0)) {
-    return Status::invalid_argument("poly(A) length mean and sd must be non-negative");
+    return Status::usage("poly(A) length mean and sd must be non-negative");
   }
-  const std::filesystem::path truth_path = o.truth_path.empty() ? default_truth_path(output) : o.truth_path;
+  std::filesystem::path truth_path = o.truth_path.empty() ? default_truth_path(output) : o.truth_path;
   if (std::filesystem::absolute(truth_path).lexically_normal() ==
       std::filesystem::absolute(output).lexically_normal()) {
-    return Status::invalid_argument("the truth CSV and the POD5 output are the same path: " + output.string());
+    return Status::usage("the truth CSV and the POD5 output are the same path: " + output.string());
   }
+  return truth_path;
+}
 
+// What the reads are made of: the k-mer table, barcodes, transcripts (empty: random) and adapter.
+struct SimInputs {
+  signal::KmerTable table;
+  std::vector<Barcode> barcodes;
+  std::vector<FastaRecord> fasta;
+  std::string adapter;
+  std::string kmer_desc;  // the k-mer model as the truth CSV and run info name it
+};
+
+Result<SimInputs> load_inputs(const SimulateOptions& o) {
   ESCPOD_ASSIGN_OR_RETURN(signal::KmerTable table, load_kmer_table(o.kmer_model));
   ESCPOD_ASSIGN_OR_RETURN(std::vector<Barcode> barcodes, load_barcodes(o.barcodes));
   std::vector<FastaRecord> fasta;
   if (!o.transcripts.empty()) {
     ESCPOD_ASSIGN_OR_RETURN(fasta, load_fasta(o.transcripts));
   }
-  const std::string adapter = o.adapter.empty() ? signal::default_adapter_sequence() : o.adapter;
+  std::string adapter = o.adapter.empty() ? signal::default_adapter_sequence() : o.adapter;
   for (char c : adapter) {
     if (signal::base_code(c) < 0) return Status::invalid_argument("adapter sequence is not ACGTU: " + adapter);
   }
@@ -392,108 +351,151 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
     log::warn("k-mer model {} is SYNTHETIC (no pore model behind it): signal levels are not real RNA004 levels",
               table.label());
   }
-
-  const std::string kmer_desc =
+  std::string kmer_desc =
       table.is_synthetic() ? table.label() + " (SYNTHETIC k-mer table, not a real pore model)" : table.label();
+  return SimInputs{std::move(table), std::move(barcodes), std::move(fasta), std::move(adapter),
+                   std::move(kmer_desc)};
+}
 
-  // Run info, shaped like a real RNA004 MinKNOW run but marked simulated.
+// Run info, shaped like a real RNA004 MinKNOW run but marked simulated.
+pod5::RunInfo simulated_run_info(const SimulateOptions& o, const std::string& kmer_desc) {
   pod5::RunInfo ri;
-  {
-    uint64_t s = o.seed;
-    const uint64_t h1 = signal::splitmix64(s), h2 = signal::splitmix64(s);
-    ri.acquisition_id = hex64(h1) + hex64(h2).substr(0, 8) + "sim0";
-    ri.acquisition_start_time_ms = 1735689600000;  // 2025-01-01T00:00:00Z, fixed for reproducibility
-    ri.adc_min = o.params.adc_min;
-    ri.adc_max = o.params.adc_max;
-    ri.context_tags = {{"experiment_type", "rna"},
-                       {"sample_frequency", fmt::format("{}", o.params.sample_rate_hz)},
-                       {"selected_speed_bases_per_second", fmt::format("{}", o.params.bases_per_second)},
-                       {"sequencing_kit", "sqk-rna004"},
-                       {"simulator", kSimulatorVersion},
-                       {"simulator_kmer_model", kmer_desc},
-                       {"simulator_seed", std::to_string(o.seed)}};
-    ri.experiment_name = "escpod-simulate";
-    ri.flow_cell_id = "SIM00000";
-    ri.flow_cell_product_code = "FLO-PRO004RA";
-    ri.protocol_name = "escpod simulate (simulated direct RNA, SQK-RNA004 layout)";
-    ri.protocol_run_id = ri.acquisition_id;
-    ri.protocol_start_time_ms = ri.acquisition_start_time_ms;
-    ri.sample_id = "simulated";
-    ri.sample_rate = static_cast<uint16_t>(std::clamp(o.params.sample_rate_hz, 1.0, 65535.0));
-    ri.sequencing_kit = "sqk-rna004";
-    ri.sequencer_position = "SIM";
-    ri.sequencer_position_type = "simulated";
-    ri.software = kSimulatorVersion;
-    ri.system_name = "escpod";
-    ri.system_type = "simulated";
-    ri.tracking_id = {{"data_source", "simulated"},
-                      {"exp_script_purpose", "simulation"},
-                      {"is_simulated", "1"},
-                      {"run_id", ri.acquisition_id},
-                      {"sample_id", "simulated"}};
-  }
+  uint64_t s = o.seed;
+  const uint64_t h1 = signal::splitmix64(s), h2 = signal::splitmix64(s);
+  ri.acquisition_id = hex64(h1) + hex64(h2).substr(0, 8) + "sim0";
+  ri.acquisition_start_time_ms = 1735689600000;  // 2025-01-01T00:00:00Z, fixed for reproducibility
+  ri.adc_min = o.params.adc_min;
+  ri.adc_max = o.params.adc_max;
+  ri.context_tags = {{"experiment_type", "rna"},
+                     {"sample_frequency", fmt::format("{}", o.params.sample_rate_hz)},
+                     {"selected_speed_bases_per_second", fmt::format("{}", o.params.bases_per_second)},
+                     {"sequencing_kit", "sqk-rna004"},
+                     {"simulator", kSimulatorVersion},
+                     {"simulator_kmer_model", kmer_desc},
+                     {"simulator_seed", std::to_string(o.seed)}};
+  ri.experiment_name = "escpod-simulate";
+  ri.flow_cell_id = "SIM00000";
+  ri.flow_cell_product_code = "FLO-PRO004RA";
+  ri.protocol_name = "escpod simulate (simulated direct RNA, SQK-RNA004 layout)";
+  ri.protocol_run_id = ri.acquisition_id;
+  ri.protocol_start_time_ms = ri.acquisition_start_time_ms;
+  ri.sample_id = "simulated";
+  ri.sample_rate = static_cast<uint16_t>(std::clamp(o.params.sample_rate_hz, 1.0, 65535.0));
+  ri.sequencing_kit = "sqk-rna004";
+  ri.sequencer_position = "SIM";
+  ri.sequencer_position_type = "simulated";
+  ri.software = kSimulatorVersion;
+  ri.system_name = "escpod";
+  ri.system_type = "simulated";
+  ri.tracking_id = {{"data_source", "simulated"},
+                    {"exp_script_purpose", "simulation"},
+                    {"is_simulated", "1"},
+                    {"run_id", ri.acquisition_id},
+                    {"sample_id", "simulated"}};
+  return ri;
+}
 
-  ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, o.writer));
-  ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
-  ESCPOD_ASSIGN_OR_RETURN(StagedFile truth_file, StagedFile::create(truth_path, o.writer.overwrite));
-  std::FILE* truth = std::fopen(truth_file.staging_path().c_str(), "wb");
-  if (truth == nullptr) return Status::io_error(truth_file.staging_path().string() + ": cannot open for writing");
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> truth_guard(truth, &std::fclose);
-  std::setvbuf(truth, nullptr, _IOFBF, 1 << 20);
-  {
-    const std::string head = fmt::format(
+// The truth CSV: staged beside its destination, written in read order, committed last.
+class TruthWriter {
+ public:
+  static Result<TruthWriter> open(const std::filesystem::path& path, const SimulateOptions& o,
+                                  const std::string& kmer_desc) {
+    ESCPOD_ASSIGN_OR_RETURN(StagedFile staged, StagedFile::create(path, o.writer.overwrite));
+    std::FILE* f = std::fopen(staged.staging_path().c_str(), "wb");
+    if (f == nullptr) return Status::io_error(staged.staging_path().string() + ": cannot open for writing");
+    TruthWriter w(std::move(staged), f);
+    std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
+    ESCPOD_RETURN_IF_ERROR(w.write(fmt::format(
         "read_id,barcode,adapter_start,adapter_end,barcode_start,barcode_end,polya_start,polya_end,"
         "transcript_start,num_samples,transcript\n"
         "# {} seed={} reads={} kmer_model={} barcodes={} transcripts={} sample_rate={}\n"
         "# positions are sample indices, regions half-open; signal order: open pore [0,adapter_start), "
         "adapter [adapter_start,adapter_end) with the barcode at its end, poly(A), transcript read 3'->5'\n",
         kSimulatorVersion, o.seed, o.n_reads, kmer_desc, o.barcodes,
-        o.transcripts.empty() ? std::string("random") : o.transcripts, o.params.sample_rate_hz);
-    if (std::fwrite(head.data(), 1, head.size(), truth) != head.size()) {
-      return Status::io_error(truth_file.staging_path().string() + ": write failed");
-    }
+        o.transcripts.empty() ? std::string("random") : o.transcripts, o.params.sample_rate_hz)));
+    return w;
   }
 
-  const uint32_t max_chunk = std::max<uint32_t>(1, o.writer.max_chunk_samples);
-  const bool vbz = o.writer.vbz;
-  const int zstd_level = o.writer.zstd_level;
-  tbb::enumerable_thread_specific<Scratch> scratch;
-
-  auto generate = [&](Work& w) -> Status {
-    Scratch& sc = scratch.local();
-    signal::SimRng rng(o.seed, w.index);
-    const pod5::ReadId id = make_read_id(rng);
-    const auto channel = static_cast<uint32_t>(1 + rng.below(o.n_channels));
-    const Barcode& bc = barcodes[rng.below(barcodes.size())];
-    std::string_view transcript;
-    std::string_view transcript_name = "random";
-    if (!fasta.empty()) {
-      const FastaRecord& r = fasta[rng.below(fasta.size())];
-      transcript = r.sequence;
-      transcript_name = r.name;
-    } else {
-      constexpr double kSigma = 0.5;
-      const double len = std::exp(std::log(o.transcript_length_mean) - 0.5 * kSigma * kSigma + kSigma * rng.normal());
-      const double clamped = std::clamp(std::nearbyint(len), static_cast<double>(o.transcript_length_min),
-                                        static_cast<double>(o.transcript_length_max));
-      signal::random_sequence(rng, static_cast<size_t>(clamped), sc.transcript);
-      transcript = sc.transcript;
+  Status write(std::string_view text) {
+    if (std::fwrite(text.data(), 1, text.size(), m_file.get()) != text.size()) {
+      return Status::io_error(m_staged.staging_path().string() + ": write failed");
     }
-    const double pa_len = std::clamp(std::nearbyint(o.polya_length_mean + o.polya_length_sd * rng.normal()),
-                                     static_cast<double>(o.polya_length_min), 500.0);
+    return Status::ok();
+  }
+
+  // Flushes and closes the staging file (call before the POD5 is committed).
+  Status close() {
+    if (std::fflush(m_file.get()) != 0 || std::ferror(m_file.get())) {
+      return Status::io_error(m_staged.staging_path().string() + ": write failed");
+    }
+    if (std::fclose(m_file.release()) != 0) {
+      return Status::io_error(m_staged.staging_path().string() + ": close failed");
+    }
+    return Status::ok();
+  }
+
+  Status commit(FsyncMode fsync) { return m_staged.commit(fsync); }
+
+ private:
+  TruthWriter(StagedFile staged, std::FILE* f) : m_staged(std::move(staged)), m_file(f, &std::fclose) {}
+
+  StagedFile m_staged;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> m_file;
+};
+
+// Makes read w.index (a pure function of the seed and the index, so the output is the same for
+// any thread count): its signal, compressed chunks, record fields and truth row. The channel
+// timing (read_number, start_sample) is the writer's: see ChannelClock.
+class ReadMaker {
+ public:
+  ReadMaker(const SimulateOptions& o, const SimInputs& in, const std::string& run_info_id)
+      : m_o(o), m_in(in), m_run_info_id(run_info_id), m_max_chunk(std::max<uint32_t>(1, o.writer.max_chunk_samples)) {}
+
+  Status make(Work& w, Scratch& sc) const {
+    signal::SimRng rng(m_o.seed, w.index);
+    const pod5::ReadId id = make_read_id(rng);
+    const auto channel = static_cast<uint32_t>(1 + rng.below(m_o.n_channels));
+    const Barcode& bc = m_in.barcodes[rng.below(m_in.barcodes.size())];
+    std::string_view transcript_name = "random";
+    const std::string_view transcript = pick_transcript(rng, sc, transcript_name);
+    const double pa_len = std::clamp(std::nearbyint(m_o.polya_length_mean + m_o.polya_length_sd * rng.normal()),
+                                     static_cast<double>(m_o.polya_length_min), 500.0);
     w.gap = 1000 + rng.below(39000);  // 0.25-10 s between reads on a channel
-    const signal::Calibration cal = channel_calibration(o.seed, channel);
+    const signal::Calibration cal = channel_calibration(m_o.seed, channel);
     signal::ReadSpec spec;
-    spec.adapter = adapter;
+    spec.adapter = m_in.adapter;
     spec.barcode = bc.sequence;
     spec.polya_length = static_cast<uint32_t>(pa_len);
     spec.transcript = transcript;
     spec.calibration = cal;
-    ESCPOD_RETURN_IF_ERROR(signal::simulate_read(table, o.params, spec, rng, sc.read));
-    const signal::SimulatedRead& sr = sc.read;
-    const signal::ReadLayout& L = sr.layout;
+    ESCPOD_RETURN_IF_ERROR(signal::simulate_read(m_in.table, m_o.params, spec, rng, sc.read));
+    fill_record(id, channel, cal, sc.read, w.record);
+    ESCPOD_RETURN_IF_ERROR(compress_chunks(sc, w));
+    const signal::ReadLayout& L = sc.read.layout;
+    w.truth_row = fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", id.to_string(), bc.name, L.adapter_start,
+                              L.adapter_end, L.barcode_start, L.barcode_end, L.polya_start, L.polya_end,
+                              L.transcript_start, L.num_samples, transcript_name);
+    return Status::ok();
+  }
 
-    pod5::ReadRecord& rec = w.record;
+ private:
+  // A FASTA record, or a random transcript of log-normal length (in sc.transcript).
+  std::string_view pick_transcript(signal::SimRng& rng, Scratch& sc, std::string_view& name) const {
+    if (!m_in.fasta.empty()) {
+      const FastaRecord& r = m_in.fasta[rng.below(m_in.fasta.size())];
+      name = r.name;
+      return r.sequence;
+    }
+    constexpr double kSigma = 0.5;
+    const double len = std::exp(std::log(m_o.transcript_length_mean) - 0.5 * kSigma * kSigma + kSigma * rng.normal());
+    const double clamped = std::clamp(std::nearbyint(len), static_cast<double>(m_o.transcript_length_min),
+                                      static_cast<double>(m_o.transcript_length_max));
+    signal::random_sequence(rng, static_cast<size_t>(clamped), sc.transcript);
+    return sc.transcript;
+  }
+
+  void fill_record(const pod5::ReadId& id, uint32_t channel, const signal::Calibration& cal,
+                   const signal::SimulatedRead& sr, pod5::ReadRecord& rec) const {
     rec.read_id = id;
     rec.channel = channel;
     rec.well = 1;
@@ -503,16 +505,18 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
     rec.median_before = sr.open_pore_pa;
     rec.end_reason = "signal_positive";
     rec.end_reason_forced = false;
-    rec.run_info = ri.acquisition_id;
-    rec.num_samples = L.num_samples;
+    rec.run_info = m_run_info_id;
+    rec.num_samples = sr.layout.num_samples;
+  }
 
-    // Compress in this worker; the writer only copies the chunks.
-    const std::span<const int16_t> all(sr.adc);
-    for (size_t off = 0; off < all.size(); off += max_chunk) {
-      const auto part = all.subspan(off, std::min<size_t>(max_chunk, all.size() - off));
+  // Compresses in the worker (VBZ, or raw little-endian int16); the writer only copies chunks.
+  Status compress_chunks(Scratch& sc, Work& w) const {
+    const std::span<const int16_t> all(sc.read.adc);
+    for (size_t off = 0; off < all.size(); off += m_max_chunk) {
+      const auto part = all.subspan(off, std::min<size_t>(m_max_chunk, all.size() - off));
       std::vector<uint8_t> bytes;
-      if (vbz) {
-        ESCPOD_RETURN_IF_ERROR(sc.codec.compress(part, bytes, zstd_level));
+      if (m_o.writer.vbz) {
+        ESCPOD_RETURN_IF_ERROR(sc.codec.compress(part, bytes, m_o.writer.zstd_level));
       } else {
         bytes.resize(part.size() * 2);
         for (size_t i = 0; i < part.size(); ++i) {
@@ -524,57 +528,46 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
       w.chunk_bytes.push_back(std::move(bytes));
       w.chunk_samples.push_back(static_cast<uint32_t>(part.size()));
     }
-    w.truth_row = fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", id.to_string(), bc.name, L.adapter_start,
-                              L.adapter_end, L.barcode_start, L.barcode_end, L.polya_start, L.polya_end,
-                              L.transcript_start, L.num_samples, transcript_name);
     return Status::ok();
-  };
+  }
 
-  struct ChannelState {
+  const SimulateOptions& m_o;
+  const SimInputs& m_in;
+  const std::string& m_run_info_id;
+  const uint32_t m_max_chunk;
+};
+
+// Places reads on their channels in read order: read_number, start_sample and the time since
+// the mux change follow each channel's previous read plus the read's gap.
+class ChannelClock {
+ public:
+  explicit ChannelClock(double sample_rate_hz) : m_rate(sample_rate_hz) {}
+
+  void place(Work& w) {
+    State& cs = m_channels[w.record.channel];
+    cs.next_sample += w.gap;
+    w.record.read_number = ++cs.read_number;
+    w.record.start_sample = cs.next_sample;
+    w.record.num_reads_since_mux_change = cs.read_number - 1;
+    w.record.time_since_mux_change = static_cast<float>(static_cast<double>(cs.next_sample) / m_rate);
+    cs.next_sample += w.record.num_samples;
+  }
+
+ private:
+  struct State {
     uint32_t read_number = 0;
     uint64_t next_sample = 0;
   };
-  std::unordered_map<uint32_t, ChannelState> channels;
-  Status first_error;
-  std::atomic<bool> failed{false};
-  uint64_t next_index = 0, n_samples = 0;
-  std::vector<pod5::SignalChunk> chunks;
-  // Bytes: compressed signal written (its total is not known in advance).
-  progress::Task progress(o.n_reads, 0);
+  double m_rate;
+  std::unordered_map<uint32_t, State> m_channels;
+};
 
-  auto consume = [&](Work& w) {
-    if (failed.load()) return;
-    Status st = w.status;
-    if (st.is_ok()) {
-      ChannelState& cs = channels[w.record.channel];
-      cs.next_sample += w.gap;
-      w.record.read_number = ++cs.read_number;
-      w.record.start_sample = cs.next_sample;
-      w.record.num_reads_since_mux_change = cs.read_number - 1;
-      w.record.time_since_mux_change =
-          static_cast<float>(static_cast<double>(cs.next_sample) / o.params.sample_rate_hz);
-      cs.next_sample += w.record.num_samples;
-      chunks.clear();
-      for (size_t i = 0; i < w.chunk_bytes.size(); ++i) {
-        chunks.push_back({std::span<const uint8_t>(w.chunk_bytes[i]), w.chunk_samples[i], w.record.read_id});
-      }
-      st = writer->add_read_chunks(w.record, chunks);
-    }
-    if (st.is_ok() && std::fwrite(w.truth_row.data(), 1, w.truth_row.size(), truth) != w.truth_row.size()) {
-      st = Status::io_error(truth_file.staging_path().string() + ": write failed");
-    }
-    if (!st.is_ok()) {
-      first_error = st.with_context(fmt::format("read {}", w.index));
-      failed.store(true);
-      return;
-    }
-    n_samples += w.record.num_samples;
-    uint64_t bytes = 0;
-    for (const auto& b : w.chunk_bytes) bytes += b.size();
-    progress.add(1, bytes);
-  };
-
-  const int n_threads = std::max(1, o.n_threads);
+// Generates reads 0..n_reads-1 on n_threads workers (`make`) and hands them to `consume` in
+// index order. Stops early once `failed` is set or on an interrupt.
+template <typename Make, typename Consume>
+void run_in_order(uint64_t n_reads, int n_threads, const std::atomic<bool>& failed, Make&& make,
+                  Consume&& consume) {
+  uint64_t next_index = 0;
   tbb::task_arena arena(n_threads);
   arena.execute([&] {
     tbb::parallel_pipeline(
@@ -582,7 +575,7 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
         tbb::make_filter<void, std::shared_ptr<Work>>(
             tbb::filter_mode::serial_in_order,
             [&](tbb::flow_control& fc) -> std::shared_ptr<Work> {
-              if (next_index >= o.n_reads || failed.load() || interrupted()) {
+              if (next_index >= n_reads || failed.load() || interrupted()) {
                 fc.stop();
                 return nullptr;
               }
@@ -593,32 +586,75 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
             tbb::make_filter<std::shared_ptr<Work>, std::shared_ptr<Work>>(
                 tbb::filter_mode::parallel,
                 [&](std::shared_ptr<Work> w) {
-                  if (!failed.load()) w->status = generate(*w);
+                  if (!failed.load()) w->status = make(*w);
                   return w;
                 }) &
             tbb::make_filter<std::shared_ptr<Work>, void>(tbb::filter_mode::serial_in_order,
                                                           [&](std::shared_ptr<Work> w) { consume(*w); }));
   });
+}
+
+}  // namespace
+
+Status simulate(const std::filesystem::path& output, const SimulateOptions& o, SimulateStats* stats) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ESCPOD_ASSIGN_OR_RETURN(const std::filesystem::path truth_path, check_options(output, o));
+  ESCPOD_ASSIGN_OR_RETURN(const SimInputs in, load_inputs(o));
+  const pod5::RunInfo ri = simulated_run_info(o, in.kmer_desc);
+  ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(output, o.writer));
+  ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
+  ESCPOD_ASSIGN_OR_RETURN(TruthWriter truth, TruthWriter::open(truth_path, o, in.kmer_desc));
+
+  const ReadMaker maker(o, in, ri.acquisition_id);
+  tbb::enumerable_thread_specific<Scratch> scratch;
+  ChannelClock clock(o.params.sample_rate_hz);
+  Status first_error;
+  std::atomic<bool> failed{false};
+  uint64_t n_samples = 0;
+  std::vector<pod5::SignalChunk> chunks;
+  // Bytes: compressed signal written (its total is not known in advance).
+  progress::Task progress(o.n_reads, 0);
+
+  // Writes read w (serial, in read order): its channel timing, chunks and truth row.
+  auto consume = [&](Work& w) {
+    if (failed.load()) return;
+    Status st = w.status;
+    if (st.is_ok()) {
+      clock.place(w);
+      chunks.clear();
+      for (size_t i = 0; i < w.chunk_bytes.size(); ++i) {
+        chunks.push_back({std::span<const uint8_t>(w.chunk_bytes[i]), w.chunk_samples[i], w.record.read_id});
+      }
+      st = writer->add_read_chunks(w.record, chunks);
+    }
+    if (st.is_ok()) st = truth.write(w.truth_row);
+    if (!st.is_ok()) {
+      first_error = st.with_context(fmt::format("read {}", w.index));
+      failed.store(true);
+      return;
+    }
+    n_samples += w.record.num_samples;
+    uint64_t bytes = 0;
+    for (const auto& b : w.chunk_bytes) bytes += b.size();
+    progress.add(1, bytes);
+  };
+  run_in_order(o.n_reads, std::max(1, o.n_threads), failed,
+               [&](Work& w) { return maker.make(w, scratch.local()); }, consume);
   ESCPOD_RETURN_IF_ERROR(first_error);
   if (interrupted()) return Status::cancelled("simulate: interrupted");
 
   ESCPOD_RETURN_IF_ERROR(writer->finish());
-  if (std::fflush(truth) != 0 || std::ferror(truth)) {
-    return Status::io_error(truth_file.staging_path().string() + ": write failed");
-  }
-  if (std::fclose(truth_guard.release()) != 0) {
-    return Status::io_error(truth_file.staging_path().string() + ": close failed");
-  }
+  ESCPOD_RETURN_IF_ERROR(truth.close());
   ESCPOD_RETURN_IF_ERROR(writer->commit());
-  ESCPOD_RETURN_IF_ERROR(truth_file.commit(o.writer.fsync));
+  ESCPOD_RETURN_IF_ERROR(truth.commit(o.writer.fsync));
 
   if (stats != nullptr) {
     stats->n_reads = o.n_reads;
     stats->n_samples = n_samples;
     stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stats->truth_path = truth_path;
-    stats->kmer_label = table.label();
-    stats->kmer_synthetic = table.is_synthetic();
+    stats->kmer_label = in.table.label();
+    stats->kmer_synthetic = in.table.is_synthetic();
   }
   return Status::ok();
 }

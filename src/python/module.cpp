@@ -54,7 +54,8 @@ using pod5::ReadId;
   switch (s.code()) {
     case StatusCode::kNotFound: type = PyExc_FileNotFoundError; break;
     case StatusCode::kAlreadyExists: type = PyExc_FileExistsError; break;
-    case StatusCode::kInvalidArgument: type = PyExc_ValueError; break;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kUsage: type = PyExc_ValueError; break;
     case StatusCode::kCancelled: type = PyExc_KeyboardInterrupt; break;
     default: break;
   }

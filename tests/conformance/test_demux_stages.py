@@ -107,7 +107,7 @@ def test_chained_stages_give_the_fused_calls(chained):
     (_, _, calls), (_, _, cls_log), fused = chained
     with open(calls) as f:
         header = f.readline().strip().split(",")
-    assert header[:4] == ["read_id", "predicted_barcode", "confidence", "is_confident"]
+    assert header[:4] == ["read_id", "barcode", "confidence", "is_confident"]
     assert all(re.fullmatch(r"p(\d\d|-1)", c) for c in header[4:]) and len(header) > 5
     stage = {r["read_id"]: r for r in read_csv(calls)}
     fused_rows = read_csv(fused)
@@ -115,12 +115,12 @@ def test_chained_stages_give_the_fused_calls(chained):
     for f in fused_rows:
         s = stage.get(f["read_id"])
         if s is not None:
-            assert re.fullmatch(r"BC\d\d|unclassified", s["predicted_barcode"]), s
-            assert s["is_confident"] == ("true" if s["predicted_barcode"] != "unclassified" else "false")
-        if s is None or f["barcode"] == "unclassified" or s["predicted_barcode"] == "unclassified":
+            assert re.fullmatch(r"BC\d\d|unclassified", s["barcode"]), s
+            assert s["is_confident"] == ("true" if s["barcode"] != "unclassified" else "false")
+        if s is None or f["barcode"] == "unclassified" or s["barcode"] == "unclassified":
             continue
         both += 1
-        assert s["predicted_barcode"] == f["barcode"], (s, f)
+        assert s["barcode"] == f["barcode"], (s, f)
         assert abs(float(s["confidence"]) - float(f["confidence"])) < 1e-3, (s, f)
     n_fused = sum(1 for f in fused_rows if f["barcode"] != "unclassified")
     assert n_fused > 0 and both >= 0.99 * n_fused, f"{both} of {n_fused} fused calls reproduced"
@@ -166,7 +166,7 @@ def test_classify_errors_and_empty_table(escpod, wdx4, tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("read_id," + ",".join(f"fp_{k}" for k in range(25)) + ",barcode\n")
     run([escpod, "demux", "classify", empty, "--model", wdx4, "-o", tmp_path / "e.csv"])
-    assert (tmp_path / "e.csv").read_text().startswith("read_id,predicted_barcode,confidence,is_confident\n")
+    assert (tmp_path / "e.csv").read_text().startswith("read_id,barcode,confidence,is_confident\n")
 
 
 def test_outputs_are_not_overwritten_without_force(escpod, wdx4, sample_files, tmp_path):
@@ -223,7 +223,7 @@ def test_parquet_fingerprints_with_dwell(escpod, wdx4, sample_files, chained, tm
     assert len(rows) == table.num_rows
     for s in rows:
         f = fused_rows[s["read_id"]]
-        assert s["predicted_barcode"] == f["barcode"], (s, f)
+        assert s["barcode"] == f["barcode"], (s, f)
         assert s["confidence"] == f["confidence"], (s, f)
 
 
@@ -247,8 +247,8 @@ def test_classify_reads_parquet_written_by_others(escpod, wdx4, chained, tmp_pat
     mine = read_csv(calls_csv)
     got = read_csv(out)
     assert [r["read_id"] for r in got] == [r["read_id"] for r in mine]
-    assert [(r["predicted_barcode"], r["confidence"]) for r in got] == \
-        [(r["predicted_barcode"], r["confidence"]) for r in mine]
+    assert [(r["barcode"], r["confidence"]) for r in got] == \
+        [(r["barcode"], r["confidence"]) for r in mine]
 
     data32 = dict(data)
     for k in range(25):
@@ -335,7 +335,7 @@ def test_damaged_parquet_is_an_error_or_a_table_never_a_crash(escpod, wdx4, samp
         assert r.returncode in (0, 1, 2), (k, r.returncode, r.stderr[-2000:])
         assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, (k, r.stderr[-2000:])
         if r.returncode == 0:
-            assert out.read_text().startswith("read_id,predicted_barcode")
+            assert out.read_text().startswith("read_id,barcode,")
         else:
             n_errors += 1
             assert "damaged.parquet" in r.stderr, (k, r.stderr)
@@ -354,7 +354,7 @@ def test_dtw_precision_float64_matches_float32_calls(escpod, wdx4, sample_files,
     calls64 = tmp_path / "calls64.csv"
     run([escpod, "demux", "classify", fp, "--model", wdx4, "-o", calls64, "--probabilities",
          "--dtw-precision", "float64"])
-    for a_path, b_path, label in ((fused32, fused64, "barcode"), (calls32, calls64, "predicted_barcode")):
+    for a_path, b_path, label in ((fused32, fused64, "barcode"), (calls32, calls64, "barcode")):
         a, b = read_csv(a_path), read_csv(b_path)
         assert [r["read_id"] for r in a] == [r["read_id"] for r in b]
         assert [r[label] for r in a] == [r[label] for r in b], a_path.name

@@ -170,7 +170,7 @@ def test_cut_files_recover_exactly_the_complete_reads(escpod, cut_sources, tmp_p
             f.write_bytes(damaged)
             cases.append((f, name, all_ids))
     assert len(cases) >= 300, len(cases)
-    r = run([escpod, "recover", cuts_dir, "-o", out_dir, "-t", "1"], check=False)
+    r = run([escpod, "recover", cuts_dir, "-o", out_dir], check=False)
     assert r.returncode in (0, 1), r.stderr
     n_nonempty = 0
     for f, name, expected in cases:

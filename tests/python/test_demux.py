@@ -51,7 +51,7 @@ def test_stages_equal_cli(shared_data, escpod_bin, tmp_path):
     assert np.array_equal(fps["fp_0"], np.array([float(r["fp_0"]) for r in cli_fp]))
     calls = escpod.demux.classify(fps, model=model, threads=2)
     cli_calls = _csv(calls_csv)
-    assert calls["predicted_barcode"].tolist() == [r["predicted_barcode"] for r in cli_calls]
+    assert calls["barcode"].tolist() == [r["barcode"] for r in cli_calls]
     assert len(cli_calls) > 100
     assert "WDX4" in escpod.demux.describe(model) or len(escpod.demux.describe(model)) > 20
 

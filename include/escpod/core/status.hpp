@@ -13,7 +13,9 @@ namespace escpod {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,  // the caller passed something unusable (bad flag value, bad id text)
+  kInvalidArgument,  // an unusable value in input data or an API call (bad id text, bad CSV cell)
+  kUsage,            // an unusable option or argument in itself or in combination (a bad flag
+                     // value, a missing required option); the CLI exits 2 for this code only
   kNotFound,         // a file, read id or field that does not exist
   kAlreadyExists,    // an output that would be overwritten without --force
   kIoError,          // the operating system refused (open, read, write, rename, disk full)
@@ -33,6 +35,7 @@ class [[nodiscard]] Status {
 
   static Status ok() { return Status(); }
   static Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status usage(std::string m) { return {StatusCode::kUsage, std::move(m)}; }
   static Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status already_exists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
   static Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }

@@ -23,6 +23,7 @@
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/dtw.hpp"
+#include "escpod/pipeline/barcode_labels.hpp"  // label_name, kNoiseLabel
 #include "escpod/demux/model_file.hpp"
 #include "escpod/pod5/file_writer.hpp"
 
@@ -96,8 +97,5 @@ Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
 // Human-readable description of a model and the detector it pins (for `demux --info`).
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
                                          const std::filesystem::path& cnn_model);
-
-// The text label of a classifier label: "BC" + two digits, or "unclassified" for -1.
-std::string label_name(int32_t label);
 
 }  // namespace escpod::pipeline

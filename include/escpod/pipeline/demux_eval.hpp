@@ -9,10 +9,6 @@
 
 namespace escpod::pipeline {
 
-// The barcode number in a label: the trailing integer of "BC04", "demo04", "4" -> 4;
-// "unclassified", "noise", "-1" and labels without digits -> -1.
-int32_t barcode_number(const std::string& label);
-
 struct LabelScore {
   uint64_t n_truth = 0;   // reads whose true barcode is this one
   uint64_t n_called = 0;  // reads called this barcode
@@ -29,8 +25,9 @@ struct CallScores {
   uint64_t n_missing_calls = 0;  // truth reads without a call row
 };
 
-// Joins a calls CSV (read_id + barcode or predicted_barcode) with a truth CSV (read_id +
-// barcode; '#' comment lines skipped) on read_id and scores each barcode.
+// Joins a calls CSV (read_id + barcode, or predicted_barcode) with a truth CSV (read_id +
+// barcode; '#' comment lines skipped) on read_id and scores each barcode. Labels of both are
+// read with parse_barcode_label: one it cannot read is an error naming file, line and label.
 Result<CallScores> score_calls(const std::string& calls_csv, const std::string& truth_csv);
 
 // A fixed-width table of the scores (per barcode and overall).

@@ -159,8 +159,9 @@ struct ClassifyStageReport {
 };
 
 // Classifies a fingerprint table (FingerprintTableReader: CSV, gzip CSV or Parquet by name; N the
-// model's fingerprint length) and writes read_id,predicted_barcode,confidence,is_confident[,pNN...]
-// in input order. Errors: a missing fp column, a malformed number (naming file and line or row).
+// model's fingerprint length) and writes read_id,barcode,confidence,is_confident[,pNN...] in
+// input order (`barcode` as in every table escpod writes; escapepod calls it predicted_barcode).
+// Errors: a missing fp column, a malformed number (naming file and line or row).
 Status classify_fingerprints(const std::filesystem::path& fingerprints,
                              const ClassifyStageOptions& options, std::ostream& csv,
                              ClassifyStageReport* report);

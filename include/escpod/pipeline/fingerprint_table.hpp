@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <ostream>
@@ -58,5 +59,27 @@ class FingerprintTableReader {
   virtual Result<size_t> next(size_t max_rows, std::vector<pod5::ReadId>& ids,
                               std::vector<double>& x) = 0;
 };
+
+// A labelled fingerprint table, the training input of a DTW-SVM: CSV
+// `read_id,fp_0..fp_{N-1},barcode` with 6 decimals (what `demux train --fingerprints` writes and
+// `demux train-svm` reads).
+struct LabelledFingerprints {
+  size_t n_features = 0;
+  std::vector<std::string> read_ids;  // one per row; empty when the table has no read_id column
+  std::vector<double> features;       // row-major, n_features values per row
+  std::vector<int32_t> labels;        // barcode numbers; kNoiseLabel (-1) for the noise class
+};
+
+// Writes `table` as CSV (labels as label_name: BC04, unclassified). Precondition: read_ids and
+// labels have one entry per row, features n_features per row. Errors name `what`.
+Status write_labelled_fingerprints(std::ostream& out, const LabelledFingerprints& table,
+                                   const std::string& what);
+
+// Reads a labelled fingerprint CSV (plain or gzip): fp_<k> columns in any order covering
+// 0..N-1 without gaps or repeats, a `barcode` column read with parse_barcode_label, read_id if
+// present, other columns ignored; a leading '#' on the header stripped, '#' and blank lines
+// skipped. Every row must have the header's field count and numeric fp cells. Errors name the
+// file and line, and the label for a label that is neither a barcode nor the noise class.
+Result<LabelledFingerprints> read_labelled_fingerprints(const std::filesystem::path& path);
 
 }  // namespace escpod::pipeline

@@ -102,10 +102,10 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
                     SubsetReport* report);
 
 // Reads a `read_id,output` CSV (header required, columns found by name, extra columns ignored).
-// `output_column` names the column holding the output (default "output"); with
+// The output is in the first of `output_columns` the header names (default "output"); with
 // empty_as, an empty output cell maps to that name instead of being an error.
 Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(
-    const std::string& path, const std::string& output_column = "output",
+    const std::string& path, const std::vector<std::string>& output_columns = {"output"},
     const std::string& empty_as = "");
 
 }  // namespace escpod::pipeline

@@ -138,7 +138,7 @@ TEST(BamSelect, MappedAndQuality) {
   q.min_mapq = 61;
   EXPECT_TRUE(select_ids(dir / "r.bam", q).empty());
   q.min_mapq = 256;
-  EXPECT_EQ(select_bam_reads(dir / "r.bam", q, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(select_bam_reads(dir / "r.bam", q, {}).status().code(), StatusCode::kUsage);
 }
 
 TEST(BamSelect, RegionBuildsTheIndexAtomicallyAndAgreesWithAScan) {
@@ -226,10 +226,10 @@ TEST(BamSelect, ErrorsNameTheFileAndTheProblem) {
     std::ofstream(dir / "text.bam") << "this is not a BAM file\nat all\n";
     expect_error(dir / "text.bam", {}, StatusCode::kCorrupt, {"text.bam", "not a BAM"});
   }
-  expect_error(dir / "r.bam", region("chr3:1-10"), StatusCode::kInvalidArgument,
+  expect_error(dir / "r.bam", region("chr3:1-10"), StatusCode::kUsage,
                {"chr3:1-10", "no such contig", bam, "chr1, chr2"});
-  expect_error(dir / "r.bam", region("chr1:abc"), StatusCode::kInvalidArgument, {"chr1:abc", "not a region"});
-  expect_error(dir / "r.bam", region("chr1:200-100"), StatusCode::kInvalidArgument, {"chr1:200-100"});
+  expect_error(dir / "r.bam", region("chr1:abc"), StatusCode::kUsage, {"chr1:abc", "not a region"});
+  expect_error(dir / "r.bam", region("chr1:200-100"), StatusCode::kUsage, {"chr1:200-100"});
   // Nothing was indexed by the refused queries.
   EXPECT_FALSE(fs::exists(dir / "r.bam.bai"));
 
@@ -317,7 +317,7 @@ TEST(BamFilterFiles, CopiesTheSelectedReadsAndListsTheMissingOnes) {
   EXPECT_FALSE(fs::exists(out2));
   // A BAM error leaves no output either.
   s = pipeline::bam_filter_files(dir / "s.bam", {pod5_path}, out2, region("nope"), {}, nullptr);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.code(), StatusCode::kUsage);
   EXPECT_FALSE(fs::exists(out2));
 }
 

@@ -444,7 +444,7 @@ TEST(SimulateRun, RejectsBadOptions) {
   const fs::path dir = test::scratch_dir("bad");
   auto o = small_options(0);
   Status st = pipeline::simulate(dir / "a.pod5", o);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.code(), StatusCode::kUsage);
   EXPECT_NE(st.message().find("--reads"), std::string::npos);
   o = small_options(3);
   o.kmer_model = (dir / "missing.txt.gz").string();
