@@ -1,10 +1,12 @@
 // escpod: the command-line entry point. Maps subcommand names to their register functions and
 // Status to exit codes: 0 success, 1 runtime failure, 2 usage error, 3 completed with inputs
-// skipped (--skip-bad), 128 + signal number when interrupted (130 Ctrl-C, 143 SIGTERM).
+// skipped (--skip-bad), 128 + signal number when interrupted (130 Ctrl-C, 143 SIGTERM): the
+// first signal stops the run cleanly (no output, staging files removed), a second exits at once.
 #include <csignal>
 #include <cstdio>
 
 #include "cli/command.hpp"
+#include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
@@ -18,13 +20,19 @@ int main(int argc, char** argv) {
   // `escpod view ... | head` must end quietly: writes to a closed pipe fail with EPIPE, which
   // the output code treats as "consumer is done" instead of dying on SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
-  // Ctrl-C or a scheduler's SIGTERM removes every staging file and exits 128 + the signal number.
+  // Ctrl-C or a scheduler's SIGTERM stops the run: every staging file removed, exit 128 + the
+  // signal number (a second signal exits at once).
   install_interrupt_cleanup();
 
   CLI::App app{"escpod: fast POD5 tools and signal-level barcode demultiplexing for nanopore "
                "direct-RNA reads"};
   app.set_version_flag("--version", std::string("escpod ") + ESCPOD_VERSION);
   app.require_subcommand(1);
+  app.footer(
+      "Exit status: 0 success; 1 failure (bad data, I/O); 2 usage error; 3 completed with inputs "
+      "skipped (--skip-bad); 130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM. The first signal "
+      "stops the run cleanly: no output is written and staging files are removed; a second "
+      "signal exits at once.");
   cli::GlobalOptions global;
   for (int i = 0; i < argc; ++i) global.command_line += (i ? " " : "") + std::string(argv[i]);
 
@@ -71,10 +79,15 @@ int main(int argc, char** argv) {
   progress::set_default_label(label);
   cli::CommandBody* body = cli::selected_body();
   if (body == nullptr) return 2;
+  // The one pool of the process, -t wide: every layer runs its parallel work in it.
+  Executor::install(cli::resolve_threads(global));
   Status status = (*body)();
+  if (interrupt_signal() != 0 || status.code() == StatusCode::kCancelled) {
+    log::error("{}", status.is_ok() ? std::string("interrupted") : status.message());
+    return interrupt_exit_code();
+  }
   if (status.is_ok()) return cli::success_exit_code();
   log::error("{}", status.message());
-  if (status.code() == StatusCode::kCancelled) return 130;
   if (status.code() == StatusCode::kInvalidArgument) return 2;
   return 1;
 }

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
-#include <tbb/parallel_pipeline.h>
-#include <tbb/task_arena.h>
+#include "escpod/core/executor.hpp"
+#include "escpod/core/ordered_stream.hpp"
 #include <zlib.h>
 
 #include <algorithm>
@@ -318,12 +318,14 @@ std::filesystem::path default_truth_path(const std::filesystem::path& output) {
 namespace {
 
 // One generated read on its way from a worker to the writer.
+// One simulated read: a record of the engine's ring, reused (chunk buffers and the truth row
+// keep their capacity from one read to the next).
 struct Work {
   uint64_t index = 0;
-  Status status;
   pod5::ReadRecord record;
-  std::vector<std::vector<uint8_t>> chunk_bytes;
+  std::vector<std::vector<uint8_t>> chunk_bytes;  // [0, n_chunks) are this read's
   std::vector<uint32_t> chunk_samples;
+  size_t n_chunks = 0;
   std::string truth_row;
   uint64_t gap = 0;  // samples between the previous read on the channel and this one
 };
@@ -508,9 +510,14 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
 
     // Compress in this worker; the writer only copies the chunks.
     const std::span<const int16_t> all(sr.adc);
+    w.n_chunks = 0;
     for (size_t off = 0; off < all.size(); off += max_chunk) {
       const auto part = all.subspan(off, std::min<size_t>(max_chunk, all.size() - off));
-      std::vector<uint8_t> bytes;
+      if (w.n_chunks == w.chunk_bytes.size()) {
+        w.chunk_bytes.emplace_back();
+        w.chunk_samples.emplace_back();
+      }
+      std::vector<uint8_t>& bytes = w.chunk_bytes[w.n_chunks];
       if (vbz) {
         ESCPOD_RETURN_IF_ERROR(sc.codec.compress(part, bytes, zstd_level));
       } else {
@@ -521,12 +528,12 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
           bytes[2 * i + 1] = static_cast<uint8_t>(u >> 8);
         }
       }
-      w.chunk_bytes.push_back(std::move(bytes));
-      w.chunk_samples.push_back(static_cast<uint32_t>(part.size()));
+      w.chunk_samples[w.n_chunks++] = static_cast<uint32_t>(part.size());
     }
-    w.truth_row = fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", id.to_string(), bc.name, L.adapter_start,
-                              L.adapter_end, L.barcode_start, L.barcode_end, L.polya_start, L.polya_end,
-                              L.transcript_start, L.num_samples, transcript_name);
+    w.truth_row.clear();
+    fmt::format_to(std::back_inserter(w.truth_row), "{},{},{},{},{},{},{},{},{},{},{}\n", id.to_string(), bc.name,
+                   L.adapter_start, L.adapter_end, L.barcode_start, L.barcode_end, L.polya_start, L.polya_end,
+                   L.transcript_start, L.num_samples, transcript_name);
     return Status::ok();
   };
 
@@ -535,72 +542,57 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
     uint64_t next_sample = 0;
   };
   std::unordered_map<uint32_t, ChannelState> channels;
-  Status first_error;
-  std::atomic<bool> failed{false};
   uint64_t next_index = 0, n_samples = 0;
   std::vector<pod5::SignalChunk> chunks;
   // Bytes: compressed signal written (its total is not known in advance).
   progress::Task progress(o.n_reads, 0);
 
-  auto consume = [&](Work& w) {
-    if (failed.load()) return;
-    Status st = w.status;
-    if (st.is_ok()) {
-      ChannelState& cs = channels[w.record.channel];
-      cs.next_sample += w.gap;
-      w.record.read_number = ++cs.read_number;
-      w.record.start_sample = cs.next_sample;
-      w.record.num_reads_since_mux_change = cs.read_number - 1;
-      w.record.time_since_mux_change =
-          static_cast<float>(static_cast<double>(cs.next_sample) / o.params.sample_rate_hz);
-      cs.next_sample += w.record.num_samples;
-      chunks.clear();
-      for (size_t i = 0; i < w.chunk_bytes.size(); ++i) {
-        chunks.push_back({std::span<const uint8_t>(w.chunk_bytes[i]), w.chunk_samples[i], w.record.read_id});
-      }
-      st = writer->add_read_chunks(w.record, chunks);
+  // Sink, in read order: channel bookkeeping, then the read and its truth row written.
+  auto consume = [&](Work& w) -> Status {
+    ChannelState& cs = channels[w.record.channel];
+    cs.next_sample += w.gap;
+    w.record.read_number = ++cs.read_number;
+    w.record.start_sample = cs.next_sample;
+    w.record.num_reads_since_mux_change = cs.read_number - 1;
+    w.record.time_since_mux_change =
+        static_cast<float>(static_cast<double>(cs.next_sample) / o.params.sample_rate_hz);
+    cs.next_sample += w.record.num_samples;
+    chunks.clear();
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < w.n_chunks; ++i) {
+      chunks.push_back({std::span<const uint8_t>(w.chunk_bytes[i]), w.chunk_samples[i], w.record.read_id});
+      bytes += w.chunk_bytes[i].size();
     }
-    if (st.is_ok() && std::fwrite(w.truth_row.data(), 1, w.truth_row.size(), truth) != w.truth_row.size()) {
-      st = Status::io_error(truth_file.staging_path().string() + ": write failed");
-    }
-    if (!st.is_ok()) {
-      first_error = st.with_context(fmt::format("read {}", w.index));
-      failed.store(true);
-      return;
+    ESCPOD_RETURN_IF_ERROR(writer->add_read_chunks(w.record, chunks));
+    if (std::fwrite(w.truth_row.data(), 1, w.truth_row.size(), truth) != w.truth_row.size()) {
+      return Status::io_error(truth_file.staging_path().string() + ": write failed");
     }
     n_samples += w.record.num_samples;
-    uint64_t bytes = 0;
-    for (const auto& b : w.chunk_bytes) bytes += b.size();
     progress.add(1, bytes);
+    return Status::ok();
   };
 
-  const int n_threads = std::max(1, o.n_threads);
-  tbb::task_arena arena(n_threads);
-  arena.execute([&] {
-    tbb::parallel_pipeline(
-        static_cast<size_t>(4 * n_threads),
-        tbb::make_filter<void, std::shared_ptr<Work>>(
-            tbb::filter_mode::serial_in_order,
-            [&](tbb::flow_control& fc) -> std::shared_ptr<Work> {
-              if (next_index >= o.n_reads || failed.load() || interrupted()) {
-                fc.stop();
-                return nullptr;
-              }
-              auto w = std::make_shared<Work>();
-              w->index = next_index++;
-              return w;
-            }) &
-            tbb::make_filter<std::shared_ptr<Work>, std::shared_ptr<Work>>(
-                tbb::filter_mode::parallel,
-                [&](std::shared_ptr<Work> w) {
-                  if (!failed.load()) w->status = generate(*w);
-                  return w;
-                }) &
-            tbb::make_filter<std::shared_ptr<Work>, void>(tbb::filter_mode::serial_in_order,
-                                                          [&](std::shared_ptr<Work> w) { consume(*w); }));
-  });
-  ESCPOD_RETURN_IF_ERROR(first_error);
-  if (interrupted()) return Status::cancelled("simulate: interrupted");
+  // Reads are generated in parallel on the streaming engine and written in index order, so the
+  // output depends only on the seed. A read's cost in the byte budget: an estimate of its raw
+  // signal and chunks (64 KiB; its real length is known only once generated).
+  Executor& ex = Executor::for_threads(std::max(1, o.n_threads));
+  constexpr uint64_t read_cost = uint64_t{64} << 10;
+  OrderedStream<Work, char> stream(
+      ex, {.max_bytes = std::max<uint64_t>(uint64_t{256} << 20, static_cast<uint64_t>(ex.width()) * (uint64_t{32} << 20)),
+           .max_items = static_cast<size_t>(4 * ex.width())});
+  ESCPOD_RETURN_IF_ERROR(stream.run(
+      [&](Work& w, uint64_t* cost, bool* end) {
+        if (next_index == o.n_reads) {
+          *end = true;
+          return Status::ok();
+        }
+        w.index = next_index++;
+        *cost = read_cost;
+        return Status::ok();
+      },
+      [] { return char{}; }, [&](Work& w, char&) { return generate(w); },
+      [&](Work& w, bool*) { return consume(w); },
+      [](const Work& w) { return fmt::format("read {}", w.index); }));
 
   ESCPOD_RETURN_IF_ERROR(writer->finish());
   if (std::fflush(truth) != 0 || std::ferror(truth)) {

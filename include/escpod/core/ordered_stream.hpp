@@ -9,11 +9,13 @@
 //   * Records are reused: the stream owns a ring of Items, handed back to the source once the
 //     sink is done with them (no allocation per item; the source overwrites what it reuses), and
 //     each thread gets one Scratch for all the items it works on.
-//   * The first error is kept atomically (FirstError) and stops every stage: the source is no
-//     longer called, workers skip the items not yet started, the sink sees nothing after it. An
-//     interrupt (interrupted(): SIGINT/SIGTERM or set_cancel_requested) stops it the same way,
-//     with a kCancelled status. An error from work or sink is prefixed with the item's context
-//     (file and read) when the caller gives one.
+//   * Errors are reported in input order, so the error returned is the same for any thread
+//     count: an item whose work fails is marked, the source stops, workers skip every later
+//     item, the items before it still reach the sink, and then the stream stops with that
+//     item's error (prefixed with its context, file and read, when the caller gives one). A
+//     source error ends the input the same way. A sink error stops at once. An interrupt
+//     (interrupted(): SIGINT/SIGTERM or set_cancel_requested) stops every stage at once with a
+//     kCancelled status. The error is kept atomically (FirstError).
 //
 // Threads: the thread calling run() is the coordinator: it runs the source and the sink, and
 // works on items itself whenever it has nothing else to do (so a 1-wide executor runs
@@ -104,9 +106,15 @@ class OrderedStream {
         const uint32_t completions_seen = m_completions.load(std::memory_order_acquire);
         if (interrupted()) stop_with(Status::cancelled("interrupted"));
         bool progressed = drain(c, sink, context);
-        progressed |= produce(c, source, workers, scratch, work, context);
-        if (c.source_done && !c.pending && c.tail == c.head) break;
-        if (progressed || help(scratch, work, context)) continue;
+        progressed |= produce(c, source, workers, scratch, work);
+        if (m_stop.load(std::memory_order_acquire)) break;  // nothing more will complete for us
+        if (c.source_done && !c.pending && c.tail == c.head) {
+          stop_with(std::move(c.source_error));
+          break;
+        }
+        if (progressed || help(scratch, work)) continue;
+        // Every published item not yet consumed is being worked on by another thread: sleep
+        // until one finishes (a completion since completions_seen returns at once).
         m_completions.wait(completions_seen, std::memory_order_acquire);
       }
       workers.wait();  // items claimed before a stop finish (or are skipped) before we return
@@ -126,6 +134,7 @@ class OrderedStream {
   struct Slot {
     std::atomic<bool> done{false};  // work finished (or skipped): the sink may take it
     uint64_t cost = 0;
+    Status status;  // the work's error (written before `done`)
     Item item;
   };
   // State only the coordinator touches.
@@ -134,6 +143,7 @@ class OrderedStream {
     uint64_t tail = 0;       // items consumed by the sink
     bool pending = false;    // slot(head) holds an item produced but not yet admitted
     bool source_done = false;
+    Status source_error;     // reported once the items before it are consumed
     uint64_t in_flight = 0;  // bytes of items [tail, head), plus the pending one once admitted
   };
 
@@ -157,6 +167,11 @@ class OrderedStream {
     while (c.tail < c.head && !m_stop.load(std::memory_order_acquire)) {
       Slot& s = slot(c.tail);
       if (!s.done.load(std::memory_order_acquire)) break;
+      if (!s.status.is_ok()) {
+        fail(s.item, std::move(s.status), context);
+        s.status = Status::ok();
+        return true;
+      }
       bool stop = false;
       if (Status st = sink(s.item, &stop); !st.is_ok()) fail(s.item, std::move(st), context);
       if (stop) m_stop.store(true, std::memory_order_release);
@@ -169,18 +184,23 @@ class OrderedStream {
   }
 
   // Fills free records from the source and publishes them while the byte budget allows.
-  template <class Source, class Scratches, class Work, class Context>
-  bool produce(Coordinator& c, Source& source, tbb::task_group& workers, Scratches& scratch, Work& work,
-               Context& context) {
+  template <class Source, class Scratches, class Work>
+  bool produce(Coordinator& c, Source& source, tbb::task_group& workers, Scratches& scratch, Work& work) {
     bool progressed = false;
     while (!c.source_done && !m_stop.load(std::memory_order_acquire)) {
+      if (m_fail_seq.load(std::memory_order_acquire) != kNoFailure) {
+        c.source_done = true;  // an item failed: nothing after it is needed
+        c.pending = false;
+        return true;
+      }
       if (!c.pending) {
         if (c.head - c.tail == m_capacity) break;  // every record is in use
         Slot& s = slot(c.head);
         bool end = false;
         s.cost = 0;
         if (Status st = source(s.item, &s.cost, &end); !st.is_ok()) {
-          stop_with(std::move(st));
+          c.source_error = std::move(st);
+          c.source_done = true;
           return true;
         }
         if (end) {
@@ -197,7 +217,7 @@ class OrderedStream {
       m_stats.peak_items = std::max(m_stats.peak_items, static_cast<size_t>(c.head + 1 - c.tail));
       c.pending = false;
       m_published.store(++c.head, std::memory_order_release);
-      if (m_executor.width() > 1) workers.run([this, &scratch, &work, &context] { help(scratch, work, context); });
+      if (m_executor.width() > 1) workers.run([this, &scratch, &work] { help(scratch, work); });
       progressed = true;
     }
     return progressed;
@@ -205,18 +225,19 @@ class OrderedStream {
 
   // Claims the oldest published item nobody works on and runs its work on this thread; false
   // when there is none.
-  template <class Scratches, class Work, class Context>
-  bool help(Scratches& scratch, Work& work, Context& context) {
+  template <class Scratches, class Work>
+  bool help(Scratches& scratch, Work& work) {
     uint64_t seq = m_next_claim.load(std::memory_order_relaxed);
     do {
       if (seq >= m_published.load(std::memory_order_acquire)) return false;
     } while (!m_next_claim.compare_exchange_weak(seq, seq + 1, std::memory_order_acq_rel));
     Slot& s = slot(seq);
-    if (!m_stop.load(std::memory_order_acquire)) {
+    if (!m_stop.load(std::memory_order_acquire) && seq < m_fail_seq.load(std::memory_order_acquire)) {
       if (interrupted()) {
         stop_with(Status::cancelled("interrupted"));
       } else if (Status st = work(s.item, scratch.local()); !st.is_ok()) {
-        fail(s.item, std::move(st), context);
+        s.status = std::move(st);
+        lower_fail_seq(seq);
       }
     }
     s.done.store(true, std::memory_order_release);
@@ -225,6 +246,14 @@ class OrderedStream {
     return true;
   }
 
+  // Marks item `seq` failed unless an earlier one already is (workers skip items after it).
+  void lower_fail_seq(uint64_t seq) {
+    uint64_t cur = m_fail_seq.load(std::memory_order_acquire);
+    while (seq < cur && !m_fail_seq.compare_exchange_weak(cur, seq, std::memory_order_acq_rel)) {
+    }
+  }
+
+  static constexpr uint64_t kNoFailure = UINT64_MAX;
   Executor& m_executor;
   StreamLimits m_limits;
   size_t m_capacity;
@@ -233,6 +262,7 @@ class OrderedStream {
   std::atomic<uint64_t> m_next_claim{0};  // next item to claim for work
   std::atomic<uint32_t> m_completions{0}; // works finished (wraps): the coordinator sleeps on it
   std::atomic<bool> m_stop{false};        // an error, an interrupt or the sink asked to stop
+  std::atomic<uint64_t> m_fail_seq{kNoFailure};  // the earliest item whose work failed
   FirstError m_error;
   StreamStats m_stats;
 };
