@@ -31,8 +31,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "escpod/core/executor.hpp"
+#include "escpod/core/pool_task.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/core/status.hpp"
 
@@ -82,6 +84,15 @@ struct StreamStats {
 // Item: a reusable record (default-constructible). Scratch: per-thread state.
 template <class Item, class Scratch>
 class OrderedStream {
+  // What a pool task helps with (it lives on the coordinator's stack for the whole run).
+  template <class Scratches, class Work>
+  struct Helper {
+    OrderedStream* stream;
+    Scratches* scratch;
+    Work* work;
+    void run_pool_task() { stream->help(*scratch, *work); }
+  };
+
  public:
   OrderedStream(Executor& executor, StreamLimits limits)
       : m_executor(executor),
@@ -101,12 +112,13 @@ class OrderedStream {
     m_executor.execute([&] {
       tbb::enumerable_thread_specific<Scratch> scratch(make_scratch);
       tbb::task_group workers;
+      Helper<decltype(scratch), std::remove_reference_t<Work>> helper{this, &scratch, &work};
       Coordinator c;
       while (!m_stop.load(std::memory_order_acquire)) {
         const uint32_t completions_seen = m_completions.load(std::memory_order_acquire);
         if (interrupted()) stop_with(Status::cancelled("interrupted"));
         bool progressed = drain(c, sink, context);
-        progressed |= produce(c, source, workers, scratch, work);
+        progressed |= produce(c, source, workers, helper);
         if (m_stop.load(std::memory_order_acquire)) break;  // nothing more will complete for us
         if (c.source_done && !c.pending && c.tail == c.head) {
           stop_with(std::move(c.source_error));
@@ -185,7 +197,7 @@ class OrderedStream {
 
   // Fills free records from the source and publishes them while the byte budget allows.
   template <class Source, class Scratches, class Work>
-  bool produce(Coordinator& c, Source& source, tbb::task_group& workers, Scratches& scratch, Work& work) {
+  bool produce(Coordinator& c, Source& source, tbb::task_group& workers, Helper<Scratches, Work>& helper) {
     bool progressed = false;
     while (!c.source_done && !m_stop.load(std::memory_order_acquire)) {
       if (m_fail_seq.load(std::memory_order_acquire) != kNoFailure) {
@@ -217,7 +229,7 @@ class OrderedStream {
       m_stats.peak_items = std::max(m_stats.peak_items, static_cast<size_t>(c.head + 1 - c.tail));
       c.pending = false;
       m_published.store(++c.head, std::memory_order_release);
-      if (m_executor.width() > 1) workers.run([this, &scratch, &work] { help(scratch, work); });
+      if (m_executor.width() > 1) detail::spawn_pool_task(workers, &helper);
       progressed = true;
     }
     return progressed;

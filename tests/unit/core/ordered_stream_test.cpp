@@ -270,22 +270,30 @@ TEST(Executor, ForThreadsReturnsOnePoolPerWidth) {
   EXPECT_EQ(&a, &b);
   EXPECT_EQ(a.width(), 3);
   EXPECT_EQ(Executor::for_threads(5).width(), 5);
-  // At most `width` threads run inside a pool.
+  // At most `width` threads run inside a pool: items of a stream of width 3 work concurrently on
+  // at most 3 threads.
   std::atomic<int> running{0}, peak{0};
-  a.execute([&] {
-    tbb::task_group g;
-    for (int k = 0; k < 64; ++k) {
-      g.run([&] {
+  OrderedStream<Item, Scratch> stream(a, {});
+  uint64_t next = 0;
+  const Status s = stream.run(
+      [&](Item& item, uint64_t* bytes, bool* end) {
+        *end = next == 64;
+        item.seq = next++;
+        *bytes = 1;
+        return Status::ok();
+      },
+      [] { return Scratch{}; },
+      [&](Item&, Scratch&) {
         const int now = ++running;
         int p = peak.load();
         while (now > p && !peak.compare_exchange_weak(p, now)) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         --running;
-      });
-    }
-    g.wait();
-  });
+        return Status::ok();
+      },
+      [](Item&, bool*) { return Status::ok(); });
+  ASSERT_TRUE(s.is_ok());
   EXPECT_LE(peak.load(), 3);
   EXPECT_GE(peak.load(), 1);
 }
