@@ -1,9 +1,11 @@
 // escpod: the command-line entry point. Maps subcommand names to their register functions and
-// Status to exit codes (kExitCodesHelp, printed under `escpod --help`).
+// Status to exit codes (kExitCodesHelp, printed under `escpod --help`). The first SIGINT/SIGTERM
+// stops the run cleanly (no output, staging files removed; 130 / 143), a second exits at once.
 #include <csignal>
 #include <cstdio>
 
 #include "cli/command.hpp"
+#include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
@@ -38,7 +40,8 @@ int main(int argc, char** argv) {
   // `escpod view ... | head` must end quietly: writes to a closed pipe fail with EPIPE, which
   // the output code treats as "consumer is done" instead of dying on SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
-  // Ctrl-C or a scheduler's SIGTERM removes every staging file and exits 128 + the signal number.
+  // Ctrl-C or a scheduler's SIGTERM stops the run: every staging file removed, exit 128 + the
+  // signal number (a second signal exits at once).
   install_interrupt_cleanup();
 
   CLI::App app{"escpod: fast POD5 tools and signal-level barcode demultiplexing for nanopore "
@@ -92,7 +95,13 @@ int main(int argc, char** argv) {
   progress::set_default_label(label);
   cli::CommandBody* body = cli::selected_body();
   if (body == nullptr) return cli::kExitUsage;
+  // The one pool of the process, -t wide: every layer runs its parallel work in it.
+  Executor::install(cli::resolve_threads(global));
   Status status = (*body)();
+  if (interrupt_signal() != 0) {
+    log::error("{}", status.is_ok() ? std::string("interrupted") : status.message());
+    return interrupt_exit_code();
+  }
   if (!status.is_ok()) log::error("{}", status.message());
   return cli::exit_code_of(status);
 }

@@ -25,6 +25,9 @@ struct Slot {
 };
 std::array<Slot, kSlots> g_slots;
 std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};  // the first interrupting signal
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+              "the signal handler needs lock-free atomics");
 
 int register_path(const std::filesystem::path& p) {
   const std::string s = p.string();
@@ -44,10 +47,16 @@ void unregister_path(int slot) {
   if (slot >= 0) g_slots[slot].state.store(0);
 }
 
-// Exit status 128 + signal number, as a shell reports a process killed by it (130 for SIGINT,
-// 143 for SIGTERM), so scripts see the cause while our staged files are already gone.
+// The first signal asks for a clean stop (see install_interrupt_cleanup); the second leaves at
+// once, unlinking the registered files first: only lock-free atomics, unlink and _exit here,
+// all async-signal-safe. Exit status 128 + signal number, as a shell reports a process killed
+// by it (130 for SIGINT, 143 for SIGTERM).
 void on_interrupt(int sig) {
-  if (g_interrupted.exchange(true)) _exit(128 + sig);  // second signal: leave at once
+  int none = 0;
+  if (g_signal.compare_exchange_strong(none, sig)) {
+    g_interrupted.store(true);
+    return;
+  }
   for (auto& slot : g_slots) {
     if (slot.state.load() == 2) ::unlink(slot.path);
   }
@@ -170,6 +179,11 @@ void StagedFile::discard() {
 
 Status StagedFile::commit(FsyncMode mode) {
   if (m_staging.empty()) return Status::internal("commit of a discarded staging file");
+  if (g_interrupted.load()) {
+    // A run stopped by a signal leaves no output, not even one that completed meanwhile.
+    discard();
+    return Status::cancelled("interrupted: " + m_final.string() + " not written");
+  }
   Status s;
   if (mode != FsyncMode::kNone) s = fsync_path(m_staging, false);
   if (s.is_ok()) {
@@ -249,5 +263,12 @@ bool interrupted() {
 }
 
 void set_cancel_requested(bool on) { g_cancel_requested.store(on); }
+
+int interrupt_signal() { return g_signal.load(); }
+
+int interrupt_exit_code() {
+  const int sig = g_signal.load();
+  return 128 + (sig != 0 ? sig : SIGINT);
+}
 
 }  // namespace escpod

@@ -4,7 +4,6 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +16,7 @@
 #include <mutex>
 #include <random>
 
+#include "escpod/core/executor.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/demux/dtw.hpp"
 
@@ -97,12 +97,9 @@ KernelMatrix build_kernel(std::span<const double> rows, size_t n, size_t width,
     }
     task.add(range.size());
   };
-  if (o.n_threads > 0) {
-    tbb::task_arena arena(o.n_threads);
-    arena.execute([&] { tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 4), body); });
-  } else {
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 4), body);
-  }
+  // In the process's pool (n_threads 0: the one the CLI installed from -t).
+  Executor::for_threads(o.n_threads).execute(
+      [&] { tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 4), body); });
   // DTW is symmetric bit for bit for equal lengths; enforce it so that libsvm sees an exactly
   // symmetric Gram matrix whatever the arithmetic did.
   for (size_t i = 0; i < n; ++i) {

@@ -4,7 +4,7 @@
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
-#include <tbb/task_arena.h>
+#include "escpod/core/executor.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -457,7 +457,7 @@ Status classify_fingerprints(const std::filesystem::path& fingerprints,
     return w;
   });
   const int threads = std::max(1, options.n_threads);
-  tbb::task_arena arena(threads);
+  Executor& arena = Executor::for_threads(threads);
   const size_t chunk = std::max<size_t>(1, options.chunk_rows);
   std::vector<pod5::ReadId> ids;
   std::vector<double> x, probs;

@@ -1,16 +1,13 @@
 #include "escpod/pipeline/fast5_convert.hpp"
 
-#include <tbb/concurrent_queue.h>
-#include <tbb/enumerable_thread_specific.h>
-#include <tbb/parallel_pipeline.h>
-#include <tbb/task_arena.h>
-
 #include <algorithm>
 #include <atomic>
 #include <map>
 #include <set>
 
+#include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/core/ordered_stream.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/fast5/fast5_file.hpp"
 #include "escpod/pod5/inputs.hpp"
@@ -26,14 +23,14 @@ Result<std::vector<fs::path>> collect_fast5_inputs(const std::vector<std::string
 
 namespace {
 
-// One read on its way from the FAST5 reader to the POD5 writer.
+// One read on its way from the FAST5 reader to the POD5 writer: a record of the engine's ring,
+// reused (its buffers keep their capacity from one read to the next).
 struct Item {
   size_t file_idx = 0;
   fast5::Fast5Read read;
   std::vector<int16_t> samples;             // decoded (kept for an uncompressed writer)
   std::vector<std::vector<uint8_t>> cells;  // POD5 VBZ chunks
   std::vector<pod5::SignalChunk> chunks;
-  Status status;
 };
 
 struct Worker {
@@ -80,20 +77,11 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
     }
   }
 
-  std::vector<std::unique_ptr<Item>> pool(n_tokens);
-  tbb::concurrent_queue<Item*> free_items;
-  for (auto& it : pool) {
-    it = std::make_unique<Item>();
-    free_items.push(it.get());
-  }
-
-  // Reader state (stage 1 only).
+  // Reader state (the engine's source only).
   size_t file_idx = 0, read_idx = 0;
   std::unique_ptr<fast5::Fast5File> file;
-  std::atomic<bool> failed{false};
-  Status first_error;
 
-  // Writer state (stage 3 only).
+  // Writer state (the engine's sink only).
   std::map<fs::path, std::unique_ptr<pod5::FileWriter>> writers;  // open or finished, by path
   pod5::FileWriter* current = nullptr;
   fs::path current_path;
@@ -130,117 +118,74 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
   }
   progress::Task task(0, total_bytes, {.label = "convert fast5", .unit = "reads"});
 
-  tbb::enumerable_thread_specific<Worker> workers;
-  tbb::task_arena arena(threads);
-  arena.execute([&] {
-    tbb::parallel_pipeline(
-        n_tokens,
-        tbb::make_filter<void, Item*>(
-            tbb::filter_mode::serial_in_order,
-            [&](tbb::flow_control& fc) -> Item* {
-              if (failed.load(std::memory_order_relaxed)) {
-                fc.stop();
-                return nullptr;
-              }
-              while (file_idx < inputs.size()) {
-                if (!file) {
-                  auto opened = fast5::Fast5File::open(inputs[file_idx]);
-                  Item* item = nullptr;
-                  if (!opened.is_ok()) {
-                    free_items.try_pop(item);
-                    item->status = opened.status();
-                    failed = true;
-                    return item;
-                  }
-                  file = std::move(opened).value();
-                  read_idx = 0;
-                  task.add_totals(file->n_reads(), 0);
-                  if (file->n_reads() == 0) log::warn("{}: no reads", inputs[file_idx].string());
-                }
-                if (read_idx < file->n_reads()) {
-                  Item* item = nullptr;
-                  free_items.try_pop(item);
-                  item->file_idx = file_idx;
-                  item->status = file->read(read_idx++, item->read);
-                  if (!item->status.is_ok()) failed = true;
-                  return item;
-                }
-                file.reset();
-                task.add(0, input_bytes[file_idx]);
-                ++file_idx;
-              }
-              fc.stop();
-              return nullptr;
-            }) &
-            tbb::make_filter<Item*, Item*>(
-                tbb::filter_mode::parallel,
-                [&](Item* item) -> Item* {
-                  if (!item->status.is_ok() || failed.load(std::memory_order_relaxed)) return item;
-                  const std::string what = inputs[item->file_idx].string() + ": read " +
-                                           item->read.record.read_id.to_string();
-                  item->status = fast5::decode_signal(item->read.signal, item->samples, what);
-                  if (!item->status.is_ok()) return item;
-                  item->chunks.clear();
-                  if (!options.writer.vbz) return item;
-                  Worker& w = workers.local();
-                  const size_t n = item->samples.size();
-                  const size_t n_chunks = (n + max_chunk - 1) / max_chunk;
-                  if (item->cells.size() < n_chunks) item->cells.resize(n_chunks);
-                  for (size_t c = 0; c < n_chunks; ++c) {
-                    const size_t lo = c * max_chunk;
-                    const size_t len = std::min<size_t>(max_chunk, n - lo);
-                    item->status = w.codec.compress(
-                        std::span<const int16_t>(item->samples.data() + lo, len), item->cells[c],
-                        options.writer.zstd_level);
-                    if (!item->status.is_ok()) {
-                      item->status = Status::internal(what + ": " + item->status.message());
-                      return item;
-                    }
-                    item->chunks.push_back(pod5::SignalChunk{
-                        item->cells[c], static_cast<uint32_t>(len), item->read.record.read_id});
-                  }
-                  return item;
-                }) &
-            tbb::make_filter<Item*, void>(
-                tbb::filter_mode::serial_in_order, [&](Item* item) {
-                  auto give_back = [&] {
-                    item->status = Status::ok();
-                    free_items.push(item);
-                  };
-                  if (!first_error.is_ok()) return give_back();
-                  Status s = item->status;
-                  if (s.is_ok()) {
-                    auto w = writer_for(item->file_idx);
-                    if (!w.is_ok()) {
-                      s = w.status();
-                    } else {
-                      pod5::FileWriter* writer = w.value();
-                      const auto& rec = item->read.record;
-                      if (run_infos_added.emplace(writer, rec.run_info).second) {
-                        s = writer->add_run_info(*item->read.run_info);
-                      }
-                      if (s.is_ok()) {
-                        s = options.writer.vbz
-                                ? writer->add_read_chunks(rec, item->chunks, pod5::ChunkBytes::kCopy)
-                                : writer->add_read(rec, item->samples);
-                      }
-                      if (!s.is_ok()) {
-                        s = Status(s.code(), inputs[item->file_idx].string() + ": read " +
-                                                 rec.read_id.to_string() + ": " + s.message());
-                      }
-                      ++local.n_reads;
-                      task.add(1);
-                      local.n_samples += item->samples.size();
-                    }
-                  }
-                  if (!s.is_ok()) {
-                    first_error = s;
-                    failed = true;
-                  }
-                  give_back();
-                }));
-  });
-  if (!first_error.is_ok()) return first_error;  // writers destroyed: staging files removed
+  // Source: the next read of the inputs, in order (files opened one after another).
+  auto next_read = [&](Item& item, uint64_t* cost, bool* end) -> Status {
+    while (file_idx < inputs.size()) {
+      if (!file) {
+        ESCPOD_ASSIGN_OR_RETURN(file, fast5::Fast5File::open(inputs[file_idx]));
+        read_idx = 0;
+        task.add_totals(file->n_reads(), 0);
+        if (file->n_reads() == 0) log::warn("{}: no reads", inputs[file_idx].string());
+      }
+      if (read_idx < file->n_reads()) {
+        item.file_idx = file_idx;
+        ESCPOD_RETURN_IF_ERROR(file->read(read_idx++, item.read));
+        *cost = 4 * item.read.record.num_samples + 1;  // stored signal + decoded samples, about
+        return Status::ok();
+      }
+      file.reset();
+      task.add(0, input_bytes[file_idx]);
+      ++file_idx;
+    }
+    *end = true;
+    return Status::ok();
+  };
+  // Work: decode the signal and compress its POD5 chunks.
+  auto encode = [&](Item& item, Worker& w) -> Status {
+    const std::string what = inputs[item.file_idx].string() + ": read " + item.read.record.read_id.to_string();
+    ESCPOD_RETURN_IF_ERROR(fast5::decode_signal(item.read.signal, item.samples, what));
+    item.chunks.clear();
+    if (!options.writer.vbz) return Status::ok();
+    const size_t n = item.samples.size();
+    const size_t n_chunks = (n + max_chunk - 1) / max_chunk;
+    if (item.cells.size() < n_chunks) item.cells.resize(n_chunks);
+    for (size_t c = 0; c < n_chunks; ++c) {
+      const size_t lo = c * max_chunk;
+      const size_t len = std::min<size_t>(max_chunk, n - lo);
+      if (Status st = w.codec.compress(std::span<const int16_t>(item.samples.data() + lo, len), item.cells[c],
+                                       options.writer.zstd_level);
+          !st.is_ok()) {
+        return Status::internal(what + ": " + st.message());
+      }
+      item.chunks.push_back(pod5::SignalChunk{item.cells[c], static_cast<uint32_t>(len), item.read.record.read_id});
+    }
+    return Status::ok();
+  };
+  // Sink: the read to its output, in input order.
+  auto write = [&](Item& item, bool*) -> Status {
+    ESCPOD_ASSIGN_OR_RETURN(pod5::FileWriter * writer, writer_for(item.file_idx));
+    const auto& rec = item.read.record;
+    Status s;
+    if (run_infos_added.emplace(writer, rec.run_info).second) s = writer->add_run_info(*item.read.run_info);
+    if (s.is_ok()) {
+      s = options.writer.vbz ? writer->add_read_chunks(rec, item.chunks, pod5::ChunkBytes::kCopy)
+                             : writer->add_read(rec, item.samples);
+    }
+    if (!s.is_ok()) {
+      return Status(s.code(), inputs[item.file_idx].string() + ": read " + rec.read_id.to_string() + ": " +
+                                  s.message());
+    }
+    ++local.n_reads;
+    task.add(1);
+    local.n_samples += item.samples.size();
+    return Status::ok();
+  };
+  Executor& ex = Executor::for_threads(threads);
+  OrderedStream<Item, Worker> stream(
+      ex, {.max_bytes = std::max<uint64_t>(uint64_t{256} << 20, static_cast<uint64_t>(threads) * (uint64_t{32} << 20)),
+           .max_items = n_tokens});
+  const Status streamed = stream.run(next_read, [] { return Worker{}; }, encode, write);
+  if (!streamed.is_ok()) return streamed;  // writers destroyed: staging files removed
   if (writers.empty()) return Status::invalid_argument("the inputs hold no reads; nothing written");
   // All or nothing: every output finished before any is renamed into place.
   for (auto& [p, w] : writers) {

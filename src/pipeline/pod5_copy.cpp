@@ -1,15 +1,15 @@
 #include "escpod/pipeline/pod5_copy.hpp"
 
 #include <tbb/parallel_for.h>
-#include <tbb/parallel_pipeline.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <set>
 
+#include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/core/ordered_stream.hpp"
 #include "read_stream.hpp"
 
 namespace escpod::pipeline {
@@ -61,14 +61,15 @@ Status copy_read(const pod5::FileReader& reader, const pod5::ReadBatch& batch, s
 
 namespace {
 
-// One reads batch on its way through stream_reads.
+// One reads batch on its way through stream_reads: a record of the engine's ring, reused (its
+// batch columns and prepared reads keep their buffers from one batch to the next).
 struct PreparedBatch {
   size_t file = 0;
   size_t batch_idx = 0;  // decoded in the parallel stage
   size_t first_row = 0, n_rows = ReadSlice::kWholeBatch;
   pod5::ReadBatch batch;
-  std::vector<PreparedRead> reads;
-  Status status;
+  std::vector<PreparedRead> reads;  // [0, n_reads) are this batch's
+  size_t n_reads = 0;
 };
 
 // Faults in the pages a read's stored chunks span (one touch a page), so that the serial copy
@@ -82,111 +83,103 @@ void touch_pages(const PreparedRead& r) {
   }
 }
 
-}  // namespace
+// The input bytes of `rows` reads of `reader` (the file's size apportioned to its reads): the
+// cost of a batch in the engine's byte budget, known before the batch is decoded.
+uint64_t estimated_batch_bytes(const pod5::FileReader& reader, size_t rows) {
+  const uint64_t n = std::max<uint64_t>(1, reader.info().n_reads);
+  return reader.info().file_size / n * rows + 1;
+}
 
-namespace {
+// Up to two batches a thread in flight, as the former pipeline's tokens, bounded in bytes.
+StreamLimits copy_stream_limits(const Executor& ex) {
+  const auto width = static_cast<uint64_t>(ex.width());
+  return {.max_bytes = std::max<uint64_t>(uint64_t{512} << 20, width * (uint64_t{128} << 20)),
+          .max_items = static_cast<size_t>(2 * width)};
+}
+
+// Decodes b's batch (or slice) and prepares its selected reads.
+Status prepare_batch(const pod5::FileReader& reader, const ReadSelector& select, PreparedBatch& b) {
+  auto decoded = b.n_rows == ReadSlice::kWholeBatch ? reader.read_batch(b.batch_idx)
+                                                    : reader.read_batch_rows(b.batch_idx, b.first_row, b.n_rows);
+  ESCPOD_RETURN_IF_ERROR(decoded.status());
+  b.batch = std::move(decoded).value();
+  b.n_reads = 0;
+  for (size_t i = 0; i < b.batch.size(); ++i) {
+    if (select && !select(reader, b.batch, i)) continue;
+    if (b.n_reads == b.reads.size()) b.reads.emplace_back();
+    PreparedRead& r = b.reads[b.n_reads++];
+    ESCPOD_RETURN_IF_ERROR(prepare_read(reader, b.batch, i, r));
+    touch_pages(r);
+  }
+  return Status::ok();
+}
 
 Status detail_stream(const std::vector<std::unique_ptr<pod5::FileReader>>& readers,
                      const std::vector<ReadSlice>* slices, int n_threads,
                      const ReadSelector& select, const PreparedConsumer& consume,
                      uint64_t* n_reads_seen, const BeforeRelease& before_release) {
-  const int threads = std::max(1, n_threads);
+  Executor& ex = Executor::for_threads(std::max(1, n_threads));
+  OrderedStream<PreparedBatch, char> stream(ex, copy_stream_limits(ex));
   size_t next_slice = 0;
-  Status first_error;      // written by the serial sink only
-  std::atomic<bool> failed{false};  // read by the source and the workers while the sink runs
   size_t file = 0, batch_idx = 0;
   const auto progress = detail::start_read_progress(readers);
-  tbb::task_arena arena(threads);
-  arena.execute([&] {
-    tbb::parallel_pipeline(
-        static_cast<size_t>(2 * threads),
-        tbb::make_filter<void, PreparedBatch*>(
-            tbb::filter_mode::serial_in_order,
-            [&](tbb::flow_control& fc) -> PreparedBatch* {
-              if (slices) {
-                if (failed || next_slice == slices->size()) {
-                  fc.stop();
-                  return nullptr;
-                }
-                const ReadSlice& sl = (*slices)[next_slice++];
-                auto* b = new PreparedBatch;
-                b->file = sl.file;
-                b->batch_idx = sl.batch_idx;
-                b->first_row = sl.first_row;
-                b->n_rows = sl.n_rows;
-                return b;
-              }
-              while (file < readers.size() && batch_idx == readers[file]->n_read_batches()) {
-                ++file;
-                batch_idx = 0;
-              }
-              if (failed || file == readers.size()) {
-                fc.stop();
-                return nullptr;
-              }
-              auto* b = new PreparedBatch;
-              b->file = file;
-              b->batch_idx = batch_idx++;
-              return b;
-            }) &
-            tbb::make_filter<PreparedBatch*, PreparedBatch*>(
-                tbb::filter_mode::parallel,
-                [&](PreparedBatch* b) -> PreparedBatch* {
-                  if (failed) return b;  // the sink drops it
-                  if (interrupted()) {
-                    b->status = Status::cancelled("interrupted");
-                    return b;
-                  }
-                  const pod5::FileReader& reader = *readers[b->file];
-                  auto decoded = b->n_rows == ReadSlice::kWholeBatch
-                                     ? reader.read_batch(b->batch_idx)
-                                     : reader.read_batch_rows(b->batch_idx, b->first_row, b->n_rows);
-                  if (!decoded.is_ok()) {
-                    b->status = decoded.status();
-                    return b;
-                  }
-                  b->batch = std::move(decoded).value();
-                  for (size_t i = 0; i < b->batch.size(); ++i) {
-                    if (select && !select(reader, b->batch, i)) continue;
-                    PreparedRead& r = b->reads.emplace_back();
-                    b->status = prepare_read(reader, b->batch, i, r);
-                    if (!b->status.is_ok()) return b;
-                    touch_pages(r);
-                  }
-                  return b;
-                }) &
-            tbb::make_filter<PreparedBatch*, void>(
-                tbb::filter_mode::serial_in_order, [&](PreparedBatch* raw) {
-                  std::unique_ptr<PreparedBatch> b(raw);
-                  if (failed) return;
-                  auto fail = [&](Status s) {
-                    first_error = std::move(s);
-                    failed = true;
-                  };
-                  if (!b->status.is_ok()) return fail(std::move(b->status));
-                  const pod5::FileReader& reader = *readers[b->file];
-                  if (n_reads_seen) *n_reads_seen += b->batch.size();
-                  for (const PreparedRead& r : b->reads) {
-                    if (interrupted()) return fail(Status::cancelled("interrupted"));
-                    Status s = consume(b->file, reader, b->batch, r);
-                    if (!s.is_ok()) return fail(std::move(s));
-                  }
-                  // Signal rows ascend with reads in files from MinKNOW and from writers like
-                  // ours: release what lies behind so resident memory stays bounded. Writers
-                  // holding borrowed bytes of a range copy them first.
-                  Status hook_status;
-                  pod5::FileReader::ReleaseHook hook;
-                  if (before_release) {
-                    hook = [&](const void* lo, const void* hi) { hook_status = before_release(lo, hi); };
-                  }
-                  reader.drop_signal_pages_behind(b->batch, hook);
-                  if (!hook_status.is_ok()) return fail(std::move(hook_status));
-                  progress->add(b->batch.size(),
-                                detail::input_bytes_of(reader, b->batch.first_read_idx, b->batch.size()));
-                }));
-  });
-  if (failed) return first_error;
-  return Status::ok();
+  // Source: the next batch (or slice) in input order; decoding waits for a worker.
+  auto next_batch = [&](PreparedBatch& b, uint64_t* bytes, bool* end) -> Status {
+    if (slices) {
+      if (next_slice == slices->size()) {
+        *end = true;
+        return Status::ok();
+      }
+      const ReadSlice& sl = (*slices)[next_slice++];
+      b.file = sl.file;
+      b.batch_idx = sl.batch_idx;
+      b.first_row = sl.first_row;
+      b.n_rows = sl.n_rows;
+    } else {
+      while (file < readers.size() && batch_idx == readers[file]->n_read_batches()) {
+        ++file;
+        batch_idx = 0;
+      }
+      if (file == readers.size()) {
+        *end = true;
+        return Status::ok();
+      }
+      b.file = file;
+      b.batch_idx = batch_idx++;
+      b.first_row = 0;
+      b.n_rows = ReadSlice::kWholeBatch;
+    }
+    const pod5::FileReader& reader = *readers[b.file];
+    const size_t rows = b.n_rows == ReadSlice::kWholeBatch ? reader.batch_rows(b.batch_idx) : b.n_rows;
+    *bytes = estimated_batch_bytes(reader, rows);
+    return Status::ok();
+  };
+  // Sink: every prepared read to `consume` in input order, then the batch's pages released.
+  auto consume_batch = [&](PreparedBatch& b, bool*) -> Status {
+    const pod5::FileReader& reader = *readers[b.file];
+    if (n_reads_seen) *n_reads_seen += b.batch.size();
+    for (size_t k = 0; k < b.n_reads; ++k) {
+      const PreparedRead& r = b.reads[k];
+      ESCPOD_RETURN_IF_ERROR(detail::with_read_context(consume(b.file, reader, b.batch, r), reader,
+                                                       r.record.read_id));
+    }
+    // Signal rows ascend with reads in files from MinKNOW and from writers like ours: release
+    // what lies behind so resident memory stays bounded. Writers holding borrowed bytes of a
+    // range copy them first.
+    Status hook_status;
+    pod5::FileReader::ReleaseHook hook;
+    if (before_release) {
+      hook = [&](const void* lo, const void* hi) { hook_status = before_release(lo, hi); };
+    }
+    reader.drop_signal_pages_behind(b.batch, hook);
+    ESCPOD_RETURN_IF_ERROR(hook_status);
+    progress->add(b.batch.size(), detail::input_bytes_of(reader, b.batch.first_read_idx, b.batch.size()));
+    return Status::ok();
+  };
+  return stream.run(
+      next_batch, [] { return char{}; },
+      [&](PreparedBatch& b, char&) { return prepare_batch(*readers[b.file], select, b); },
+      consume_batch);
 }
 
 }  // namespace
@@ -326,7 +319,7 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
     }
     return Status::ok();
   };
-  tbb::task_arena arena(std::max(1, options.n_threads));
+  Executor& arena = Executor::for_threads(std::max(1, options.n_threads));
   arena.execute([&] {
     tbb::parallel_for(size_t{0}, inputs.size(), [&](size_t k) {
       {

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
+#include "escpod/core/executor.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -39,7 +39,7 @@ Pod5Summary summarize_pod5(const std::vector<std::filesystem::path>& files, int 
   std::mutex mutex;
   std::vector<uint64_t> lengths;
   std::set<uint32_t> channels;
-  tbb::task_arena arena(std::max(1, n_threads));
+  Executor& arena = Executor::for_threads(std::max(1, n_threads));
   arena.execute([&] {
     tbb::parallel_for(size_t{0}, files.size(), [&](size_t k) {
       auto opened = pod5::FileReader::open(files[k]);

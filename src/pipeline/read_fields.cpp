@@ -4,14 +4,13 @@
 
 #include <fmt/format.h>
 
-#include <tbb/parallel_pipeline.h>
-#include <tbb/task_arena.h>
-
 #include <algorithm>
 #include <charconv>
 #include <memory>
 #include <type_traits>
 
+#include "escpod/core/executor.hpp"
+#include "escpod/core/ordered_stream.hpp"
 #include "escpod/core/progress.hpp"
 #include "read_stream.hpp"
 
@@ -132,27 +131,55 @@ bool append_sidecar_cells(const SidecarLookup* lookup, const pod5::FileReader& f
 
 }  // namespace
 
+namespace {
+
+// One reads batch of the table: a record of the engine's ring, reused (its text buffer keeps
+// its capacity from one batch to the next).
+struct TableJob {
+  std::shared_ptr<const pod5::FileReader> file;
+  size_t batch = 0;
+  std::string text;
+  std::shared_ptr<const SidecarLookup> lookup;
+  uint64_t first_read = 0, n_reads = 0;  // of the batch (progress)
+};
+
+// Formats the wanted reads of job.batch into job.text.
+Status format_batch(TableJob& job, const std::vector<const ReadField*>& fields, const std::string& separator,
+                    const std::unordered_set<pod5::ReadId, pod5::ReadIdHash>* wanted,
+                    const std::vector<std::string>& sidecar_columns) {
+  ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch batch, job.file->read_batch(job.batch));
+  job.first_read = batch.first_read_idx;
+  job.n_reads = batch.size();
+  std::string& s = job.text;
+  s.clear();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (wanted && !wanted->count(batch.read_id[i])) continue;
+    for (size_t k = 0; k < fields.size(); ++k) {
+      if (k) s += separator;
+      ESCPOD_RETURN_IF_ERROR(fields[k]->append(*job.file, batch, i, s));
+    }
+    if (!append_sidecar_cells(job.lookup.get(), *job.file, batch, i, sidecar_columns, separator,
+                              fields.empty(), s)) {
+      return job.lookup->error();
+    }
+    s += '\n';
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status write_read_table(const std::vector<std::filesystem::path>& files,
                         const std::vector<const ReadField*>& fields, const std::string& separator,
                         const std::unordered_set<pod5::ReadId, pod5::ReadIdHash>* wanted,
                         int n_threads_wanted, const std::function<bool(std::string_view)>& write,
                         const std::vector<std::string>& sidecar_columns) {
   // Batches are formatted in parallel and written in input order (identical output for any
-  // thread count); at most a few batches of text are in flight.
-  struct Job {
-    std::shared_ptr<const pod5::FileReader> file;
-    size_t batch = 0;
-    std::string text;
-    Status status;
-    std::shared_ptr<const SidecarLookup> lookup;
-    uint64_t first_read = 0, n_reads = 0;  // of the batch (progress)
-  };
-  std::vector<std::shared_ptr<const pod5::FileReader>> opened;
-  std::vector<std::shared_ptr<const SidecarLookup>> lookups;
+  // thread count) by the streaming engine; source and sink both run on the calling thread, so
+  // the reader state below needs no lock.
+  std::shared_ptr<const pod5::FileReader> current;
+  std::shared_ptr<const SidecarLookup> current_lookup;
   size_t file_idx = 0, batch_idx = 0;
-  Status first_error;
-  const int n_threads = std::max(1, n_threads_wanted);
-  bool consumer_done = false;
   // Files are opened one after another: bytes are known now, reads as each file opens.
   uint64_t n_bytes = 0;
   for (const auto& f : files) {
@@ -161,85 +188,52 @@ Status write_read_table(const std::vector<std::filesystem::path>& files,
     if (!ec) n_bytes += size;
   }
   progress::Task progress(0, n_bytes);
-  tbb::task_arena arena(n_threads);
-  arena.execute([&] {
-    tbb::parallel_pipeline(
-        static_cast<size_t>(2 * n_threads + 2),
-        tbb::make_filter<void, Job*>(tbb::filter_mode::serial_in_order,
-                                     [&](tbb::flow_control& fc) -> Job* {
-                                       while (true) {
-                                         if (!first_error.is_ok() || consumer_done ||
-                                             file_idx == files.size()) {
-                                           fc.stop();
-                                           return nullptr;
-                                         }
-                                         if (opened.size() == file_idx) {
-                                           auto f = pod5::FileReader::open(files[file_idx]);
-                                           if (!f.is_ok()) {
-                                             first_error = f.status();
-                                             continue;
-                                           }
-                                           opened.push_back(std::move(*f));
-                                           std::shared_ptr<const SidecarLookup> lookup;
-                                           if (!sidecar_columns.empty()) {
-                                             auto l = SidecarLookup::open({opened.back().get()}, false);
-                                             if (!l.is_ok()) {
-                                               first_error = l.status();
-                                               continue;
-                                             }
-                                             lookup = std::move(*l);
-                                           }
-                                           lookups.push_back(std::move(lookup));
-                                           progress.add_totals(opened.back()->info().n_reads, 0);
-                                         }
-                                         if (batch_idx == opened[file_idx]->n_read_batches()) {
-                                           opened[file_idx].reset();  // unmaps once its jobs are done
-                                           lookups[file_idx].reset();
-                                           ++file_idx;
-                                           batch_idx = 0;
-                                           continue;
-                                         }
-                                         return new Job{opened[file_idx], batch_idx++, {}, {}, lookups[file_idx]};
-                                       }
-                                     }) &
-            tbb::make_filter<Job*, Job*>(tbb::filter_mode::parallel,
-                                         [&](Job* job) {
-                                           auto batch = job->file->read_batch(job->batch);
-                                           if (!batch.is_ok()) {
-                                             job->status = batch.status();
-                                             return job;
-                                           }
-                                           job->first_read = batch->first_read_idx;
-                                           job->n_reads = batch->size();
-                                           std::string& s = job->text;
-                                           for (size_t i = 0; i < batch->size(); ++i) {
-                                             if (wanted && !wanted->count(batch->read_id[i])) continue;
-                                             for (size_t k = 0; k < fields.size(); ++k) {
-                                               if (k) s += separator;
-                                               job->status = fields[k]->append(*job->file, *batch, i, s);
-                                               if (!job->status.is_ok()) return job;
-                                             }
-                                             if (!append_sidecar_cells(job->lookup.get(), *job->file, *batch, i,
-                                                                       sidecar_columns, separator, fields.empty(), s)) {
-                                               job->status = job->lookup->error();
-                                               return job;
-                                             }
-                                             s += '\n';
-                                           }
-                                           return job;
-                                         }) &
-            tbb::make_filter<Job*, void>(tbb::filter_mode::serial_in_order, [&](Job* job) {
-              std::unique_ptr<Job> owned(job);
-              if (!job->status.is_ok()) {
-                if (first_error.is_ok()) first_error = job->status;
-                return;
-              }
-              if (!first_error.is_ok()) return;
-              if (!write(job->text)) consumer_done = true;
-              progress.add(job->n_reads, detail::input_bytes_of(*job->file, job->first_read, job->n_reads));
-            }));
-  });
-  return first_error;
+  auto open_next_file = [&]() -> Status {
+    ESCPOD_ASSIGN_OR_RETURN(auto f, pod5::FileReader::open(files[file_idx]));
+    current = std::move(f);
+    current_lookup.reset();
+    if (!sidecar_columns.empty()) {
+      ESCPOD_ASSIGN_OR_RETURN(current_lookup, SidecarLookup::open({current.get()}, false));
+    }
+    progress.add_totals(current->info().n_reads, 0);
+    return Status::ok();
+  };
+  auto next_job = [&](TableJob& job, uint64_t* bytes, bool* end) -> Status {
+    while (true) {
+      if (file_idx == files.size()) {
+        *end = true;
+        return Status::ok();
+      }
+      if (!current) ESCPOD_RETURN_IF_ERROR(open_next_file());
+      if (batch_idx == current->n_read_batches()) {
+        current.reset();  // unmaps once its jobs are done
+        current_lookup.reset();
+        ++file_idx;
+        batch_idx = 0;
+        continue;
+      }
+      job.file = current;
+      job.lookup = current_lookup;
+      job.batch = batch_idx++;
+      // The text of a batch: about 24 bytes a cell.
+      *bytes = current->batch_rows(job.batch) * (fields.size() + sidecar_columns.size() + 1) * 24;
+      return Status::ok();
+    }
+  };
+  auto write_job = [&](TableJob& job, bool* stop) -> Status {
+    if (!write(job.text)) *stop = true;  // the consumer is done (a closed pipe): not an error
+    progress.add(job.n_reads, detail::input_bytes_of(*job.file, job.first_read, job.n_reads));
+    job.file.reset();
+    job.lookup.reset();
+    return Status::ok();
+  };
+  Executor& ex = Executor::for_threads(std::max(1, n_threads_wanted));
+  OrderedStream<TableJob, char> stream(
+      ex, {.max_bytes = uint64_t{64} << 20, .max_items = static_cast<size_t>(2 * ex.width() + 2)});
+  return stream.run(
+      next_job, [] { return char{}; },
+      [&](TableJob& job, char&) { return format_batch(job, fields, separator, wanted, sidecar_columns); },
+      write_job);
 }
 
 }  // namespace escpod::pipeline

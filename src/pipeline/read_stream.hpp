@@ -4,26 +4,28 @@
 // results never depend on the thread count. Internal to the pipeline layer.
 #pragma once
 
-#include <tbb/enumerable_thread_specific.h>
-#include <tbb/parallel_pipeline.h>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
+#include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/core/ordered_stream.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/core/status.hpp"
 #include "escpod/pod5/file_reader.hpp"
 
 namespace escpod::pipeline::detail {
+
+using escpod::Executor;
+using escpod::OrderedStream;
+using escpod::StreamLimits;
 
 // ---- progress over POD5 inputs -----------------------------------------------------------------
 
@@ -56,16 +58,35 @@ inline std::unique_ptr<progress::Task> start_read_progress(
 
 // ---- ordered per-read pipeline over POD5 inputs -------------------------------------------------
 
+// The stream limits of the per-read commands: as many blocks in flight as the former pipeline
+// had tokens (4 per thread), bounded in bytes by the reads' signal (256 MiB, or 32 MiB a thread
+// on wide machines).
+inline StreamLimits read_stream_limits(const Executor& ex) {
+  const auto width = static_cast<uint64_t>(ex.width());
+  return {.max_bytes = std::max<uint64_t>(uint64_t{256} << 20, width * (uint64_t{32} << 20)),
+          .max_items = static_cast<size_t>(4 * width)};
+}
+
+// "<file>: read <id>: <message>", unless the message already names the read.
+inline Status with_read_context(Status s, const pod5::FileReader& file, const pod5::ReadId& id) {
+  if (s.is_ok()) return s;
+  const std::string read = id.to_string();
+  if (s.message().find(read) != std::string::npos) return s;
+  return s.with_context(file.path().string() + ": read " + read);
+}
+
 template <class Payload>
 struct ReadTask {
   const pod5::FileReader* file = nullptr;
   std::shared_ptr<const pod5::ReadBatch> batch;
   size_t row = 0;
   size_t tag = 0;  // caller's per-read tag (the fingerprint stage: boundary row)
-  Payload out;
+  Payload out;     // reset for every read: Payload{} (or out.reset() where Payload has one,
+                   // which may keep its buffers)
 };
 
 // Consecutive reads handed to one worker together (the CNN runs on several reads per call).
+// Blocks are records of the engine's ring: reused, so their vector is allocated once.
 template <class Payload>
 struct ReadBlock {
   std::vector<ReadTask<Payload>> reads;
@@ -73,108 +94,108 @@ struct ReadBlock {
   uint64_t bytes_scanned = 0;  // their input bytes (input_bytes_of)
 };
 
+// Where the serial reader stands in the inputs.
+struct ReadCursor {
+  size_t file_idx = 0, batch_idx = 0, row = 0;
+  std::shared_ptr<const pod5::ReadBatch> batch;
+};
+
+// Moves `at` to the next read of the inputs (decoding the next batch when needed); false at the
+// end of the inputs.
+inline Result<bool> advance_to_next_read(const std::vector<std::unique_ptr<pod5::FileReader>>& readers,
+                                         ReadCursor& at) {
+  while (at.file_idx < readers.size()) {
+    const pod5::FileReader& reader = *readers[at.file_idx];
+    if (at.batch && at.row < at.batch->size()) return true;
+    if (at.batch_idx == reader.n_read_batches()) {
+      ++at.file_idx;
+      at.batch_idx = 0;
+      at.batch.reset();
+      continue;
+    }
+    ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch next, reader.read_batch(at.batch_idx++));
+    at.batch = std::make_shared<const pod5::ReadBatch>(std::move(next));
+    at.row = 0;
+  }
+  return false;
+}
+
+template <class Payload>
+void reset_payload(Payload& p) {
+  if constexpr (requires { p.reset(); }) {
+    p.reset();
+  } else {
+    p = Payload{};
+  }
+}
+
 // Runs `work(block, scratch)` on blocks of up to `block_size` consecutive reads that
 // `select(batch, row, &tag)` accepts, in parallel, and `emit(task)` on every read in input
-// order. Stops at the first error (or an interrupt). Results depend only on what `work` does per
-// read, never on the thread count.
+// order, on the streaming engine (core/ordered_stream.hpp): signal bytes in flight bounded,
+// blocks reused, the first error (or an interrupt) stops every stage; an error of `emit` names
+// its file and read. Results depend only on what `work` does per read, never on the thread
+// count.
 template <class Payload, class Scratch, class Select, class MakeScratch, class Work, class Emit>
 Status for_each_read_ordered(const std::vector<std::unique_ptr<pod5::FileReader>>& readers,
                              int n_threads, size_t block_size, Select select,
                              MakeScratch make_scratch, Work work, Emit emit) {
   using Block = ReadBlock<Payload>;
-  std::mutex error_mutex;
-  Status first_error;
-  std::atomic<bool> failed{false};
-  auto fail = [&](Status s) {
-    std::lock_guard lock(error_mutex);
-    if (first_error.is_ok()) first_error = std::move(s);
-    failed = true;
-  };
-  tbb::enumerable_thread_specific<Scratch> scratch(make_scratch);
+  Executor& ex = Executor::for_threads(std::max(1, n_threads));
+  OrderedStream<Block, Scratch> stream(ex, read_stream_limits(ex));
   // Once every read of a batch has been emitted (in input order, so when the next batch's first
   // read is), the signal below it will not be read again: its mapped pages are released, so
   // resident memory stays bounded on huge inputs instead of growing with the mapped file.
   std::shared_ptr<const pod5::ReadBatch> emitted_batch;
   const pod5::FileReader* emitted_file = nullptr;
-  size_t file_idx = 0, batch_idx = 0, row = 0;
-  std::shared_ptr<const pod5::ReadBatch> batch;
-  const int threads = std::max(1, n_threads);
-  const size_t tokens = static_cast<size_t>(4 * threads);
+  ReadCursor at;
   const size_t per_block = std::max<size_t>(1, block_size);
   const auto progress = start_read_progress(readers);
-  tbb::task_arena arena(threads);
-  arena.execute([&] {
-    tbb::parallel_pipeline(
-        tokens,
-        tbb::make_filter<void, Block*>(
-            tbb::filter_mode::serial_in_order,
-            [&](tbb::flow_control& fc) -> Block* {
-              auto block = std::make_unique<Block>();
-              block->reads.reserve(per_block);
-              while (block->reads.size() < per_block) {
-                if (failed || interrupted()) {
-                  if (interrupted()) fail(Status::cancelled("interrupted"));
-                  fc.stop();
-                  return nullptr;
-                }
-                if (file_idx == readers.size()) break;
-                const pod5::FileReader& reader = *readers[file_idx];
-                if (!batch || row == batch->size()) {
-                  if (batch_idx == reader.n_read_batches()) {
-                    ++file_idx;
-                    batch_idx = 0;
-                    batch.reset();
-                    continue;
-                  }
-                  auto next = reader.read_batch(batch_idx++);
-                  if (!next.is_ok()) {
-                    fail(next.status());
-                    continue;
-                  }
-                  batch = std::make_shared<const pod5::ReadBatch>(std::move(next).value());
-                  row = 0;
-                  if (batch->size() == 0) continue;
-                }
-                const size_t r = row++;
-                ++block->n_scanned;
-                block->bytes_scanned += input_bytes_of(reader, batch->first_read_idx + r, 1);
-                size_t tag = 0;
-                if (!select(*batch, r, &tag)) continue;
-                auto& t = block->reads.emplace_back();
-                t.file = &reader;
-                t.batch = batch;
-                t.row = r;
-                t.tag = tag;
-              }
-              if (block->reads.empty()) {
-                progress->add(block->n_scanned, block->bytes_scanned);
-                fc.stop();
-                return nullptr;
-              }
-              return block.release();
-            }) &
-            tbb::make_filter<Block*, Block*>(tbb::filter_mode::parallel,
-                                            [&](Block* b) {
-                                              if (!failed) work(*b, scratch.local());
-                                              return b;
-                                            }) &
-            tbb::make_filter<Block*, void>(tbb::filter_mode::serial_in_order, [&](Block* b) {
-              std::unique_ptr<Block> owned(b);
-              for (auto& t : owned->reads) {
-                if (failed) return;
-                Status s = emit(t);
-                if (!s.is_ok()) fail(std::move(s));
-                if (t.batch != emitted_batch) {
-                  if (emitted_batch) emitted_file->drop_signal_pages_behind(*emitted_batch);
-                  emitted_batch = t.batch;
-                  emitted_file = t.file;
-                }
-              }
-              progress->add(owned->n_scanned, owned->bytes_scanned);
-            }));
-  });
-  if (failed) return first_error;
-  return Status::ok();
+  auto fill_block = [&](Block& block, uint64_t* bytes, bool* end) -> Status {
+    block.n_scanned = block.bytes_scanned = 0;
+    size_t n = 0;
+    while (n < per_block) {
+      ESCPOD_ASSIGN_OR_RETURN(const bool more, advance_to_next_read(readers, at));
+      if (!more) break;
+      const pod5::FileReader& reader = *readers[at.file_idx];
+      const size_t r = at.row++;
+      ++block.n_scanned;
+      block.bytes_scanned += input_bytes_of(reader, at.batch->first_read_idx + r, 1);
+      size_t tag = 0;
+      if (!select(*at.batch, r, &tag)) continue;
+      if (n == block.reads.size()) block.reads.emplace_back();
+      ReadTask<Payload>& t = block.reads[n++];
+      t.file = &reader;
+      t.batch = at.batch;
+      t.row = r;
+      t.tag = tag;
+      reset_payload(t.out);
+      *bytes += 2 * at.batch->num_samples[r];  // its signal once decoded (int16 samples)
+    }
+    block.reads.resize(n);  // shrinks only for the last block or a selective `select`
+    if (n == 0) {
+      progress->add(block.n_scanned, block.bytes_scanned);
+      *end = true;
+    }
+    return Status::ok();
+  };
+  return stream.run(
+      fill_block, make_scratch,
+      [&](Block& b, Scratch& scratch) {
+        work(b, scratch);
+        return Status::ok();
+      },
+      [&](Block& b, bool*) -> Status {
+        for (auto& t : b.reads) {
+          ESCPOD_RETURN_IF_ERROR(with_read_context(emit(t), *t.file, t.batch->read_id[t.row]));
+          if (t.batch != emitted_batch) {
+            if (emitted_batch) emitted_file->drop_signal_pages_behind(*emitted_batch);
+            emitted_batch = t.batch;
+            emitted_file = t.file;
+          }
+        }
+        progress->add(b.n_scanned, b.bytes_scanned);
+        return Status::ok();
+      });
 }
 
 // Opens every input before any output is created (a bad input fails fast), several files at once
@@ -202,8 +223,7 @@ inline Result<std::vector<std::unique_ptr<pod5::FileReader>>> open_readers(
     opened[i].emplace(std::move(r));
   };
   if (inputs.size() > 1 && n_threads != 1) {
-    tbb::task_arena arena(n_threads > 0 ? n_threads : tbb::task_arena::automatic);
-    arena.execute([&] { tbb::parallel_for(size_t{0}, inputs.size(), open_one); });
+    Executor::for_threads(n_threads).execute([&] { tbb::parallel_for(size_t{0}, inputs.size(), open_one); });
   } else {
     for (size_t i = 0; i < inputs.size(); ++i) open_one(i);
   }

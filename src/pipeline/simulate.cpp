@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
-#include <tbb/parallel_pipeline.h>
-#include <tbb/task_arena.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -13,12 +11,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
 #include <unordered_map>
 
+#include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/core/ordered_stream.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/pod5/vbz.hpp"
@@ -267,12 +268,14 @@ std::filesystem::path default_truth_path(const std::filesystem::path& output) {
 namespace {
 
 // One generated read on its way from a worker to the writer.
+// One simulated read: a record of the engine's ring, reused (chunk buffers and the truth row
+// keep their capacity from one read to the next).
 struct Work {
   uint64_t index = 0;
-  Status status;
   pod5::ReadRecord record;
-  std::vector<std::vector<uint8_t>> chunk_bytes;
+  std::vector<std::vector<uint8_t>> chunk_bytes;  // [0, n_chunks) are this read's
   std::vector<uint32_t> chunk_samples;
+  size_t n_chunks = 0;
   std::string truth_row;
   uint64_t gap = 0;  // samples between the previous read on the channel and this one
 };
@@ -472,9 +475,10 @@ class ReadMaker {
     fill_record(id, channel, cal, sc.read, w.record);
     ESCPOD_RETURN_IF_ERROR(compress_chunks(sc, w));
     const signal::ReadLayout& L = sc.read.layout;
-    w.truth_row = fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", id.to_string(), bc.name, L.adapter_start,
-                              L.adapter_end, L.barcode_start, L.barcode_end, L.polya_start, L.polya_end,
-                              L.transcript_start, L.num_samples, transcript_name);
+    w.truth_row.clear();
+    fmt::format_to(std::back_inserter(w.truth_row), "{},{},{},{},{},{},{},{},{},{},{}\n", id.to_string(), bc.name,
+                   L.adapter_start, L.adapter_end, L.barcode_start, L.barcode_end, L.polya_start, L.polya_end,
+                   L.transcript_start, L.num_samples, transcript_name);
     return Status::ok();
   }
 
@@ -510,11 +514,17 @@ class ReadMaker {
   }
 
   // Compresses in the worker (VBZ, or raw little-endian int16); the writer only copies chunks.
+  // The record's chunk buffers are reused (no allocation per read once they have grown).
   Status compress_chunks(Scratch& sc, Work& w) const {
     const std::span<const int16_t> all(sc.read.adc);
+    w.n_chunks = 0;
     for (size_t off = 0; off < all.size(); off += m_max_chunk) {
       const auto part = all.subspan(off, std::min<size_t>(m_max_chunk, all.size() - off));
-      std::vector<uint8_t> bytes;
+      if (w.n_chunks == w.chunk_bytes.size()) {
+        w.chunk_bytes.emplace_back();
+        w.chunk_samples.emplace_back();
+      }
+      std::vector<uint8_t>& bytes = w.chunk_bytes[w.n_chunks];
       if (m_o.writer.vbz) {
         ESCPOD_RETURN_IF_ERROR(sc.codec.compress(part, bytes, m_o.writer.zstd_level));
       } else {
@@ -525,8 +535,7 @@ class ReadMaker {
           bytes[2 * i + 1] = static_cast<uint8_t>(u >> 8);
         }
       }
-      w.chunk_bytes.push_back(std::move(bytes));
-      w.chunk_samples.push_back(static_cast<uint32_t>(part.size()));
+      w.chunk_samples[w.n_chunks++] = static_cast<uint32_t>(part.size());
     }
     return Status::ok();
   }
@@ -562,38 +571,6 @@ class ChannelClock {
   std::unordered_map<uint32_t, State> m_channels;
 };
 
-// Generates reads 0..n_reads-1 on n_threads workers (`make`) and hands them to `consume` in
-// index order. Stops early once `failed` is set or on an interrupt.
-template <typename Make, typename Consume>
-void run_in_order(uint64_t n_reads, int n_threads, const std::atomic<bool>& failed, Make&& make,
-                  Consume&& consume) {
-  uint64_t next_index = 0;
-  tbb::task_arena arena(n_threads);
-  arena.execute([&] {
-    tbb::parallel_pipeline(
-        static_cast<size_t>(4 * n_threads),
-        tbb::make_filter<void, std::shared_ptr<Work>>(
-            tbb::filter_mode::serial_in_order,
-            [&](tbb::flow_control& fc) -> std::shared_ptr<Work> {
-              if (next_index >= n_reads || failed.load() || interrupted()) {
-                fc.stop();
-                return nullptr;
-              }
-              auto w = std::make_shared<Work>();
-              w->index = next_index++;
-              return w;
-            }) &
-            tbb::make_filter<std::shared_ptr<Work>, std::shared_ptr<Work>>(
-                tbb::filter_mode::parallel,
-                [&](std::shared_ptr<Work> w) {
-                  if (!failed.load()) w->status = make(*w);
-                  return w;
-                }) &
-            tbb::make_filter<std::shared_ptr<Work>, void>(tbb::filter_mode::serial_in_order,
-                                                          [&](std::shared_ptr<Work> w) { consume(*w); }));
-  });
-}
-
 }  // namespace
 
 Status simulate(const std::filesystem::path& output, const SimulateOptions& o, SimulateStats* stats) {
@@ -608,40 +585,48 @@ Status simulate(const std::filesystem::path& output, const SimulateOptions& o, S
   const ReadMaker maker(o, in, ri.acquisition_id);
   tbb::enumerable_thread_specific<Scratch> scratch;
   ChannelClock clock(o.params.sample_rate_hz);
-  Status first_error;
-  std::atomic<bool> failed{false};
-  uint64_t n_samples = 0;
+  uint64_t next_index = 0, n_samples = 0;
   std::vector<pod5::SignalChunk> chunks;
   // Bytes: compressed signal written (its total is not known in advance).
   progress::Task progress(o.n_reads, 0);
 
   // Writes read w (serial, in read order): its channel timing, chunks and truth row.
-  auto consume = [&](Work& w) {
-    if (failed.load()) return;
-    Status st = w.status;
-    if (st.is_ok()) {
-      clock.place(w);
-      chunks.clear();
-      for (size_t i = 0; i < w.chunk_bytes.size(); ++i) {
-        chunks.push_back({std::span<const uint8_t>(w.chunk_bytes[i]), w.chunk_samples[i], w.record.read_id});
-      }
-      st = writer->add_read_chunks(w.record, chunks);
-    }
-    if (st.is_ok()) st = truth.write(w.truth_row);
-    if (!st.is_ok()) {
-      first_error = st.with_context(fmt::format("read {}", w.index));
-      failed.store(true);
-      return;
-    }
-    n_samples += w.record.num_samples;
+  auto consume = [&](Work& w) -> Status {
+    clock.place(w);
+    chunks.clear();
     uint64_t bytes = 0;
-    for (const auto& b : w.chunk_bytes) bytes += b.size();
+    for (size_t i = 0; i < w.n_chunks; ++i) {
+      chunks.push_back({std::span<const uint8_t>(w.chunk_bytes[i]), w.chunk_samples[i], w.record.read_id});
+      bytes += w.chunk_bytes[i].size();
+    }
+    ESCPOD_RETURN_IF_ERROR(writer->add_read_chunks(w.record, chunks));
+    ESCPOD_RETURN_IF_ERROR(truth.write(w.truth_row));
+    n_samples += w.record.num_samples;
     progress.add(1, bytes);
+    return Status::ok();
   };
-  run_in_order(o.n_reads, std::max(1, o.n_threads), failed,
-               [&](Work& w) { return maker.make(w, scratch.local()); }, consume);
-  ESCPOD_RETURN_IF_ERROR(first_error);
-  if (interrupted()) return Status::cancelled("simulate: interrupted");
+
+  // Reads are generated in parallel on the streaming engine and written in index order, so the
+  // output depends only on the seed. A read's cost in the byte budget: an estimate of its raw
+  // signal and chunks (64 KiB; its real length is known only once generated).
+  Executor& ex = Executor::for_threads(std::max(1, o.n_threads));
+  constexpr uint64_t read_cost = uint64_t{64} << 10;
+  OrderedStream<Work, char> stream(
+      ex, {.max_bytes = std::max<uint64_t>(uint64_t{256} << 20, static_cast<uint64_t>(ex.width()) * (uint64_t{32} << 20)),
+           .max_items = static_cast<size_t>(4 * ex.width())});
+  ESCPOD_RETURN_IF_ERROR(stream.run(
+      [&](Work& w, uint64_t* cost, bool* end) {
+        if (next_index == o.n_reads) {
+          *end = true;
+          return Status::ok();
+        }
+        w.index = next_index++;
+        *cost = read_cost;
+        return Status::ok();
+      },
+      [] { return char{}; }, [&](Work& w, char&) { return maker.make(w, scratch.local()); },
+      [&](Work& w, bool*) { return consume(w); },
+      [](const Work& w) { return fmt::format("read {}", w.index); }));
 
   ESCPOD_RETURN_IF_ERROR(writer->finish());
   ESCPOD_RETURN_IF_ERROR(truth.close());

@@ -4,7 +4,7 @@
 #include <arrow/io/memory.h>
 #include <arrow/ipc/reader.h>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
+#include "escpod/core/executor.hpp"
 #include <tbb/task_group.h>
 
 #include <sys/mman.h>
@@ -1218,7 +1218,7 @@ Status FileReader::for_each_batch(int n_threads,
   std::mutex error_mutex;
   Status first_error;
   tbb::task_group_context context;
-  tbb::task_arena arena(n_threads);
+  Executor& arena = Executor::for_threads(n_threads);
   arena.execute([&] {
     tbb::parallel_for(
         tbb::blocked_range<size_t>(0, n, 1),

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
+#include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 #include <unistd.h>
 
@@ -307,7 +308,19 @@ struct FileWriter::Impl {
   std::unique_ptr<InFlight> in_flight;
   InFlight spare;
   tbb::task_group signal_tasks;
-  ~Impl() { signal_tasks.wait(); }
+  // The pool the background write was started in (the caller's executor): it is waited for in
+  // that pool, where its task is queued; a wait from outside it (finish() after the caller's
+  // stream has left its pool) could not run the task, and a pool without spare threads never
+  // would.
+  std::optional<tbb::task_arena> signal_arena;
+  void wait_signal_tasks() {
+    if (signal_arena) {
+      signal_arena->execute([this] { signal_tasks.wait(); });
+    } else {
+      signal_tasks.wait();
+    }
+  }
+  ~Impl() { wait_signal_tasks(); }
   Status wait_signal_write();
 
   Status start();
@@ -462,7 +475,9 @@ Status FileWriter::Impl::flush_signal_batch() {
     f->batch = batch;
     in_flight = std::move(f);
     InFlight* job = in_flight.get();
-    signal_tasks.run([this, job] { job->status = signal_writer->WriteRecordBatch(*job->batch); });
+    signal_arena.emplace(tbb::task_arena::attach());
+    signal_arena->execute(
+        [this, job] { signal_tasks.run([this, job] { job->status = signal_writer->WriteRecordBatch(*job->batch); }); });
     // Fresh buffers for the next batch, reusing the capacity of the batch written before.
     sig_ids = std::move(spare.ids);
     sig_samples = std::move(spare.samples);
@@ -500,7 +515,7 @@ void FileWriter::Impl::reset_pending_signal() {
 
 Status FileWriter::Impl::wait_signal_write() {
   if (!in_flight) return Status::ok();
-  signal_tasks.wait();
+  wait_signal_tasks();
   auto done = std::move(in_flight);
   if (!done->status.ok()) return arrow_status(done->status, "signal batch");
   spare.ids = std::move(done->ids);

@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
+#include "escpod/core/executor.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -602,7 +602,7 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
     scan_bytes += scan_sizes.back();
   }
   progress::Task task(to_scan.size(), scan_bytes, {.label = "index", .unit = "files"});
-  tbb::task_arena arena(std::max(1, options.n_threads));
+  Executor& arena = Executor::for_threads(std::max(1, options.n_threads));
   arena.execute([&] {
     tbb::parallel_for(size_t{0}, to_scan.size(), [&](size_t k) {
       {

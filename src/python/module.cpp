@@ -13,7 +13,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
-#include <tbb/task_arena.h>
+#include "escpod/core/executor.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -323,7 +323,7 @@ struct SignalJob {
       std::mutex m;
       Status first;
       std::atomic<bool> failed{false};
-      tbb::task_arena arena(resolve_threads(n_threads));
+      Executor& arena = Executor::for_threads(resolve_threads(n_threads));
       arena.execute([&] {
         tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1), [&](const tbb::blocked_range<size_t>& range) {
           thread_local pod5::VbzCodec codec;
@@ -374,7 +374,7 @@ class Index {
     Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
       std::mutex m;
       Status first;
-      tbb::task_arena arena(resolve_threads(n_threads));
+      Executor& arena = Executor::for_threads(resolve_threads(n_threads));
       arena.execute([&] {
         tbb::parallel_for(size_t{0}, n_batches, [&](size_t g) {
           if (cancel.load(std::memory_order_relaxed)) return;

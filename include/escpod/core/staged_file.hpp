@@ -1,7 +1,9 @@
 // Crash-safe outputs: every output is written to a hidden staging file in its destination folder
 // and renamed into place only when complete, so the final path holds either the previous file or
 // the complete new one, never a partial file. Staging files are registered process-wide so that
-// SIGINT/SIGTERM removes them (install_interrupt_cleanup) before exiting with status 130.
+// an interrupted run removes them (install_interrupt_cleanup): the first SIGINT/SIGTERM stops
+// the work cleanly (staging files discarded as their owners unwind, nothing committed after
+// it), a second one removes what is registered and exits at once.
 #pragma once
 
 #include <filesystem>
@@ -63,11 +65,20 @@ class ScratchPath {
   int m_slot = -1;
 };
 
-// Installs SIGINT/SIGTERM handlers that unlink every registered staging and scratch file and
-// exit with status 130 (a second signal during cleanup exits at once). Also marks the process as
-// shutting down: no new staging file can be created after a signal. Call once from main().
+// Installs SIGINT/SIGTERM handlers. The first signal only sets a flag: interrupted() turns
+// true, the streaming engine and the loops polling it stop with kCancelled, no new staging file
+// can be created and none can be committed (StagedFile::commit fails), so the command unwinds,
+// its staging files are removed by their owners, and main() exits 128 + the signal (130 for
+// SIGINT, 143 for SIGTERM: interrupt_exit_code). A second signal unlinks every registered
+// staging and scratch file (async-signal-safe calls only) and exits 128 + its number at once.
+// Call once from main().
 void install_interrupt_cleanup();
 // True once an interrupt was received (long loops poll it to stop early).
 bool interrupted();
+// The first interrupting signal received (SIGINT or SIGTERM), 0 when none.
+int interrupt_signal();
+// The exit status of an interrupted run: 128 + interrupt_signal() (130 when the stop came from
+// set_cancel_requested rather than a signal).
+int interrupt_exit_code();
 
 }  // namespace escpod

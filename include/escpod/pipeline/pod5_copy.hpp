@@ -72,10 +72,12 @@ using PreparedConsumer = std::function<Status(size_t file, const pod5::FileReade
 // order, are decoded, filtered by `select`, resolved (prepare_read) and their signal pages
 // faulted in on up to `n_threads` threads, several batches at once; `consume` then takes the
 // selected reads in input order on one thread, and each batch's mapped pages are released once
-// it is consumed. Results never depend on the thread count. Memory: at most 2 x n_threads
-// batches in flight (their records and the touched signal pages), whatever the input size.
-// `n_reads_seen` (optional) counts every read of every batch. Stops at the first error in input
-// order, or on an interrupt.
+// it is consumed. Results never depend on the thread count. Runs on the streaming engine
+// (core/ordered_stream.hpp): memory in flight bounded in bytes (the batches' estimated input
+// bytes, 512 MiB or 128 MiB a thread, and at most 2 x n_threads batches, whose records are
+// reused), whatever the input size. `n_reads_seen` (optional) counts every read of every batch.
+// Stops at the first error in input order (an error of `consume` names its file and read), or
+// on an interrupt (kCancelled).
 // Called on the consuming thread before a range of an input's mapping is released; writers that
 // borrowed bytes from it copy them (FileWriter::copy_borrowed_in). An error stops the stream.
 using BeforeRelease = std::function<Status(const void* lo, const void* hi)>;
