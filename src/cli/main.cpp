@@ -17,7 +17,8 @@ namespace {
 constexpr const char* kExitCodesHelp =
     "Exit status: 0 success; 1 failure (bad or unreadable input data, I/O errors, a duplicate\n"
     "read id, ...); 2 usage error (bad flags or arguments); 3 completed with inputs skipped\n"
-    "(--skip-bad); 130 interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM).\n"
+    "(--skip-bad); 130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM. The first signal stops the\n"
+    "run cleanly (no output is written, staging files are removed); a second signal exits at once.\n"
     "Data products go to stdout or -o FILE; logs, summaries and progress go to stderr.";
 
 // The exit status of a command body's Status. Only kUsage (bad flags or arguments, detected by
