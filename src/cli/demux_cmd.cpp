@@ -50,7 +50,11 @@ struct DemuxCliOptions {
 // A CRF bundle pins its boundary detector (behaviour doc 1.3, 2.10): a `cnn` pin refuses
 // --method llr, and its CNN file is the one used unless --cnn-model names another (the pin's
 // sha256 is then not checked). `cnn_model` is set to the pinned file when the user gave none.
-Status apply_crf_bundle_pin(const std::filesystem::path& model, const std::string& method, std::string& cnn_model) {
+// A bundle that pins no detector needs --method (behaviour doc 1.3: LLR boundaries silently cost
+// barcode recall against encoders trained on CNN boundaries, so neither is a safe default), except
+// for --info (`describing`), which runs no detector.
+Status apply_crf_bundle_pin(const std::filesystem::path& model, const std::string& method, bool describing,
+                            std::string& cnn_model) {
   std::error_code ec;
   if (!std::filesystem::exists(model / "metadata.json", ec) || !demux::is_crf_model_dir(model)) {
     return Status::ok();
@@ -58,6 +62,11 @@ Status apply_crf_bundle_pin(const std::filesystem::path& model, const std::strin
   demux::CrfLoadOptions lo;
   lo.verify_boundary_pin = cnn_model.empty();
   ESCPOD_ASSIGN_OR_RETURN(demux::CrfModel m, demux::load_crf_model(model, lo));
+  if (m.boundary.method.empty() && method.empty() && !describing) {
+    return Status::usage(model.string() + ": the bundle pins no boundary detector; pass --method cnn (with "
+                         "--cnn-model ONNX) or --method llr (LLR boundaries cost barcode recall against "
+                         "encoders trained on CNN boundaries)");
+  }
   if (m.boundary.method != "cnn") return Status::ok();
   if (method == "llr") {
     return Status::invalid_argument(model.string() + ": the bundle pins the cnn boundary detector (its encoder "
@@ -73,7 +82,7 @@ Status register_crf_options(const DemuxCliOptions& o, std::string& cnn_model) {
   ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions c, crf_head_options(o.crf));
   c.load.verify_boundary_pin = o.cnn_model.empty();
   cnn_model = o.cnn_model;
-  ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(o.model, o.method, cnn_model));
+  ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(o.model, o.method, o.info, cnn_model));
   demux::register_crf_head(c);
   return Status::ok();
 }

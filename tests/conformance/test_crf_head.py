@@ -173,6 +173,17 @@ def test_bundle_info_and_demux(escpod, bundle, reads, read_ids, tmp_path):
     assert sum(r["reason"] == "no usable barcode window" for r in rows) == len(windows) + len(no_window)
 
 
+def test_bundle_without_a_pinned_detector_needs_method(escpod, bundle, reads, tmp_path):
+    # Behaviour doc 1.3: no --method and no pin is a usage error naming the bundle and the choices;
+    # --info runs no detector and still works.
+    r = run([escpod, "demux", *reads, "--model", bundle, "--classifications", tmp_path / "c.csv"], check=False)
+    assert r.returncode == 2
+    assert f"{bundle}: the bundle pins no boundary detector; pass --method cnn" in r.stderr
+    assert "or --method llr" in r.stderr
+    assert not (tmp_path / "c.csv").exists()
+    assert run([escpod, "demux", "--model", bundle, "--info"]).returncode == 0
+
+
 def test_basecall_stage_matches_the_fused_head_on_the_same_boundaries(
         escpod, shared_data, reads, read_ids, tmp_path):
     wdx4 = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
