@@ -18,6 +18,7 @@ std::string_view call_status_reason(CallStatus status) {
 
 void apply_decision_rule(std::span<const int32_t> labels, std::span<const double> thresholds,
                          int32_t noise_index, TieRule tie, Classification& out) {
+  out.detail = {};
   const auto& p = out.probabilities;
   const size_t k = p.size();
   assert(k >= 1 && labels.size() == k);

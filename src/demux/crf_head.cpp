@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -54,6 +55,19 @@ namespace {
 
 // Gate codes of the `gate` column (0..4 follow CrfGateResult; 5 is this head's own gate).
 constexpr double kGateMeanPost = 5.0;
+
+// The reason of a gated read: which gate rejected it, by its option (static text, see
+// Classification::detail). The "below threshold: " prefix keeps the run summary grouping them.
+std::string_view gate_reason(CrfGateResult gate, bool mean_post_failed) {
+  switch (gate) {
+    case CrfGateResult::kPass: break;
+    case CrfGateResult::kEditMargin: return "below threshold: gate --min-margin";
+    case CrfGateResult::kCrfMargin: return "below threshold: gate --min-crf-margin";
+    case CrfGateResult::kCrfProb: return "below threshold: gate --min-crf-prob";
+    case CrfGateResult::kBaseq: return "below threshold: gate --min-baseq";
+  }
+  return mean_post_failed ? "below threshold: gate --min-mean-post" : "";
+}
 
 // What a loaded head runs with: every option resolved against the model.
 struct CrfSettings {
@@ -314,6 +328,7 @@ void CrfHead::classify_one(const PreparedRead& r, CrfScratch& s, Classification&
   out.confidence = 0.0;
   out.threshold = 0.0;
   out.probabilities.clear();
+  out.detail = {};
   s.last_ref = -1;
   s.last_crf_best = -1;
   if (!best_window(r, s)) {
@@ -347,6 +362,7 @@ void CrfHead::fill_call(const BarcodeMatch& m, CrfGateResult gate, bool mean_pos
   out.best_label = m.best_idx + 1;
   out.status = pass ? CallStatus::kClassified : CallStatus::kBelowThreshold;
   if (pass) out.label = out.best_label;
+  out.detail = gate_reason(gate, mean_post_failed);
   // Fused confidence = edit margin (0 when absent); without lattice scoring a margin-gated read
   // reports 0 (behaviour doc section 4.8 quirk).
   const bool margin_gated = gate == CrfGateResult::kEditMargin && !m_settings.ref_scores;

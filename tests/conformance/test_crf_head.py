@@ -97,7 +97,7 @@ def test_barcode_free_reads_one_row_each_same_calls_any_threads_all_rejected(
         assert r["barcode"] == "unclassified" and r["reason"], r
     n_refs = MODELS[name][0]
     for r in at_head:
-        assert r["reason"] == "below threshold"
+        assert r["reason"] == "below threshold: gate --min-baseq"  # names the gate (code 4)
         dist, second = int(float(r["edit_dist"])), int(float(r["second_dist"]))
         assert 0 <= dist <= second
         assert float(r["confidence"]) == second - dist  # fused confidence = edit margin
@@ -171,6 +171,25 @@ def test_bundle_info_and_demux(escpod, bundle, reads, read_ids, tmp_path):
     check_one_row_and_one_output(rows, read_ids, tmp_path / "m")
     assert all(r["edit_dist"] == "" for r in rows)
     assert sum(r["reason"] == "no usable barcode window" for r in rows) == len(windows) + len(no_window)
+
+
+def test_gated_reads_name_the_gate_that_rejected_them(escpod, bundle, reads, read_ids, tmp_path):
+    # The reason column says which gate rejected a read (the `gate` column's code, in words); the
+    # random-weight bundle's calls all fail the default mean-posterior gate (code 5).
+    rows = demux(escpod, reads, bundle, tmp_path / "d", "--method", "llr")
+    at_head = [r for r in rows if r["edit_dist"] != ""]
+    assert at_head
+    for r in at_head:
+        assert int(float(r["gate"])) == 5 and r["reason"] == "below threshold: gate --min-mean-post", r
+    # With that gate off, an edit margin no read reaches rejects every read by --min-margin (code 1).
+    rows = demux(escpod, reads, bundle, tmp_path / "m", "--method", "llr", "--min-mean-post", "0",
+                 "--min-margin", "1000")
+    check_one_row_and_one_output(rows, read_ids, tmp_path / "m")
+    gated = [r for r in rows if r["edit_dist"] != ""]
+    assert [r["read_id"] for r in gated] == [r["read_id"] for r in at_head]
+    for r in gated:
+        assert int(float(r["gate"])) == 1 and r["reason"] == "below threshold: gate --min-margin", r
+        assert r["barcode"] == "unclassified"
 
 
 def test_bundle_without_a_pinned_detector_needs_method(escpod, bundle, reads, tmp_path):

@@ -35,9 +35,15 @@ struct Classification {
   double threshold = 0.0;              // threshold of the argmax class (0 when the model has none)
   CallStatus status = CallStatus::kInvalidInput;
   std::vector<double> probabilities;   // per class index, sums to 1 (empty for kInvalidInput)
+  // Optional finer reason for an unclassified call (e.g. which CRF gate rejected it), replacing
+  // call_status_reason(status) in reason(). Must point at static storage (a string literal): calls
+  // are swapped between reads and scratch, and copying it would allocate per read. Empty = none.
+  std::string_view detail;
 
   bool is_classified() const { return status == CallStatus::kClassified; }
-  std::string_view reason() const { return call_status_reason(status); }
+  std::string_view reason() const {
+    return detail.empty() || is_classified() ? call_status_reason(status) : detail;
+  }
 };
 
 enum class TieRule : uint8_t {

@@ -34,13 +34,19 @@ LoadedHead load(const char* folder, const CrfHeadOptions& o = {}) {
   return std::move(h).value();
 }
 
-Classification classify(const Head& head, HeadScratch& scratch, std::span<const float> pa, int64_t adapter_end) {
+// Classifies one read into `c`, a call slot that may hold an earlier read's call (as the engine's).
+void classify_into(const Head& head, HeadScratch& scratch, std::span<const float> pa, int64_t adapter_end,
+                   Classification& c) {
   PreparedRead r;
   r.pa = pa;
   r.num_samples = pa.size();
   r.adapter_end = adapter_end;
-  Classification c;
   head.classify(std::span<const PreparedRead>(&r, 1), scratch, std::span<Classification>(&c, 1));
+}
+
+Classification classify(const Head& head, HeadScratch& scratch, std::span<const float> pa, int64_t adapter_end) {
+  Classification c;
+  classify_into(head, scratch, pa, adapter_end, c);
   return c;
 }
 
@@ -130,6 +136,7 @@ TEST(CrfHead, GatesDecideTheStatusAndTheGateColumnNamesTheFirstFailure) {
   EXPECT_EQ(pass.status, CallStatus::kClassified);
   EXPECT_EQ(pass.label, pass.class_index + 1);
   EXPECT_EQ(pass.probabilities[5], 0.0);
+  EXPECT_EQ(pass.reason(), "");
   EXPECT_EQ(pass.confidence, pass.probabilities[2] - pass.probabilities[1]);  // edit margin
 
   CrfHeadOptions strict = open;
@@ -141,6 +148,12 @@ TEST(CrfHead, GatesDecideTheStatusAndTheGateColumnNamesTheFirstFailure) {
   EXPECT_EQ(rejected.label, kUnclassifiedLabel);
   EXPECT_EQ(rejected.class_index, pass.class_index);  // gates reject, never re-assign
   EXPECT_EQ(rejected.probabilities[5], 4.0);          // baseq gate
+  EXPECT_EQ(rejected.reason(), "below threshold: gate --min-baseq");  // the reason names it
+  // A call slot reused for a passing read forgets the earlier gate's reason.
+  Classification reused = rejected;
+  classify_into(*loose.head, *s1, pa, 3000, reused);
+  EXPECT_EQ(reused.status, CallStatus::kClassified);
+  EXPECT_EQ(reused.reason(), "");
 
   CrfHeadOptions post = open;
   post.decoder = CrfDecoderChoice::kPosterior;
@@ -151,6 +164,7 @@ TEST(CrfHead, GatesDecideTheStatusAndTheGateColumnNamesTheFirstFailure) {
   EXPECT_EQ(by_post.status, CallStatus::kBelowThreshold);
   ASSERT_EQ(by_post.probabilities.size(), 6u);  // no baseq column with the posterior decoder
   EXPECT_EQ(by_post.probabilities[5], 5.0);
+  EXPECT_EQ(by_post.reason(), "below threshold: gate --min-mean-post");
 }
 
 TEST(CrfHead, RefScoresAddLatticeColumnsAndDescribeNamesTheSources) {

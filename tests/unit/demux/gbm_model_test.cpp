@@ -132,8 +132,11 @@ TEST(DecisionRule, TiesConfidenceAndThresholds) {
   EXPECT_EQ(c.class_index, 1);
   c.probabilities = {0.7, 0.2, 0.1};
   const std::vector<double> th = {0.6, 0.1, 1.01};
+  c.detail = "below threshold: an earlier head's detail";  // the rule overwrites every field
   apply_decision_rule(labels, th, 2, TieRule::kFirstMax, c);
   EXPECT_EQ(c.status, CallStatus::kBelowThreshold);  // 0.5 < 0.6
+  EXPECT_TRUE(c.detail.empty());
+  EXPECT_EQ(c.reason(), "below threshold");
   EXPECT_EQ(c.label, -1);
   EXPECT_EQ(c.best_label, 3);
   c.probabilities = {0.85, 0.1, 0.05};
