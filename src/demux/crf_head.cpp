@@ -153,7 +153,10 @@ class CrfHead final : public Head {
     m_geometry.n_base = m_model.config.n_base;
     m_geometry.state_len = m_model.config.state_len;
     m_geometry.alphabet = m_model.config.alphabet;
-    for (size_t i = 0; i < m_panel.size(); ++i) m_labels.push_back(static_cast<int32_t>(i + 1));
+    for (size_t i = 0; i < m_panel.size(); ++i) {
+      m_labels.push_back(static_cast<int32_t>(i + 1));
+      m_label_names.push_back(m_panel.ref(i).name);
+    }
     m_columns = {"window_start", "edit_dist", "second_dist", "call_len", "mean_post", "gate"};
     if (m_settings.beam) m_columns.emplace_back("baseq");
     if (m_settings.ref_scores) {
@@ -174,6 +177,7 @@ class CrfHead final : public Head {
   }
   std::span<const std::string> extra_columns() const override { return m_columns; }
   std::span<const int32_t> labels() const override { return m_labels; }
+  std::span<const std::string> label_names() const override { return m_label_names; }
   std::string describe() const override;
 
   std::unique_ptr<HeadScratch> make_scratch() const override {
@@ -228,6 +232,7 @@ class CrfHead final : public Head {
   CrfSettings m_settings;
   CrfGeometry m_geometry;
   std::vector<int32_t> m_labels;
+  std::vector<std::string> m_label_names;  // the references' names (output files, `barcode` column)
   std::vector<std::string> m_columns;
 };
 
@@ -420,10 +425,8 @@ std::string CrfHead::describe() const {
   if (g.min_crf_margin) out += fmt::format(", min crf margin {}", *g.min_crf_margin);
   if (g.min_crf_prob) out += fmt::format(", min crf prob {}", *g.min_crf_prob);
   if (m_settings.beam && g.min_baseq) out += fmt::format(", min baseq {} ({})", *g.min_baseq, m_settings.min_baseq_source);
+  // The engine's `--info` lists the outputs, named by label_names() (the references').
   out += fmt::format(", min mean posterior {}\n", m_settings.min_mean_post);
-  out += "outputs: barcode_<label>.pod5 for labels";
-  for (int32_t l : m_labels) out += fmt::format(" BC{:02d}", l);
-  out += " unclassified\n";
   if (seqtagger()) {
     out += "licence: SeqTagger models are CC BY-NC-ND 4.0 (non-commercial, no modified copies); the authors "
            "have filed patent applications EP24382340 and EP24383144 on the method\n";
@@ -493,6 +496,24 @@ std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
+}
+
+// Reference names become output file names (barcode_<name>.pod5): refuse what is not one plain
+// file-name part, naming the reference and where it came from.
+Status check_output_names(const BarcodePanel& panel, const std::string& source) {
+  for (size_t i = 0; i < panel.size(); ++i) {
+    const std::string& n = panel.ref(i).name;
+    const bool unsafe = n.empty() || n == "." || n == ".." ||
+                        std::any_of(n.begin(), n.end(), [](char c) {
+                          return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+                        });
+    if (unsafe) {
+      return Status::invalid_argument(fmt::format("{}: reference {} has the name '{}', which cannot name an output "
+                                                  "file (empty, '.', '..', or a '/', '\\' or control character)",
+                                                  source, i + 1, n));
+    }
+  }
+  return Status::ok();
 }
 
 // The references the head matches against, in the form its calls take: --barcodes as given,
@@ -576,6 +597,8 @@ Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfH
     return Status::invalid_argument(folder.string() + ": the model's chunk length must be positive");
   }
   ESCPOD_ASSIGN_OR_RETURN(BarcodePanel panel, make_panel(model, options));
+  ESCPOD_RETURN_IF_ERROR(check_output_names(
+      panel, options.barcodes_csv.empty() ? folder.string() : options.barcodes_csv.string()));
   CrfSettings settings = resolve_settings(model, options);
   CrfGeometry g;
   g.n_base = model.config.n_base;

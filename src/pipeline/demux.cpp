@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -48,7 +49,23 @@ struct Engine {
   BoundaryDetector detector;
   signal::FingerprintParams fingerprint;
   std::vector<std::string> output_columns;
+  std::map<int32_t, std::string> label_names;  // the head's names; labels without one are "BCnn"
 };
+
+// The output name of `label` (its file barcode_<name>.pod5 and `barcode` column).
+std::string output_label(const Engine& e, int32_t label) {
+  const auto it = e.label_names.find(label);
+  return it == e.label_names.end() ? label_name(label) : it->second;
+}
+
+// label -> name from a head that names its labels (empty map when it does not).
+std::map<int32_t, std::string> head_label_names(const demux::Head& head) {
+  std::map<int32_t, std::string> names;
+  const auto labels = head.labels();
+  const auto given = head.label_names();
+  for (size_t i = 0; i < given.size() && i < labels.size(); ++i) names.emplace(labels[i], given[i]);
+  return names;
+}
 
 Result<Engine> make_engine(const DemuxOptions& o) {
   ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(o.model_path, {o.dtw}));
@@ -60,7 +77,8 @@ Result<Engine> make_engine(const DemuxOptions& o) {
   const std::string where = h.default_settings ? "default settings" : o.model_path.string();
   const StageSettings sp = stage_settings_from(*h.signal_processing, where, o.detector);
   ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.cnn_model));
-  Engine e{std::move(h.head), {}, std::move(f.detector), f.fingerprint, {}};
+  Engine e{std::move(h.head), {}, std::move(f.detector), f.fingerprint, {}, {}};
+  e.label_names = head_label_names(*e.head);
   e.input = e.head->input();
   if (e.input.batch_size == 0) e.input.batch_size = 1;
   for (const auto& c : e.head->extra_columns()) e.output_columns.push_back(c);
@@ -227,7 +245,7 @@ class Router {
   Status route(const ReadTask& t, DemuxReport& report) {
     const pod5::ReadBatch& b = *t.batch;  // its mapped signal pages are released by
                                           // for_each_read_ordered once the batch is done
-    const std::string label = t.out.reason.empty() ? label_name(t.out.call.label) : "unclassified";
+    const std::string label = t.out.reason.empty() ? output_label(m_engine, t.out.call.label) : "unclassified";
     ++report.n_reads;
     report.n_samples_decoded += t.out.n_decoded;
     ++report.reads_per_label[label];
@@ -318,6 +336,22 @@ class Router {
   std::unordered_map<std::string, uint32_t> m_label_index;
 };
 
+// `--info`'s outputs line. Behaviour doc 2.7: one output per distinct label name (a head's name
+// `unclassified` is not a barcode), plus unclassified.
+std::string outputs_line(const demux::Head& head) {
+  std::string out = "outputs: barcode_<label>.pod5 for labels";
+  const std::map<int32_t, std::string> names = head_label_names(head);
+  std::vector<std::string> listed;
+  for (int32_t l : head.labels()) {
+    const auto it = names.find(l);
+    std::string name = it == names.end() ? label_name(l) : it->second;
+    if (name == "unclassified" || std::find(listed.begin(), listed.end(), name) != listed.end()) continue;
+    out += " " + name;
+    listed.push_back(std::move(name));
+  }
+  return out + " (plus unclassified)\n";
+}
+
 }  // namespace
 
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
@@ -325,7 +359,7 @@ Result<std::string> describe_demux_model(const std::filesystem::path& model_path
   ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(model_path, {}));
   if (h.default_settings) {
     return h.head->describe() + "\ndetector: boundary CNN (RNA004 defaults; " +
-           std::string(h.head->name()) + " models record no signal processing)\n";
+           std::string(h.head->name()) + " models record no signal processing)\n" + outputs_line(*h.head);
   }
   if (!h.signal_processing) {
     return Status::corrupt(model_path.string() +
@@ -343,9 +377,7 @@ Result<std::string> describe_demux_model(const std::filesystem::path& model_path
     auto cnn = find_cnn_model(model_path, cnn_model, sp.cnn_model_name);
     out += cnn.is_ok() ? "CNN file: " + cnn->string() + "\n" : "CNN file: MISSING: " + cnn.status().message() + "\n";
   }
-  out += "outputs: " + std::string("barcode_<label>.pod5 for labels");
-  for (int32_t l : h.head->labels()) out += " " + label_name(l);
-  out += "\n";
+  out += outputs_line(*h.head);
   return out;
 }
 

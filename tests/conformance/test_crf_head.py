@@ -131,7 +131,11 @@ def test_posterior_decoder_and_window_options_change_the_calls_not_the_rows(
     assert sum(r["barcode"] != "unclassified" for r in loose) > 0
     for r in loose:
         if r["barcode"] != "unclassified":
-            assert r["barcode"].startswith("BC") and int(float(r["gate"])) == 0
+            # Behaviour doc 2.7: a call is named by its reference (b96's Barcode_1..96), and
+            # routed to barcode_<name>.pod5 (check_one_row_and_one_output).
+            assert r["barcode"] in {f"Barcode_{i}" for i in range(1, 97)}
+            assert int(float(r["gate"])) == 0
+    check_one_row_and_one_output(loose, read_ids, tmp_path / "loose")
 
 
 def test_bad_crf_options_are_clear_errors(escpod, shared_data, reads, tmp_path):
@@ -190,6 +194,33 @@ def test_gated_reads_name_the_gate_that_rejected_them(escpod, bundle, reads, rea
     for r in gated:
         assert int(float(r["gate"])) == 1 and r["reason"] == "below threshold: gate --min-margin", r
         assert r["barcode"] == "unclassified"
+
+
+def test_outputs_are_named_by_reference_and_unclassified_is_not_a_barcode(
+        escpod, bundle, reads, read_ids, tmp_path):
+    # Behaviour doc 2.7: CRF outputs are barcode_<reference name>.pod5; a reference named
+    # `unclassified` is no barcode (its reads go to the unclassified output). The bundle's panel is
+    # bc01..bc03; with the mean-posterior gate off its calls pass (min margin 0 keeps ties).
+    out = run([escpod, "demux", "--model", bundle, "--info"]).stdout
+    assert "outputs: barcode_<label>.pod5 for labels bc01 bc02 bc03 (plus unclassified)\n" in out
+    rows = demux(escpod, reads, bundle, tmp_path / "n", "--method", "llr", "--min-mean-post", "0")
+    check_one_row_and_one_output(rows, read_ids, tmp_path / "n")
+    called = [r for r in rows if r["barcode"] != "unclassified"]
+    assert called and {r["barcode"] for r in called} <= {"bc01", "bc02", "bc03"}
+    files = {f.name for f in (tmp_path / "n/pod5").glob("*.pod5")}
+    assert {f"barcode_{r['barcode']}.pod5" for r in called} <= files and not any("BC" in f for f in files)
+    # The same sequences under other names (--barcodes refuses duplicate names), one `unclassified`.
+    seqs = run([escpod, "demux", "--model", bundle, "--info"]).stdout.split("panel:")[1].splitlines()[1:4]
+    panel = tmp_path / "renamed.csv"
+    names = ["unclassified", "nbc2", "nbc3"]
+    panel.write_text("name,sequence\n" + "".join(f"{n},{line.split()[-1]}\n" for n, line in zip(names, seqs)))
+    out = run([escpod, "demux", "--model", bundle, "--barcodes", panel, "--info"]).stdout
+    assert "outputs: barcode_<label>.pod5 for labels nbc2 nbc3 (plus unclassified)\n" in out
+    renamed = demux(escpod, reads, bundle, tmp_path / "r", "--method", "llr", "--min-mean-post", "0",
+                    "--barcodes", panel)
+    check_one_row_and_one_output(renamed, read_ids, tmp_path / "r")
+    by_name = {"bc01": "unclassified", "bc02": "nbc2", "bc03": "nbc3", "unclassified": "unclassified"}
+    assert [by_name[r["barcode"]] for r in rows] == [r["barcode"] for r in renamed]
 
 
 def test_bundle_without_a_pinned_detector_needs_method(escpod, bundle, reads, tmp_path):
@@ -260,6 +291,9 @@ def test_barcodes_csv_replaces_the_panel_and_is_validated(escpod, shared_data, r
         "": "the barcode CSV is empty",
         "name,sequence\na\n": "line 2: 1 fields",
     }
+    for name in ("a/b", "..", "x\\y"):  # names become output file names: refused when unsafe
+        cases[f"name,sequence\nok,ACGTACGT\n{name},TTTTACGT\n"] = (
+            f"reference 2 has the name '{name}', which cannot name an output file")
     for i, (text, message) in enumerate(cases.items()):
         bad = tmp_path / f"bad{i}.csv"
         bad.write_text(text)
