@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "demux/crf_passes.hpp"
+#include "escpod/nn/simd_vec.hpp"
 
 // The vector helpers are always inlined into their target-specific callers, so the "vector
 // argument ABI changes without AVX" note does not apply.
@@ -28,28 +29,13 @@
 namespace escpod::demux::detail {
 namespace {
 
-template <int W>
-struct Vec {
-  typedef float f __attribute__((vector_size(W * 4)));
-  typedef int32_t i __attribute__((vector_size(W * 4)));
-};
-template <int W>
-using vf = typename Vec<W>::f;
-template <int W>
-using vi = typename Vec<W>::i;
+using nn::simd::load;
+using nn::simd::store;
+using nn::simd::vf;
+using nn::simd::vi;
 
 #define ESCPOD_INLINE [[gnu::always_inline]] inline
 
-template <int W>
-ESCPOD_INLINE vf<W> load(const float* p) {
-  vf<W> v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <int W>
-ESCPOD_INLINE void store(float* p, vf<W> v) {
-  __builtin_memcpy(p, &v, sizeof(v));
-}
 template <int W>
 ESCPOD_INLINE vf<W> splat(float x) {
   return vf<W>{} + x;

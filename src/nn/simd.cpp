@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 
+#include "escpod/nn/simd_vec.hpp"
 #include "nn/plan.hpp"
 
 // The vector helpers below are always inlined into their target-specific callers, so the
@@ -13,19 +14,14 @@
 namespace escpod::nn::detail {
 namespace {
 
+using simd::load;
+using simd::store;
+using simd::vf;
+using simd::vi;
+
 // exp(x): x = n*ln2 + r, |r| <= ln2/2; e^r by the Cephes expf polynomial, 2^n through the
 // exponent bits. Relative error ~2e-7. Written on GCC vector types (W floats) so every ISA
 // variant gets the same arithmetic; W = 1 handles loop tails.
-template <int W>
-struct Vec {
-  typedef float f __attribute__((vector_size(W * 4)));
-  typedef int32_t i __attribute__((vector_size(W * 4)));
-};
-template <int W>
-using vf = typename Vec<W>::f;
-template <int W>
-using vi = typename Vec<W>::i;
-
 template <int W>
 [[gnu::always_inline]] inline vf<W> vexp(vf<W> x) {
   const vf<W> lo = vf<W>{} - 87.0f, hi = vf<W>{} + 88.0f;
@@ -53,17 +49,6 @@ template <int W>
 template <int W>
 [[gnu::always_inline]] inline vf<W> vtanh(vf<W> x) {
   return 1.0f - 2.0f / (1.0f + vexp<W>(2.0f * x));
-}
-
-template <int W>
-[[gnu::always_inline]] inline vf<W> load(const float* p) {
-  vf<W> v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <int W>
-[[gnu::always_inline]] inline void store(float* p, vf<W> v) {
-  __builtin_memcpy(p, &v, sizeof(v));
 }
 
 template <int W>
