@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "demux/crf_passes.hpp"
+#include "escpod/nn/simd_vec.hpp"
 
 // The vector helpers are always inlined into their target-specific callers, so the "vector
 // argument ABI changes without AVX" note does not apply.
@@ -28,28 +29,13 @@
 namespace escpod::demux::detail {
 namespace {
 
-template <int W>
-struct Vec {
-  typedef float f __attribute__((vector_size(W * 4)));
-  typedef int32_t i __attribute__((vector_size(W * 4)));
-};
-template <int W>
-using vf = typename Vec<W>::f;
-template <int W>
-using vi = typename Vec<W>::i;
+using nn::simd::load;
+using nn::simd::store;
+using nn::simd::vf;
+using nn::simd::vi;
 
 #define ESCPOD_INLINE [[gnu::always_inline]] inline
 
-template <int W>
-ESCPOD_INLINE vf<W> load(const float* p) {
-  vf<W> v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <int W>
-ESCPOD_INLINE void store(float* p, vf<W> v) {
-  __builtin_memcpy(p, &v, sizeof(v));
-}
 template <int W>
 ESCPOD_INLINE vf<W> splat(float x) {
   return vf<W>{} + x;
@@ -59,26 +45,15 @@ ESCPOD_INLINE vf<W> vmax(vf<W> a, vf<W> b) {
   return a > b ? a : b;
 }
 
-// exp(x) = 2^n e^r, n = round(x log2 e), |r| <= ln2 / 2, e^r by the Cephes expf polynomial.
-// Inputs below the smallest normal result give 0 (as std::exp to within denormals).
+// exp(x) (see nn::simd::exp_in_range). Inputs below the smallest normal result give 0 (as
+// std::exp to within denormals).
 template <int W>
 ESCPOD_INLINE vf<W> vexp(vf<W> x) {
   const vf<W> lo = splat<W>(-87.33654f), hi = splat<W>(88.0f);
   const vi<W> under = x < lo;
   x = x < lo ? lo : x;
   x = x > hi ? hi : x;
-  const vf<W> n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  vf<W> r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  vf<W> p = splat<W>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const vi<W> bits = (__builtin_convertvector(n, vi<W>) + 127) << 23;
-  const vf<W> e = p * (vf<W>)bits;
+  const vf<W> e = nn::simd::exp_in_range<W>(x);
   return under ? vf<W>{} : e;
 }
 

@@ -283,50 +283,55 @@ class StridedCopy final : public Step {
 
 class Pad final : public Step {
  public:
-  explicit Pad(PadParams p) : m_p(std::move(p)) {
-    m_in_total = 1;
-    for (int64_t d : m_p.in_shape) m_in_total *= d;
+  explicit Pad(PadParams p) : m_p(std::move(p)), m_place(m_p) {
     m_out_total = 1;
     for (int64_t d : m_p.out_shape) m_out_total *= d;
-    const size_t rank = m_p.out_shape.size();
-    m_out_strides.assign(rank, 1);
-    for (size_t d = rank; d-- > 1;) m_out_strides[d - 1] = m_out_strides[d] * m_p.out_shape[d];
-    m_base = 0;
-    for (size_t d = 0; d < rank; ++d) m_base += m_p.pads_begin[d] * m_out_strides[d];
   }
   void run(const ExecContext& ctx, StepState*) const override {
-    const float* x = resolve(ctx, m_p.src);
     float* y = resolve(ctx, m_p.dst);
     std::fill(y, y + m_out_total, m_p.value);
-    const size_t rank = m_p.in_shape.size();
-    const int64_t run = rank ? m_p.in_shape[rank - 1] : 1;
-    if (run == 0) return;
-    int64_t idx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t dst = m_base;
-    const int64_t n_rows = m_in_total / run;
-    for (int64_t i = 0; i < n_rows; ++i) {
-      if (run < 16) {
-        for (int64_t j = 0; j < run; ++j) y[dst + j] = x[i * run + j];  // short rows: no memcpy call
-      } else {
-        std::memcpy(y + dst, x + i * run, static_cast<size_t>(run) * sizeof(float));
-      }
-      for (size_t d = rank - 1; d-- > 0;) {
-        ++idx[d];
-        dst += m_out_strides[d];
-        if (idx[d] < m_p.in_shape[d]) break;
-        dst -= m_out_strides[d] * idx[d];
-        idx[d] = 0;
-      }
-    }
+    m_place.copy_block(m_p, resolve(ctx, m_p.src), y);
   }
 
  private:
   PadParams m_p;
-  int64_t m_in_total = 0, m_out_total = 0, m_base = 0;
-  std::vector<int64_t> m_out_strides;
+  PadPlacement m_place;
+  int64_t m_out_total = 0;
 };
 
 }  // namespace
+
+PadPlacement::PadPlacement(const PadParams& p) {
+  const size_t rank = p.out_shape.size();
+  out_strides.assign(rank, 1);
+  for (size_t d = rank; d-- > 1;) out_strides[d - 1] = out_strides[d] * p.out_shape[d];
+  for (size_t d = 0; d < rank; ++d) base += p.pads_begin[d] * out_strides[d];
+  int64_t in_total = 1;
+  for (int64_t d : p.in_shape) in_total *= d;
+  run = p.in_shape.empty() ? 1 : p.in_shape.back();
+  rows = run == 0 ? 0 : in_total / run;
+}
+
+void PadPlacement::copy_block(const PadParams& p, const float* src, float* dst) const {
+  const size_t rank = p.in_shape.size();
+  int64_t idx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t at = base;
+  for (int64_t i = 0; i < rows; ++i) {
+    if (run < 16) {
+      for (int64_t j = 0; j < run; ++j) dst[at + j] = src[i * run + j];  // short rows: no memcpy call
+    } else {
+      std::memcpy(dst + at, src + i * run, static_cast<size_t>(run) * sizeof(float));
+    }
+    // Odometer over the outer input axes (innermost outer axis first); rank 0 has none.
+    for (size_t d = rank == 0 ? 0 : rank - 1; d-- > 0;) {
+      ++idx[d];
+      at += out_strides[d];
+      if (idx[d] < p.in_shape[d]) break;
+      at -= out_strides[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+}
 
 std::unique_ptr<Step> make_ref_conv(ConvParams p) { return std::make_unique<RefConv>(std::move(p)); }
 std::unique_ptr<Step> make_ref_matmul(MatMulParams p) { return std::make_unique<RefMatMul>(std::move(p)); }

@@ -147,6 +147,20 @@ struct PadParams {
   Loc src, dst;
 };
 std::unique_ptr<Step> make_pad(PadParams p);
+// Where a PadParams block lands in its output, shared by Pad and the planner's Concat parts:
+// row-major strides of out_shape, the flat offset of pads_begin, and the block as `rows`
+// contiguous runs of `run` elements (the innermost input axis). Rank at most 8 (the planner
+// rejects larger tensors).
+struct PadPlacement {
+  explicit PadPlacement(const PadParams& p);
+  // Copies the contiguous block `src` (shape p.in_shape, the PadParams this was built from) into
+  // `dst` (shape p.out_shape) at its place. Cells outside the block are left as they are: Pad
+  // fills them first, Concat parts tile the output between them.
+  void copy_block(const PadParams& p, const float* src, float* dst) const;
+
+  std::vector<int64_t> out_strides;
+  int64_t base = 0, rows = 0, run = 1;
+};
 
 // oneDNN implementations (kernels_dnnl.cpp). They return null when oneDNN cannot build the
 // primitive, in which case the planner reports an error.

@@ -2,7 +2,6 @@
 // lowering to runtime nodes, fusion (SiLU, activations and biases into conv/matmul, time
 // reversals into LSTM direction), arena assignment with buffer reuse, and step creation.
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -1038,37 +1037,17 @@ class Planner {
   std::vector<std::unique_ptr<Tensor>> m_plan_owned;
 };
 
+// One input of a Concat: its block copied into place; the parts together tile the output.
 class ConcatPart final : public Step {
  public:
-  explicit ConcatPart(PadParams p) : m_p(std::move(p)) {
-    m_out_strides = strides_of(m_p.out_shape);
-    m_rows = numel(m_p.in_shape) / (m_p.in_shape.empty() ? 1 : m_p.in_shape.back());
-    m_run = m_p.in_shape.empty() ? 1 : m_p.in_shape.back();
-    for (size_t d = 0; d < m_p.out_shape.size(); ++d) m_base += m_p.pads_begin[d] * m_out_strides[d];
-  }
+  explicit ConcatPart(PadParams p) : m_p(std::move(p)), m_place(m_p) {}
   void run(const ExecContext& ctx, StepState*) const override {
-    const float* x = resolve(ctx, m_p.src);
-    float* y = resolve(ctx, m_p.dst);
-    const size_t rank = m_p.in_shape.size();
-    int64_t idx[kMaxRank] = {};
-    int64_t dst = m_base;
-    if (m_run == 0) return;
-    for (int64_t i = 0; i < m_rows; ++i) {
-      std::memcpy(y + dst, x + i * m_run, static_cast<size_t>(m_run) * sizeof(float));
-      for (size_t d = rank - 1; d-- > 0;) {
-        ++idx[d];
-        dst += m_out_strides[d];
-        if (idx[d] < m_p.in_shape[d]) break;
-        dst -= m_out_strides[d] * idx[d];
-        idx[d] = 0;
-      }
-    }
+    m_place.copy_block(m_p, resolve(ctx, m_p.src), resolve(ctx, m_p.dst));
   }
 
  private:
   PadParams m_p;
-  Shape m_out_strides;
-  int64_t m_rows = 0, m_run = 0, m_base = 0;
+  PadPlacement m_place;
 };
 
 std::unique_ptr<Step> Planner::make_concat_part(PadParams p) { return std::make_unique<ConcatPart>(std::move(p)); }

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 
+#include "escpod/nn/simd_vec.hpp"
 #include "nn/plan.hpp"
 
 // The vector helpers below are always inlined into their target-specific callers, so the
@@ -13,37 +14,20 @@
 namespace escpod::nn::detail {
 namespace {
 
-// exp(x): x = n*ln2 + r, |r| <= ln2/2; e^r by the Cephes expf polynomial, 2^n through the
-// exponent bits. Relative error ~2e-7. Written on GCC vector types (W floats) so every ISA
-// variant gets the same arithmetic; W = 1 handles loop tails.
-template <int W>
-struct Vec {
-  typedef float f __attribute__((vector_size(W * 4)));
-  typedef int32_t i __attribute__((vector_size(W * 4)));
-};
-template <int W>
-using vf = typename Vec<W>::f;
-template <int W>
-using vi = typename Vec<W>::i;
+using simd::load;
+using simd::store;
+using simd::vf;
+using simd::vi;
 
+// exp(x) for any x, clamped to [-87, 88] (relative error ~2e-7, see simd::exp_in_range).
+// Written on GCC vector types (W floats) so every ISA variant gets the same arithmetic; W = 1
+// handles loop tails.
 template <int W>
 [[gnu::always_inline]] inline vf<W> vexp(vf<W> x) {
   const vf<W> lo = vf<W>{} - 87.0f, hi = vf<W>{} + 88.0f;
   x = x < lo ? lo : x;
   x = x > hi ? hi : x;
-  // Round to nearest by adding and removing 1.5 * 2^23 (|x log2 e| < 2^22 here).
-  const vf<W> n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  vf<W> r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  vf<W> p = vf<W>{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const vi<W> bits = (__builtin_convertvector(n, vi<W>) + 127) << 23;
-  return p * (vf<W>)bits;
+  return simd::exp_in_range<W>(x);
 }
 
 template <int W>
@@ -53,17 +37,6 @@ template <int W>
 template <int W>
 [[gnu::always_inline]] inline vf<W> vtanh(vf<W> x) {
   return 1.0f - 2.0f / (1.0f + vexp<W>(2.0f * x));
-}
-
-template <int W>
-[[gnu::always_inline]] inline vf<W> load(const float* p) {
-  vf<W> v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <int W>
-[[gnu::always_inline]] inline void store(float* p, vf<W> v) {
-  __builtin_memcpy(p, &v, sizeof(v));
 }
 
 template <int W>

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <unordered_map>
 
 #include "escpod/demux/crf_model.hpp"
 #include "escpod/demux/head.hpp"
 #include "escpod/signal/calibration.hpp"
+#include "pipeline/boundary_rows.hpp"
 #include "pipeline/csv_text.hpp"
 #include "pipeline/read_stream.hpp"
 
@@ -150,21 +150,11 @@ Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs
   CrfBasecallReport& rep = report ? *report : local;
   rep.n_boundaries = boundaries.rows.size();
   rep.n_dropped = boundaries.n_dropped;
-  // Later rows of a read id win (one answer per read).
-  std::unordered_map<pod5::ReadId, size_t, pod5::ReadIdHash> index;
-  index.reserve(boundaries.rows.size());
-  for (size_t i = 0; i < boundaries.rows.size(); ++i) index[boundaries.rows[i].read_id] = i;
-  std::vector<uint8_t> seen(boundaries.rows.size(), 0);
+  detail::BoundaryRowIndex wanted(boundaries);
   RowWriter writer(csv, head, head.labels().size());
   Status s = detail::for_each_read_ordered<Out, Scratch>(
       readers, options.n_threads, /*block_size=*/4,
-      [&](const pod5::ReadBatch& b, size_t row, size_t* tag) {
-        auto it = index.find(b.read_id[row]);
-        if (it == index.end()) return false;
-        *tag = it->second;
-        seen[it->second] = 1;
-        return true;
-      },
+      [&](const pod5::ReadBatch& b, size_t row, size_t* tag) { return wanted.select(b.read_id[row], tag); },
       [&] {
         Scratch w;
         w.head = head.make_scratch();
@@ -182,7 +172,7 @@ Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs
         return Status::ok();
       });
   ESCPOD_RETURN_IF_ERROR(s);
-  rep.n_not_in_inputs = static_cast<uint64_t>(std::count(seen.begin(), seen.end(), uint8_t{0}));
+  rep.n_not_in_inputs = wanted.n_unseen();
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::ok();
 }

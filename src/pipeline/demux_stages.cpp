@@ -16,7 +16,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
 
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
@@ -24,6 +23,7 @@
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/vbz.hpp"
 #include "escpod/signal/calibration.hpp"
+#include "pipeline/boundary_rows.hpp"
 #include "pipeline/csv_text.hpp"
 #include "pipeline/read_stream.hpp"
 
@@ -360,11 +360,7 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
   rep.n_boundaries = boundaries.rows.size();
   rep.n_dropped = boundaries.n_dropped;
 
-  // Later rows of a read id win (one answer per read).
-  std::unordered_map<pod5::ReadId, size_t, pod5::ReadIdHash> index;
-  index.reserve(boundaries.rows.size());
-  for (size_t i = 0; i < boundaries.rows.size(); ++i) index[boundaries.rows[i].read_id] = i;
-  std::vector<uint8_t> seen(boundaries.rows.size(), 0);
+  detail::BoundaryRowIndex wanted(boundaries);
 
   const signal::FingerprintParams& params = settings.fingerprint;
   const size_t n_fp = params.barcode_num_events;
@@ -401,13 +397,7 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
   };
   Status s = for_each_read_ordered<Out, Scratch>(
       readers, options.n_threads, /*block_size=*/4,
-      [&](const pod5::ReadBatch& b, size_t row, size_t* tag) {
-        auto it = index.find(b.read_id[row]);
-        if (it == index.end()) return false;
-        *tag = it->second;
-        seen[it->second] = 1;
-        return true;
-      },
+      [&](const pod5::ReadBatch& b, size_t row, size_t* tag) { return wanted.select(b.read_id[row], tag); },
       [] { return Scratch(); },
       [&](ReadBlock<Out>& block, Scratch& w) {
         for (ReadTask<Out>& t : block.reads) fingerprint_one(t, w);
@@ -422,7 +412,7 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
       });
   ESCPOD_RETURN_IF_ERROR(s);
   ESCPOD_RETURN_IF_ERROR(table.finish());
-  rep.n_not_in_inputs = static_cast<uint64_t>(std::count(seen.begin(), seen.end(), uint8_t{0}));
+  rep.n_not_in_inputs = wanted.n_unseen();
   rep.seconds = seconds_since(t0);
   return Status::ok();
 }

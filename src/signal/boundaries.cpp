@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "escpod/signal/robust_stats.hpp"
+#include "pairwise_sum.hpp"
 
 namespace escpod::signal {
 
@@ -16,29 +17,6 @@ namespace {
 constexpr float kNanF = std::numeric_limits<float>::quiet_NaN();
 
 double to_d(int64_t v) { return static_cast<double>(v); }
-
-// numpy pairwise_sum for float32 (accumulator float32).
-float pairwise_f32(const float* a, size_t n) {
-  if (n < 8) {
-    float res = 0.0f;
-    for (size_t i = 0; i < n; ++i) res += a[i];
-    return res;
-  }
-  if (n <= 128) {
-    float r[8];
-    for (size_t j = 0; j < 8; ++j) r[j] = a[j];
-    size_t i = 8;
-    for (; i < n - (n % 8); i += 8) {
-      for (size_t j = 0; j < 8; ++j) r[j] += a[i + j];
-    }
-    float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    for (; i < n; ++i) res += a[i];
-    return res;
-  }
-  size_t n2 = n / 2;
-  n2 -= n2 % 8;
-  return pairwise_f32(a, n2) + pairwise_f32(a + n2, n - n2);
-}
 
 // Median / MAD of float32 values with numpy's NaN-free semantics; empty -> NaN (numpy warns and
 // returns NaN).
@@ -209,7 +187,7 @@ int64_t BoundaryConfig::cnn_input_len() const {
 
 // ---- numpy helpers -------------------------------------------------------------------------
 
-float numpy_sum_f32(std::span<const float> x) { return 0.0f + pairwise_f32(x.data(), x.size()); }
+float numpy_sum_f32(std::span<const float> x) { return 0.0f + detail::pairwise_sum(x.data(), x.size()); }
 
 void block_means_f32(std::span<const float> x, int64_t factor, bool pad_partial,
                      std::vector<float>& out) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "pairwise_sum.hpp"
+
 namespace escpod::signal {
 
 namespace {
@@ -50,35 +52,9 @@ double mad_f64(std::span<const double> values, double median, std::vector<double
   return median_inplace(work);
 }
 
-namespace {
-
-double pairwise_sum(const double* a, size_t n) {
-  if (n < 8) {
-    double res = 0.0;
-    for (size_t i = 0; i < n; ++i) res += a[i];
-    return res;
-  }
-  if (n <= 128) {
-    double r[8];
-    for (size_t j = 0; j < 8; ++j) r[j] = a[j];
-    size_t i = 8;
-    for (; i < n - (n % 8); i += 8) {
-      for (size_t j = 0; j < 8; ++j) r[j] += a[i + j];
-    }
-    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-    for (; i < n; ++i) res += a[i];
-    return res;
-  }
-  size_t n2 = n / 2;
-  n2 -= n2 % 8;
-  return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
-}
-
-}  // namespace
-
 double numpy_sum(std::span<const double> values) {
   // add.reduce starts from the identity 0 and adds the pairwise sum of all values.
-  return 0.0 + pairwise_sum(values.data(), values.size());
+  return 0.0 + detail::pairwise_sum(values.data(), values.size());
 }
 
 double numpy_mean(std::span<const double> values) {
