@@ -9,9 +9,9 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -114,17 +114,31 @@ Result<std::vector<CrfReference>> read_fasta(const fs::path& path) {
   return refs;
 }
 
+// The N of a file named exactly `weights_N.tar` (N: 1 to 9 decimal digits), or -1.
+long long weights_epoch(std::string_view name) {
+  constexpr std::string_view kPrefix = "weights_", kSuffix = ".tar";
+  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) || !name.ends_with(kSuffix)) {
+    return -1;
+  }
+  const std::string_view digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  if (digits.size() > 9) return -1;
+  long long n = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
 // bonito's convention: the folder's weights_N.tar with the largest N (the last epoch saved).
 Result<fs::path> find_weights(const fs::path& dir) {
-  static const std::regex kName(R"(weights_(\d{1,9})\.tar)");
   fs::path best;
   long long best_n = -1;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, kName) && std::stoll(m[1].str()) > best_n) {
-      best_n = std::stoll(m[1].str());
+    const long long n = weights_epoch(e.path().filename().string());
+    if (n > best_n) {
+      best_n = n;
       best = e.path();
     }
   }
@@ -372,7 +386,9 @@ Status parse_bundle_boundary(const json& j, const fs::path& dir, CrfBoundaryPin&
   ESCPOD_ASSIGN_OR_RETURN(std::string onnx, json_get<std::string>(bj, "onnx", where, "boundary.onnx"));
   ESCPOD_ASSIGN_OR_RETURN(b.model_id, json_get<std::string>(bj, "model_id", where, "boundary.model_id"));
   ESCPOD_ASSIGN_OR_RETURN(b.sha256, json_get<std::string>(bj, "sha256", where, "boundary.sha256"));
-  if (!std::regex_match(b.sha256, std::regex("[0-9a-f]{64}"))) {
+  const bool lower_hex = std::all_of(b.sha256.begin(), b.sha256.end(),
+                                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  if (b.sha256.size() != 64 || !lower_hex) {
     return Status::corrupt(fmt::format("{}: boundary.sha256 must be 64 lowercase hex digits", where));
   }
   if (!bj.contains("input")) return Status::corrupt(fmt::format("{}: boundary.method cnn needs boundary.input", where));
