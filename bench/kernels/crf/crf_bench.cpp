@@ -215,34 +215,31 @@ void BM_MatchPanel(benchmark::State& state) {
 }
 BENCHMARK(BM_MatchPanel)->ArgsProduct({{0, 1, 2}, {16, 96}})->Unit(benchmark::kMicrosecond);
 
-void BM_MatchEdlib(benchmark::State& state) {
-  const MatchCase& c = match_case(static_cast<size_t>(state.range(0)));
+// Times a baseline distance under the runner-up cap, after checking it picks what the panel picks.
+template <typename Distance>
+void time_capped_baseline(benchmark::State& state, const MatchCase& c, const Distance& distance,
+                          const char* label) {
   auto panel = demux::BarcodePanel::create(c.refs);
-  const auto run = [&](const std::string& call) { return capped_select(c, call, edlib_distance); };
+  const auto run = [&](const std::string& call) { return capped_select(c, call, distance); };
   if (!agrees(c, *panel, run)) {
-    state.SkipWithError("edlib disagrees with the panel");
+    state.SkipWithError((std::string(label) + " disagrees with the panel").c_str());
     return;
   }
   size_t i = 0;
   for (auto _ : state) benchmark::DoNotOptimize(run(c.calls[i++ & 255]));
-  state.SetLabel("edlib (capped)");
+  state.SetLabel(label);
   state.counters["reads/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_MatchEdlib(benchmark::State& state) {
+  const MatchCase& c = match_case(static_cast<size_t>(state.range(0)));
+  time_capped_baseline(state, c, edlib_distance, "edlib (capped)");
 }
 BENCHMARK(BM_MatchEdlib)->Arg(16)->Arg(96)->Unit(benchmark::kMicrosecond);
 
 void BM_MatchWfa(benchmark::State& state) {
   const MatchCase& c = match_case(static_cast<size_t>(state.range(0)));
-  auto panel = demux::BarcodePanel::create(c.refs);
-  const Wfa wfa;
-  const auto run = [&](const std::string& call) { return capped_select(c, call, wfa); };
-  if (!agrees(c, *panel, run)) {
-    state.SkipWithError("WFA disagrees with the panel");
-    return;
-  }
-  size_t i = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(run(c.calls[i++ & 255]));
-  state.SetLabel("wfa2 (capped, baseline)");
-  state.counters["reads/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  time_capped_baseline(state, c, Wfa{}, "wfa2 (capped, baseline)");
 }
 BENCHMARK(BM_MatchWfa)->Arg(16)->Arg(96)->Unit(benchmark::kMicrosecond);
 
