@@ -33,6 +33,12 @@ enum class HeadInputKind : uint8_t {
   kSignalWindow,  // calibrated samples around the adapter end (HeadInput::window_*)
 };
 
+// How a head's extra CSV column is written (Head::extra_column_kinds).
+enum class ColumnKind : uint8_t {
+  kNumber,     // the value, 6 decimals
+  kClassName,  // a class index, written as its label's output name
+};
+
 // What a head needs of each read, declared once.
 struct HeadInput {
   HeadInputKind kind = HeadInputKind::kFingerprint;
@@ -75,6 +81,11 @@ class Head {
   // Extra per-read CSV columns, in the order of Classification::probabilities (e.g. "p04"...,
   // "p-1"). A call with fewer values leaves the remaining cells empty.
   virtual std::span<const std::string> extra_columns() const = 0;
+  // How the engine writes each extra column (one entry per column; empty: all are numbers). A
+  // kClassName column holds a class index (0-based, in labels() order) and is written as that
+  // label's output name, the name the `barcode` column and the output files use (e.g. the CRF
+  // head's crf_best); a value that is not a class index leaves the cell empty.
+  virtual std::span<const ColumnKind> extra_column_kinds() const { return {}; }
   // Output label of each class index (barcode number, -1 for noise).
   virtual std::span<const int32_t> labels() const = 0;
   // The output name of each label, in labels() order (e.g. a CRF reference's name, behaviour doc

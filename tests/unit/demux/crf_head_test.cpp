@@ -179,8 +179,16 @@ TEST(CrfHead, RefScoresAddLatticeColumnsAndDescribeNamesTheSources) {
   const Classification c = classify(*h.head, *scratch, synthetic_signal(8000, 11), 7000);
   ASSERT_EQ(c.probabilities.size(), 10u);
   EXPECT_LT(c.probabilities[7], 0.0);  // log P(chosen reference | signal)
-  EXPECT_GE(c.probabilities[9], 1.0);
-  EXPECT_LE(c.probabilities[9], 7.0);
+  // crf_best: a class index (0..6 for b07's seven references), which the engine writes as the
+  // reference's name: the column is declared kClassName, and only that one.
+  EXPECT_GE(c.probabilities[9], 0.0);
+  EXPECT_LE(c.probabilities[9], 6.0);
+  EXPECT_EQ(c.probabilities[9], std::floor(c.probabilities[9]));
+  const auto kinds = h.head->extra_column_kinds();
+  ASSERT_EQ(kinds.size(), 10u);
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    EXPECT_EQ(kinds[k], k == 9 ? ColumnKind::kClassName : ColumnKind::kNumber) << h.head->extra_columns()[k];
+  }
   const std::string text = h.head->describe();
   EXPECT_NE(text.find("min baseq 50 (the model's min_baseQ)"), std::string::npos) << text;
   EXPECT_NE(text.find("seqtagger_emitted"), std::string::npos);
