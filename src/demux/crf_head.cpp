@@ -618,7 +618,11 @@ Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfH
   }
   if (settings.ref_scores) ESCPOD_RETURN_IF_ERROR(CrfRefScorer::create(g, panel.refs()));
   LoadedHead out;
-  const bool cnn = model.kind == CrfModelKind::kSeqTagger || model.boundary.method != "llr";
+  // The detector, from what the folder is: a bundle's pin (an unpinned bundle needs the caller's
+  // choice; the CNN here is only a placeholder); a SeqTagger/bonito folder pins none and was not
+  // trained on CNN boundaries, so it takes the LLR detector (docs/crf_head.md: why), which needs
+  // no file beside the model.
+  const bool cnn = model.kind == CrfModelKind::kBundle && model.boundary.method != "llr";
   out.signal_processing = SignalProcessing::rna004(cnn);
   out.default_settings = true;
   out.kind = "crf";
@@ -629,6 +633,8 @@ Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfH
 void register_crf_head(const CrfHeadOptions& options) {
   HeadKind kind;
   kind.name = "crf";
+  kind.looks_for = "config.toml (a SeqTagger/bonito CTC-CRF model folder) or metadata.json with format "
+                   "escapepod-crf-encoder/N (an escapepod CRF bundle)";
   kind.claims = [](const std::filesystem::path& p) { return is_crf_model_dir(p); };
   kind.load = [options](const std::filesystem::path& p, const HeadOptions&) { return load_crf_head(p, options); };
   register_head_kind(std::move(kind));

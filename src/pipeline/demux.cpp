@@ -373,11 +373,16 @@ std::string outputs_line(const demux::Head& head) {
 }  // namespace
 
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
-                                         const std::filesystem::path& cnn_model) {
+                                         const std::filesystem::path& cnn_model, DetectorChoice detector) {
   ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(model_path, {}));
   if (h.default_settings) {
-    return h.head->describe() + "\ndetector: boundary CNN (RNA004 defaults; " +
-           std::string(h.head->name()) + " models record no signal processing)\n" + outputs_line(*h.head);
+    const bool chosen = detector != DetectorChoice::kModelDefault;
+    const bool cnn = chosen ? detector == DetectorChoice::kCnn
+                            : h.signal_processing && h.signal_processing->uses_cnn();
+    return h.head->describe() + fmt::format("\ndetector: {} ({}; {} models record no signal processing)\n",
+                                            cnn ? "boundary CNN" : "LLR",
+                                            chosen ? "RNA004 settings, chosen on the command line" : "RNA004 defaults", h.head->name()) +
+           outputs_line(*h.head);
   }
   if (!h.signal_processing) {
     return Status::corrupt(model_path.string() +

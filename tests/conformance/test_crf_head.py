@@ -242,6 +242,36 @@ def test_bundle_without_a_pinned_detector_needs_method(escpod, bundle, reads, tm
     assert run([escpod, "demux", "--model", bundle, "--info"]).returncode == 0
 
 
+def test_seqtagger_folder_alone_just_works_with_llr_boundaries_or_the_cnn_when_given(
+        escpod, shared_data, reads, read_ids, cnn, tmp_path):
+    # A SeqTagger folder pins no detector: `--model DIR` alone runs with LLR boundaries (no CNN file
+    # beside the model); --cnn-model (or --method cnn) asks for the CNN; --method llr is the same run.
+    model = shared_data / "seqtagger/b04_RNA004"
+    alone = demux(escpod, reads, model, tmp_path / "alone")
+    check_one_row_and_one_output(alone, read_ids, tmp_path / "alone")
+    at_head = [r for r in alone if r["edit_dist"] != ""]
+    assert len(at_head) >= 150  # LLR boundaries: 167 of the 200 reads reach the head
+    assert {r["detector"] for r in at_head} == {"llr"}
+    assert alone == demux(escpod, reads, model, tmp_path / "llr", "--method", "llr")
+    with_cnn = demux(escpod, reads, model, tmp_path / "cnn", "--cnn-model", cnn)
+    used = {r["detector"] for r in with_cnn if r["edit_dist"] != ""}
+    assert "cnn" in used and used <= {"cnn", "llr_short", "llr"}  # the CNN, with its LLR fallbacks
+    assert "detector: LLR (RNA004 defaults" in run([escpod, "demux", "--model", model, "--info"]).stdout
+    info = run([escpod, "demux", "--model", model, "--info", "--cnn-model", cnn]).stdout
+    assert "detector: boundary CNN (RNA004 settings, chosen on the command line" in info
+
+
+def test_a_folder_no_head_recognises_names_what_was_looked_for(escpod, shared_data, reads, tmp_path):
+    for folder in (tmp_path / "empty", shared_data / "escapepod/charging/bundle"):  # the latter: not a CRF bundle
+        folder.mkdir(exist_ok=True)
+        r = run([escpod, "demux", *reads, "--model", folder, "--classifications", tmp_path / "c.csv"], check=False)
+        assert r.returncode == 1
+        assert f"{folder}: a folder, and no head kind recognises it as its model" in r.stderr
+        assert "config.toml (a SeqTagger/bonito CTC-CRF model folder)" in r.stderr
+        assert "metadata.json with format escapepod-crf-encoder/N (an escapepod CRF bundle)" in r.stderr
+        assert not (tmp_path / "c.csv").exists()
+
+
 def test_basecall_stage_matches_the_fused_head_on_the_same_boundaries(
         escpod, shared_data, reads, read_ids, tmp_path):
     wdx4 = shared_data / "warpdemux/WDX4_rna004_v1_0.json"

@@ -124,6 +124,9 @@ Result<LoadedHead> make_head(ModelFile&& file, const HeadOptions& options);
 // `path` is one of its models (e.g. a folder holding its manifest).
 struct HeadKind {
   std::string name;
+  // What claims() looks for, for the error about a folder no kind claims (e.g. "config.toml
+  // (a SeqTagger/bonito model folder)").
+  std::string looks_for;
   std::function<bool(const std::filesystem::path&)> claims;
   std::function<Result<LoadedHead>(const std::filesystem::path&, const HeadOptions&)> load;
 };
@@ -131,7 +134,8 @@ struct HeadKind {
 void register_head_kind(HeadKind kind);
 
 // Model file or folder -> head: a registered kind that claims `model`, else a model file
-// (load_model_file: DTW-SVM or GBM). A folder no kind claims is kInvalidArgument naming it.
+// (load_model_file: DTW-SVM or GBM). A folder no kind claims is kInvalidArgument naming it and
+// what each registered kind looked for in it.
 Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptions& options);
 
 }  // namespace escpod::demux

@@ -54,7 +54,8 @@ TEST(CrfHead, SeqTaggerV1DeclaresItsWindowColumnsAndLabels) {
   LoadedHead h = load("b04_RNA004");
   EXPECT_EQ(h.kind, "crf");
   ASSERT_TRUE(h.signal_processing.has_value());
-  EXPECT_TRUE(h.signal_processing->uses_cnn());
+  // A SeqTagger folder pins no detector: it runs with the LLR detector (no CNN file needed).
+  EXPECT_FALSE(h.signal_processing->uses_cnn());
   const HeadInput in = h.head->input();
   EXPECT_EQ(in.kind, HeadInputKind::kSignalWindow);
   EXPECT_EQ(in.window_begin, -2000);
@@ -68,6 +69,27 @@ TEST(CrfHead, SeqTaggerV1DeclaresItsWindowColumnsAndLabels) {
   // Outputs are named by reference (behaviour doc 2.7), in labels() order.
   EXPECT_EQ(std::vector<std::string>(h.head->label_names().begin(), h.head->label_names().end()),
             (std::vector<std::string>{"Barcode_1", "Barcode_2", "Barcode_3", "Barcode_4"}));
+}
+
+// load_head finds the CRF head from the folder itself, all four SeqTagger folders alike; a
+// folder that holds neither file is an error naming it and what was looked for.
+TEST(CrfHead, LoadHeadRecognisesTheFolderOrSaysWhatItLookedFor) {
+  register_crf_head({});
+  for (const char* folder : {"b04_RNA004", "b96_RNA004", "b13_RNA004_mRNA", "b07_RNA004_tRNA"}) {
+    auto h = load_head(test::shared_data(std::string("seqtagger/") + folder), {});
+    ASSERT_TRUE(h.is_ok()) << folder << ": " << h.status().message();
+    EXPECT_EQ(h->kind, "crf") << folder;
+    ASSERT_TRUE(h->signal_processing.has_value());
+    EXPECT_FALSE(h->signal_processing->uses_cnn()) << folder;
+  }
+  const auto empty = test::scratch_dir("crf_no_model");
+  auto none = load_head(empty, {});
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = none.status().message();
+  EXPECT_NE(m.find(empty.string()), std::string::npos) << m;
+  EXPECT_NE(m.find("crf: config.toml"), std::string::npos) << m;
+  EXPECT_NE(m.find("metadata.json with format escapepod-crf-encoder/N"), std::string::npos) << m;
 }
 
 TEST(CrfHead, V1WindowEndsAtTheBoundaryAndIsZeroPaddedWhenShort) {
