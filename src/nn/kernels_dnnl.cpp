@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "nn/plan.hpp"
-#include "nn/lstm_bf16.hpp"
 #include "nn/simd.hpp"
 
 namespace escpod::nn::detail {
@@ -258,10 +257,6 @@ class GemmLstm final : public Step {
     m_rt = shared_transposed(p.r, 4 * p.h, p.h);
     m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
     m_block_steps = gate_block_steps(p);
-    // Opt-in bf16 recurrent weights (lstm_bf16.hpp), batch 1 only: where the GEMV dominates.
-    if (p.n == 1 && lstm_bf16_enabled() && lstm_bf16_shape_ok(p.h, 4 * p.h)) {
-      m_rt_bf16 = pack_bf16_pairs(static_cast<const float*>(m_rt.get()), p.h, 4 * p.h);
-    }
   }
   std::size_t scratch_bytes() const override {
     return static_cast<std::size_t>(m_block_steps * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
@@ -285,11 +280,7 @@ class GemmLstm final : public Step {
         float* g = gx + (t - lo) * N * G;
         if (step > 0) {
           const int64_t prev = p.reverse ? t + 1 : t - 1;
-          if (m_rt_bf16.empty()) {
-            m_gemm(y + prev * N * H, H, rt, G, g, G, N, G, H);
-          } else {
-            gemv_acc_bf16(y + prev * H, m_rt_bf16.data(), g, G, H);
-          }
+          m_gemm(y + prev * N * H, H, rt, G, g, G, N, G, H);
         }
         m_cell(g, bias, c, y + t * N * H, N, H, H);
       }
@@ -332,7 +323,6 @@ class GemmLstm final : public Step {
   LstmCellFn m_cell;
   GemmAccFn m_gemm;
   Buffer m_rt, m_bias;
-  std::vector<uint32_t> m_rt_bf16;  // R^T as bf16 pairs when the bf16 GEMV is on, else empty
   int64_t m_block_steps = 1;
 };
 
