@@ -379,9 +379,10 @@ Result<std::string> describe_demux_model(const std::filesystem::path& model_path
     const bool chosen = detector != DetectorChoice::kModelDefault;
     const bool cnn = chosen ? detector == DetectorChoice::kCnn
                             : h.signal_processing && h.signal_processing->uses_cnn();
-    return h.head->describe() + fmt::format("\ndetector: {} ({}; {} models record no signal processing)\n",
-                                            cnn ? "boundary CNN" : "LLR",
-                                            chosen ? "RNA004 settings, chosen on the command line" : "RNA004 defaults", h.head->name()) +
+    const char* why = chosen ? "RNA004 settings, chosen on the command line" : "RNA004 defaults";
+    return h.head->describe() +
+           fmt::format("\ndetector: {} ({}; {} models record no signal processing)\n", cnn ? "boundary CNN" : "LLR",
+                       why, h.head->name()) +
            outputs_line(*h.head);
   }
   if (!h.signal_processing) {

@@ -112,7 +112,8 @@ void probe_gemv(int reps) {
       for (int c = 0; c < kG; ++c) {
         const float* r = rt.data() + static_cast<size_t>(l) * kH * kG;
         const uint32_t lo = to_bf16(r[(2 * kp) * kG + c]), hi = to_bf16(r[(2 * kp + 1) * kG + c]);
-        packed[static_cast<size_t>(l) * (kH / 2) * kG + static_cast<size_t>(kp) * kG + static_cast<size_t>(c)] = lo | (hi << 16);
+        const size_t at = (static_cast<size_t>(l) * (kH / 2) + static_cast<size_t>(kp)) * kG + static_cast<size_t>(c);
+        packed[at] = lo | (hi << 16);
       }
   // Agreement of one product (same h, same weights).
   std::vector<float> h(kH), g32(kG, 0.0f), g16(kG, 0.0f);
@@ -121,8 +122,9 @@ void probe_gemv(int reps) {
   gemv_bf16(h.data(), packed.data(), g16.data());
   double max_abs = 0, scale = 0;
   for (int c = 0; c < kG; ++c) {
-    max_abs = std::max(max_abs, static_cast<double>(std::abs(g32[static_cast<size_t>(c)] - g16[static_cast<size_t>(c)])));
-    scale = std::max(scale, static_cast<double>(std::abs(g32[static_cast<size_t>(c)])));
+    const auto i = static_cast<size_t>(c);
+    max_abs = std::max(max_abs, static_cast<double>(std::abs(g32[i] - g16[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(g32[i])));
   }
   std::vector<double> t32, t16;
   std::vector<float> gates(kG);
@@ -174,7 +176,9 @@ void probe_projection(int reps) {
   std::vector<double> t32, t16;
   for (int r = 0; r < reps; ++r) {
     double t0 = thread_seconds();
-    for (int l = 0; l < kLayers; ++l) mm32.execute(s, {{DNNL_ARG_SRC, x32}, {DNNL_ARG_WEIGHTS, w32}, {DNNL_ARG_DST, y32}});
+    for (int l = 0; l < kLayers; ++l) {
+      mm32.execute(s, {{DNNL_ARG_SRC, x32}, {DNNL_ARG_WEIGHTS, w32}, {DNNL_ARG_DST, y32}});
+    }
     s.wait();
     t32.push_back(thread_seconds() - t0);
     t0 = thread_seconds();
@@ -186,7 +190,9 @@ void probe_projection(int reps) {
     t16.push_back(thread_seconds() - t0);
   }
   double max_rel = 0;
-  for (size_t i = 0; i < y.size(); ++i) max_rel = std::max(max_rel, static_cast<double>(std::abs(y[i] - y16[i])) / 10.0);
+  for (size_t i = 0; i < y.size(); ++i) {
+    max_rel = std::max(max_rel, static_cast<double>(std::abs(y[i] - y16[i])) / 10.0);
+  }
   std::printf("input projections (5 x [300,96] x [96,384], oneDNN matmul, %s):\n", "1 thread");
   std::printf("  float32: %.3f ms per encoder\n", 1e3 * median(t32));
   std::printf("  bf16   : %.3f ms per encoder (incl. the f32 -> bf16 input conversion)\n", 1e3 * median(t16));

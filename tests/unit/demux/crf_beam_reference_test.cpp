@@ -56,7 +56,8 @@ double log_add(double a, double b) {
 
 // beta[t][s]: log-sum of every path from state s before step t to the end (stays score `blank`).
 std::vector<std::vector<double>> backward(const Lattice& L, double blank) {
-  std::vector<std::vector<double>> beta(static_cast<size_t>(L.T + 1), std::vector<double>(static_cast<size_t>(L.n_states), 0.0));
+  std::vector<std::vector<double>> beta(static_cast<size_t>(L.T + 1),
+                                        std::vector<double>(static_cast<size_t>(L.n_states), 0.0));
   for (int64_t t = L.T - 1; t >= 0; --t) {
     const auto& next = beta[static_cast<size_t>(t + 1)];
     for (int64_t s = 0; s < L.n_states; ++s) {
