@@ -76,23 +76,38 @@ Status apply_crf_bundle_pin(const std::filesystem::path& model, const std::strin
   return Status::ok();
 }
 
+// A SeqTagger/bonito folder records no detector, and `--model DIR` alone must run: without
+// --method it takes the LLR detector (the model's default, load_crf_head), unless --cnn-model
+// names a CNN file, which asks for the CNN. Other models keep `method` as given.
+std::string seqtagger_method(const std::filesystem::path& model, const std::string& method,
+                             const std::string& cnn_model) {
+  std::error_code ec;
+  const bool seqtagger = std::filesystem::is_regular_file(model / "config.toml", ec) &&
+                         !std::filesystem::exists(model / "metadata.json", ec);
+  if (!seqtagger || !method.empty() || cnn_model.empty()) return method;
+  return "cnn";
+}
+
 // The CRF head's options from the command line, registered before any model is loaded; a
-// bundle's pinned CNN becomes `cnn_model` when none was given.
-Status register_crf_options(const DemuxCliOptions& o, std::string& cnn_model) {
+// bundle's pinned CNN becomes `cnn_model` when none was given, and `method` the detector the
+// run uses ("" = the model's default).
+Status register_crf_options(const DemuxCliOptions& o, std::string& cnn_model, std::string& method) {
   ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions c, crf_head_options(o.crf));
   c.load.verify_boundary_pin = o.cnn_model.empty();
   cnn_model = o.cnn_model;
-  ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(o.model, o.method, o.info, cnn_model));
+  method = seqtagger_method(o.model, o.method, o.cnn_model);
+  ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(o.model, method, o.info, cnn_model));
   demux::register_crf_head(c);
   return Status::ok();
 }
 
 Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   if (o.model.empty()) return Status::usage("demux needs --model MODEL.json");
-  std::string cnn_model;
-  ESCPOD_RETURN_IF_ERROR(register_crf_options(o, cnn_model));
+  std::string cnn_model, method;
+  ESCPOD_RETURN_IF_ERROR(register_crf_options(o, cnn_model, method));
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::DetectorChoice detector, parse_method(method));
   if (o.info) {
-    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, cnn_model));
+    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, cnn_model, detector));
     fmt::print("{}", text);
     return Status::ok();
   }
@@ -105,7 +120,7 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   pipeline::DemuxOptions d;
   d.model_path = o.model;
   d.cnn_model = cnn_model;
-  ESCPOD_ASSIGN_OR_RETURN(d.detector, parse_method(o.method));
+  d.detector = detector;
   ESCPOD_ASSIGN_OR_RETURN(d.dtw, parse_dtw_precision(o.dtw_precision));
   d.out_dir = o.out_dir;
   d.prefix = o.prefix;
@@ -348,7 +363,8 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
       "  escpod demux reads/ --model WDX4_rna004_v1_0.json --annotate   (labels, no copies)\n"
       "  escpod demux --model WDX4_rna004_v1_0.json --info\n"
       "The model pins its boundary detector (the CNN, with LLR fallbacks); the CNN's ONNX file\n"
-      "is found beside the model or given with --cnn-model.");
+      "is found beside the model or given with --cnn-model. A SeqTagger/bonito folder pins none:\n"
+      "it runs with the LLR detector, or with the CNN when --cnn-model or --method cnn is given.");
   sub->add_option("inputs", opts->inputs, "POD5 files or directories");
   sub->add_option("-m,--model", opts->model,
                   "WarpDemuX-format model JSON, GBM JSON, or a CTC-CRF model folder (SeqTagger or bundle)");

@@ -162,6 +162,9 @@ class CrfHead final : public Head {
     if (m_settings.ref_scores) {
       for (const char* c : {"crf_logp", "crf_margin", "crf_best"}) m_columns.emplace_back(c);
     }
+    // crf_best holds a class index: the engine writes it as the reference's name.
+    m_column_kinds.assign(m_columns.size(), ColumnKind::kNumber);
+    if (m_settings.ref_scores) m_column_kinds.back() = ColumnKind::kClassName;
   }
 
   std::string_view name() const override { return "CRF"; }
@@ -176,6 +179,7 @@ class CrfHead final : public Head {
     return in;
   }
   std::span<const std::string> extra_columns() const override { return m_columns; }
+  std::span<const ColumnKind> extra_column_kinds() const override { return m_column_kinds; }
   std::span<const int32_t> labels() const override { return m_labels; }
   std::span<const std::string> label_names() const override { return m_label_names; }
   std::string describe() const override;
@@ -234,6 +238,7 @@ class CrfHead final : public Head {
   std::vector<int32_t> m_labels;
   std::vector<std::string> m_label_names;  // the references' names (output files, `barcode` column)
   std::vector<std::string> m_columns;
+  std::vector<ColumnKind> m_column_kinds;
 };
 
 // Copies `samples` into the scratch window after `pad` zeros, normalised: standardised with the
@@ -386,7 +391,7 @@ void CrfHead::fill_call(const BarcodeMatch& m, CrfGateResult gate, bool mean_pos
   if (lattice) {
     p.push_back(lattice->crf_logp);
     p.push_back(lattice->has_margin ? lattice->crf_margin : std::nan(""));
-    p.push_back(lattice->crf_best + 1);
+    p.push_back(lattice->crf_best);  // class index (kClassName column)
   }
 }
 
@@ -613,7 +618,11 @@ Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfH
   }
   if (settings.ref_scores) ESCPOD_RETURN_IF_ERROR(CrfRefScorer::create(g, panel.refs()));
   LoadedHead out;
-  const bool cnn = model.kind == CrfModelKind::kSeqTagger || model.boundary.method != "llr";
+  // The detector, from what the folder is: a bundle's pin (an unpinned bundle needs the caller's
+  // choice; the CNN here is only a placeholder); a SeqTagger/bonito folder pins none and was not
+  // trained on CNN boundaries, so it takes the LLR detector (docs/crf_head.md: why), which needs
+  // no file beside the model.
+  const bool cnn = model.kind == CrfModelKind::kBundle && model.boundary.method != "llr";
   out.signal_processing = SignalProcessing::rna004(cnn);
   out.default_settings = true;
   out.kind = "crf";
@@ -624,6 +633,8 @@ Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfH
 void register_crf_head(const CrfHeadOptions& options) {
   HeadKind kind;
   kind.name = "crf";
+  kind.looks_for = "config.toml (a SeqTagger/bonito CTC-CRF model folder) or metadata.json with format "
+                   "escapepod-crf-encoder/N (an escapepod CRF bundle)";
   kind.claims = [](const std::filesystem::path& p) { return is_crf_model_dir(p); };
   kind.load = [options](const std::filesystem::path& p, const HeadOptions&) { return load_crf_head(p, options); };
   register_head_kind(std::move(kind));

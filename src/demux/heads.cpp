@@ -128,6 +128,7 @@ void register_head_kind(HeadKind kind) {
 
 Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptions& options) {
   std::function<Result<LoadedHead>(const std::filesystem::path&, const HeadOptions&)> load;
+  std::string looked_for;  // "kind: what" of every registered kind, for the error below
   {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
@@ -136,13 +137,17 @@ Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptio
         load = k.load;
         break;
       }
+      if (!k.looks_for.empty()) looked_for += (looked_for.empty() ? "" : "; ") + k.name + ": " + k.looks_for;
     }
   }
   if (load) return load(model, options);
   std::error_code ec;
   if (std::filesystem::is_directory(model, ec)) {
-    return Status::invalid_argument(model.string() +
-                                    ": a folder, and no head kind recognises it as its model");
+    return Status::invalid_argument(
+        model.string() + ": a folder, and no head kind recognises it as its model (looked for " +
+        (looked_for.empty() ? std::string("nothing: no head kind that reads model folders is registered")
+                            : looked_for) +
+        "; DTW-SVM and GBM models are JSON files, not folders)");
   }
   ESCPOD_ASSIGN_OR_RETURN(ModelFile file, load_model_file(model));
   return make_head(std::move(file), options);

@@ -49,7 +49,9 @@ struct Engine {
   BoundaryDetector detector;
   signal::FingerprintParams fingerprint;
   std::vector<std::string> output_columns;
+  std::vector<demux::ColumnKind> column_kinds;  // one per output column
   std::map<int32_t, std::string> label_names;  // the head's names; labels without one are "BCnn"
+  std::vector<std::string> class_names;        // output name of each class index (kClassName cells)
 };
 
 // The output name of `label` (its file barcode_<name>.pod5 and `barcode` column).
@@ -77,11 +79,15 @@ Result<Engine> make_engine(const DemuxOptions& o) {
   const std::string where = h.default_settings ? "default settings" : o.model_path.string();
   const StageSettings sp = stage_settings_from(*h.signal_processing, where, o.detector);
   ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.cnn_model));
-  Engine e{std::move(h.head), {}, std::move(f.detector), f.fingerprint, {}, {}};
+  Engine e{std::move(h.head), {}, std::move(f.detector), f.fingerprint, {}, {}, {}, {}};
   e.label_names = head_label_names(*e.head);
   e.input = e.head->input();
   if (e.input.batch_size == 0) e.input.batch_size = 1;
   for (const auto& c : e.head->extra_columns()) e.output_columns.push_back(c);
+  e.column_kinds.assign(e.output_columns.size(), demux::ColumnKind::kNumber);
+  const auto kinds = e.head->extra_column_kinds();
+  std::copy_n(kinds.begin(), std::min(kinds.size(), e.column_kinds.size()), e.column_kinds.begin());
+  for (int32_t l : e.head->labels()) e.class_names.push_back(output_label(e, l));
   return e;
 }
 
@@ -264,14 +270,7 @@ class Router {
       fmt::format_to(std::back_inserter(m_line), ",{},{:.6f},{},{},{},", label, t.out.call.confidence,
                      t.out.bounds.adapter_start, t.out.bounds.adapter_end, t.out.bounds.method);
       detail::append_csv_cell(m_line, t.out.reason);
-      const size_t n_cols = m_engine.output_columns.size();
-      for (size_t k = 0; k < n_cols; ++k) {
-        if (k < t.out.call.probabilities.size()) {
-          fmt::format_to(std::back_inserter(m_line), ",{:.6f}", t.out.call.probabilities[k]);
-        } else {
-          m_line += ',';
-        }
-      }
+      append_head_columns(t.out.call.probabilities);
       m_line += '\n';
       m_csv.write(m_line.data(), static_cast<std::streamsize>(m_line.size()));
       if (!m_csv) return Status::io_error("cannot write " + m_csv_file->staging_path().string());
@@ -285,6 +284,25 @@ class Router {
     const auto& acq = t.file->run_info_ids()[static_cast<size_t>(b.run_info_idx[t.row])];
     if (const auto* ri = t.file->find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(*ri));
     return copy_read(*t.file, b, t.row, *writer, m_copy, nullptr);
+  }
+
+  // The head's extra cells of one row: numbers, or a class index as its label's output name;
+  // cells past the call's values are empty.
+  void append_head_columns(std::span<const double> values) {
+    const size_t n_cols = m_engine.output_columns.size();
+    for (size_t k = 0; k < n_cols; ++k) {
+      m_line += ',';
+      if (k >= values.size()) continue;
+      if (m_engine.column_kinds[k] == demux::ColumnKind::kNumber) {
+        fmt::format_to(std::back_inserter(m_line), "{:.6f}", values[k]);
+        continue;
+      }
+      const double v = values[k];
+      const auto& names = m_engine.class_names;
+      if (v >= 0.0 && v < static_cast<double>(names.size())) {
+        detail::append_csv_cell(m_line, names[static_cast<size_t>(v)]);
+      }
+    }
   }
 
   // All outputs finish before any is renamed into place (all or nothing).
@@ -355,11 +373,17 @@ std::string outputs_line(const demux::Head& head) {
 }  // namespace
 
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
-                                         const std::filesystem::path& cnn_model) {
+                                         const std::filesystem::path& cnn_model, DetectorChoice detector) {
   ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(model_path, {}));
   if (h.default_settings) {
-    return h.head->describe() + "\ndetector: boundary CNN (RNA004 defaults; " +
-           std::string(h.head->name()) + " models record no signal processing)\n" + outputs_line(*h.head);
+    const bool chosen = detector != DetectorChoice::kModelDefault;
+    const bool cnn = chosen ? detector == DetectorChoice::kCnn
+                            : h.signal_processing && h.signal_processing->uses_cnn();
+    const char* why = chosen ? "RNA004 settings, chosen on the command line" : "RNA004 defaults";
+    return h.head->describe() +
+           fmt::format("\ndetector: {} ({}; {} models record no signal processing)\n", cnn ? "boundary CNN" : "LLR",
+                       why, h.head->name()) +
+           outputs_line(*h.head);
   }
   if (!h.signal_processing) {
     return Status::corrupt(model_path.string() +

@@ -109,7 +109,14 @@ StageSettings stage_settings_from(const demux::SignalProcessing& processing, con
   s.cnn_model_name = processing.cnn_model_name;
   s.fingerprint = processing.fingerprint;
   const bool model_cnn = s.method == DetectMethod::kCnn;
-  if (choice == DetectorChoice::kCnn) s.method = DetectMethod::kCnn;
+  if (choice == DetectorChoice::kCnn && !model_cnn) {
+    // The configuration as the model's, with the CNN as the detector (SignalProcessing::set_detector):
+    // the CNN path refuses a configuration whose cnn_detect is off.
+    demux::SignalProcessing with_cnn = processing;
+    with_cnn.set_detector(true);
+    s.config = with_cnn.boundaries;
+    s.method = DetectMethod::kCnn;
+  }
   if (choice == DetectorChoice::kLlr) {
     if (model_cnn) {
       log::warn("{} was trained on CNN boundaries; --method llr overrides it, which typically "

@@ -25,6 +25,12 @@ MODELS = {
 HEAD_COLUMNS = ["window_start", "edit_dist", "second_dist", "call_len", "mean_post", "gate"]
 
 
+def _reference_names(folder):
+    """The reference names of a SeqTagger folder, in file order (barcodes.fa headers)."""
+    return [line.split()[0][1:] for line in (folder / "barcodes.fa").read_text().splitlines()
+            if line.startswith(">")]
+
+
 @pytest.fixture(scope="module")
 def reads(shared_data):
     return [shared_data / "escapepod/drna/yeast_trna_reads.pod5", shared_data / "escapepod/charging/trna_reads.pod5"]
@@ -95,7 +101,8 @@ def test_barcode_free_reads_one_row_each_same_calls_any_threads_all_rejected(
     assert len(at_head) >= 25, "too few reads reached the head to say anything"
     for r in one:
         assert r["barcode"] == "unclassified" and r["reason"], r
-    n_refs = MODELS[name][0]
+    ref_names = _reference_names(model)
+    assert len(ref_names) == MODELS[name][0]
     for r in at_head:
         assert r["reason"] == "below threshold: gate --min-baseq"  # names the gate (code 4)
         dist, second = int(float(r["edit_dist"])), int(float(r["second_dist"]))
@@ -104,7 +111,8 @@ def test_barcode_free_reads_one_row_each_same_calls_any_threads_all_rejected(
         assert 0.0 < float(r["mean_post"]) <= 1.0
         assert 0.0 < float(r["baseq"]) < 60.0  # beam search ran; below every default cut-off
         assert int(float(r["gate"])) == 4  # the first gate failing is the base quality
-        assert float(r["crf_logp"]) < 0.0 and 1 <= int(float(r["crf_best"])) <= n_refs
+        assert float(r["crf_logp"]) < 0.0
+        assert r["crf_best"] in ref_names  # named as the barcode column and outputs name it
         assert int(float(r["call_len"])) > 0
     for r in one:
         if r["edit_dist"] == "":  # never reached the head: every head cell empty
@@ -234,6 +242,36 @@ def test_bundle_without_a_pinned_detector_needs_method(escpod, bundle, reads, tm
     assert run([escpod, "demux", "--model", bundle, "--info"]).returncode == 0
 
 
+def test_seqtagger_folder_alone_just_works_with_llr_boundaries_or_the_cnn_when_given(
+        escpod, shared_data, reads, read_ids, cnn, tmp_path):
+    # A SeqTagger folder pins no detector: `--model DIR` alone runs with LLR boundaries (no CNN file
+    # beside the model); --cnn-model (or --method cnn) asks for the CNN; --method llr is the same run.
+    model = shared_data / "seqtagger/b04_RNA004"
+    alone = demux(escpod, reads, model, tmp_path / "alone")
+    check_one_row_and_one_output(alone, read_ids, tmp_path / "alone")
+    at_head = [r for r in alone if r["edit_dist"] != ""]
+    assert len(at_head) >= 150  # LLR boundaries: 167 of the 200 reads reach the head
+    assert {r["detector"] for r in at_head} == {"llr"}
+    assert alone == demux(escpod, reads, model, tmp_path / "llr", "--method", "llr")
+    with_cnn = demux(escpod, reads, model, tmp_path / "cnn", "--cnn-model", cnn)
+    used = {r["detector"] for r in with_cnn if r["edit_dist"] != ""}
+    assert "cnn" in used and used <= {"cnn", "llr_short", "llr"}  # the CNN, with its LLR fallbacks
+    assert "detector: LLR (RNA004 defaults" in run([escpod, "demux", "--model", model, "--info"]).stdout
+    info = run([escpod, "demux", "--model", model, "--info", "--cnn-model", cnn]).stdout
+    assert "detector: boundary CNN (RNA004 settings, chosen on the command line" in info
+
+
+def test_a_folder_no_head_recognises_names_what_was_looked_for(escpod, shared_data, reads, tmp_path):
+    for folder in (tmp_path / "empty", shared_data / "escapepod/charging/bundle"):  # the latter: not a CRF bundle
+        folder.mkdir(exist_ok=True)
+        r = run([escpod, "demux", *reads, "--model", folder, "--classifications", tmp_path / "c.csv"], check=False)
+        assert r.returncode == 1
+        assert f"{folder}: a folder, and no head kind recognises it as its model" in r.stderr
+        assert "config.toml (a SeqTagger/bonito CTC-CRF model folder)" in r.stderr
+        assert "metadata.json with format escapepod-crf-encoder/N (an escapepod CRF bundle)" in r.stderr
+        assert not (tmp_path / "c.csv").exists()
+
+
 def test_basecall_stage_matches_the_fused_head_on_the_same_boundaries(
         escpod, shared_data, reads, read_ids, tmp_path):
     wdx4 = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
@@ -270,6 +308,7 @@ def test_basecall_stage_matches_the_fused_head_on_the_same_boundaries(
         assert int(float(f["call_len"])) == int(r["decoded_len"])
         assert abs(float(f["baseq"]) - float(r["baseq"])) < 1e-4
         assert r["crf_best"].startswith("Barcode_")
+        assert f["crf_best"] == r["crf_best"]  # the fused column names the reference too
 
 
 def test_barcodes_csv_replaces_the_panel_and_is_validated(escpod, shared_data, reads, read_ids, cnn, tmp_path):

@@ -108,7 +108,10 @@ inline constexpr double kDefaultMinMeanPost = 0.95;
 //   mean_post     exp(mean log-posterior) along the posterior-decode path
 //   gate          0 pass, 1 edit margin, 2 crf margin, 3 crf prob, 4 baseq, 5 mean posterior
 //   baseq         mean base quality (beam search only)
-//   crf_logp, crf_margin, crf_best (1-based reference index)   (ref_scores only)
+//   crf_logp, crf_margin           (ref_scores only)
+//   crf_best      the most probable reference (ref_scores only): its class index in
+//                 Classification::probabilities, written as the reference's name
+//                 (ColumnKind::kClassName)
 
 // The call behind the last classify() of a CRF head on `scratch` (for `demux basecall`, which
 // writes the sequence): views into the scratch, valid until its next classify(). nullopt when

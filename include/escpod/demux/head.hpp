@@ -33,6 +33,12 @@ enum class HeadInputKind : uint8_t {
   kSignalWindow,  // calibrated samples around the adapter end (HeadInput::window_*)
 };
 
+// How a head's extra CSV column is written (Head::extra_column_kinds).
+enum class ColumnKind : uint8_t {
+  kNumber,     // the value, 6 decimals
+  kClassName,  // a class index, written as its label's output name
+};
+
 // What a head needs of each read, declared once.
 struct HeadInput {
   HeadInputKind kind = HeadInputKind::kFingerprint;
@@ -75,6 +81,11 @@ class Head {
   // Extra per-read CSV columns, in the order of Classification::probabilities (e.g. "p04"...,
   // "p-1"). A call with fewer values leaves the remaining cells empty.
   virtual std::span<const std::string> extra_columns() const = 0;
+  // How the engine writes each extra column (one entry per column; empty: all are numbers). A
+  // kClassName column holds a class index (0-based, in labels() order) and is written as that
+  // label's output name, the name the `barcode` column and the output files use (e.g. the CRF
+  // head's crf_best); a value that is not a class index leaves the cell empty.
+  virtual std::span<const ColumnKind> extra_column_kinds() const { return {}; }
   // Output label of each class index (barcode number, -1 for noise).
   virtual std::span<const int32_t> labels() const = 0;
   // The output name of each label, in labels() order (e.g. a CRF reference's name, behaviour doc
@@ -113,6 +124,9 @@ Result<LoadedHead> make_head(ModelFile&& file, const HeadOptions& options);
 // `path` is one of its models (e.g. a folder holding its manifest).
 struct HeadKind {
   std::string name;
+  // What claims() looks for, for the error about a folder no kind claims (e.g. "config.toml
+  // (a SeqTagger/bonito model folder)").
+  std::string looks_for;
   std::function<bool(const std::filesystem::path&)> claims;
   std::function<Result<LoadedHead>(const std::filesystem::path&, const HeadOptions&)> load;
 };
@@ -120,7 +134,8 @@ struct HeadKind {
 void register_head_kind(HeadKind kind);
 
 // Model file or folder -> head: a registered kind that claims `model`, else a model file
-// (load_model_file: DTW-SVM or GBM). A folder no kind claims is kInvalidArgument naming it.
+// (load_model_file: DTW-SVM or GBM). A folder no kind claims is kInvalidArgument naming it and
+// what each registered kind looked for in it.
 Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptions& options);
 
 }  // namespace escpod::demux

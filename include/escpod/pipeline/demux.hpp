@@ -94,8 +94,11 @@ Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
     const std::vector<std::filesystem::path>& inputs, const std::map<std::string, int32_t>& labels,
     const FingerprintOptions& options, FingerprintReport* report);
 
-// Human-readable description of a model and the detector it pins (for `demux --info`).
+// Human-readable description of a model and the detector it pins (for `demux --info`); for a
+// model that records no signal processing, the detector `detector` chooses (its default when
+// kModelDefault).
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
-                                         const std::filesystem::path& cnn_model);
+                                         const std::filesystem::path& cnn_model,
+                                         DetectorChoice detector = DetectorChoice::kModelDefault);
 
 }  // namespace escpod::pipeline

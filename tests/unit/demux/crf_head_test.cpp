@@ -54,7 +54,8 @@ TEST(CrfHead, SeqTaggerV1DeclaresItsWindowColumnsAndLabels) {
   LoadedHead h = load("b04_RNA004");
   EXPECT_EQ(h.kind, "crf");
   ASSERT_TRUE(h.signal_processing.has_value());
-  EXPECT_TRUE(h.signal_processing->uses_cnn());
+  // A SeqTagger folder pins no detector: it runs with the LLR detector (no CNN file needed).
+  EXPECT_FALSE(h.signal_processing->uses_cnn());
   const HeadInput in = h.head->input();
   EXPECT_EQ(in.kind, HeadInputKind::kSignalWindow);
   EXPECT_EQ(in.window_begin, -2000);
@@ -68,6 +69,27 @@ TEST(CrfHead, SeqTaggerV1DeclaresItsWindowColumnsAndLabels) {
   // Outputs are named by reference (behaviour doc 2.7), in labels() order.
   EXPECT_EQ(std::vector<std::string>(h.head->label_names().begin(), h.head->label_names().end()),
             (std::vector<std::string>{"Barcode_1", "Barcode_2", "Barcode_3", "Barcode_4"}));
+}
+
+// load_head finds the CRF head from the folder itself, all four SeqTagger folders alike; a
+// folder that holds neither file is an error naming it and what was looked for.
+TEST(CrfHead, LoadHeadRecognisesTheFolderOrSaysWhatItLookedFor) {
+  register_crf_head({});
+  for (const char* folder : {"b04_RNA004", "b96_RNA004", "b13_RNA004_mRNA", "b07_RNA004_tRNA"}) {
+    auto h = load_head(test::shared_data(std::string("seqtagger/") + folder), {});
+    ASSERT_TRUE(h.is_ok()) << folder << ": " << h.status().message();
+    EXPECT_EQ(h->kind, "crf") << folder;
+    ASSERT_TRUE(h->signal_processing.has_value());
+    EXPECT_FALSE(h->signal_processing->uses_cnn()) << folder;
+  }
+  const auto empty = test::scratch_dir("crf_no_model");
+  auto none = load_head(empty, {});
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = none.status().message();
+  EXPECT_NE(m.find(empty.string()), std::string::npos) << m;
+  EXPECT_NE(m.find("crf: config.toml"), std::string::npos) << m;
+  EXPECT_NE(m.find("metadata.json with format escapepod-crf-encoder/N"), std::string::npos) << m;
 }
 
 TEST(CrfHead, V1WindowEndsAtTheBoundaryAndIsZeroPaddedWhenShort) {
@@ -179,8 +201,16 @@ TEST(CrfHead, RefScoresAddLatticeColumnsAndDescribeNamesTheSources) {
   const Classification c = classify(*h.head, *scratch, synthetic_signal(8000, 11), 7000);
   ASSERT_EQ(c.probabilities.size(), 10u);
   EXPECT_LT(c.probabilities[7], 0.0);  // log P(chosen reference | signal)
-  EXPECT_GE(c.probabilities[9], 1.0);
-  EXPECT_LE(c.probabilities[9], 7.0);
+  // crf_best: a class index (0..6 for b07's seven references), which the engine writes as the
+  // reference's name: the column is declared kClassName, and only that one.
+  EXPECT_GE(c.probabilities[9], 0.0);
+  EXPECT_LE(c.probabilities[9], 6.0);
+  EXPECT_EQ(c.probabilities[9], std::floor(c.probabilities[9]));
+  const auto kinds = h.head->extra_column_kinds();
+  ASSERT_EQ(kinds.size(), 10u);
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    EXPECT_EQ(kinds[k], k == 9 ? ColumnKind::kClassName : ColumnKind::kNumber) << h.head->extra_columns()[k];
+  }
   const std::string text = h.head->describe();
   EXPECT_NE(text.find("min baseq 50 (the model's min_baseQ)"), std::string::npos) << text;
   EXPECT_NE(text.find("seqtagger_emitted"), std::string::npos);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -86,6 +87,63 @@ void register_window_head() {
   demux::register_head_kind(std::move(kind));
 }
 
+// Labels 1, 2, 7 (named alpha, beta, gamma when `named`, else the engine's BC01, BC02, BC07);
+// calls every read BC01 with columns: `best` (kClassName) = the read's place in its batch, so
+// 3 is no class; `none` (kClassName) = NaN; `pos` (a number) = the place again.
+class ClassColumnHead final : public demux::Head {
+ public:
+  explicit ClassColumnHead(bool named) {
+    if (named) m_names = {"alpha", "beta", "gamma"};
+  }
+  std::string_view name() const override { return "class-column-test"; }
+  demux::HeadInput input() const override {
+    demux::HeadInput in;
+    in.kind = demux::HeadInputKind::kSignalWindow;
+    in.window_begin = kWindowBegin;
+    in.batch_size = kBatch;
+    return in;
+  }
+  std::span<const std::string> extra_columns() const override { return m_columns; }
+  std::span<const demux::ColumnKind> extra_column_kinds() const override { return m_kinds; }
+  std::span<const int32_t> labels() const override { return m_labels; }
+  std::span<const std::string> label_names() const override { return m_names; }
+  std::string describe() const override { return "class column test head\n"; }
+  std::unique_ptr<demux::HeadScratch> make_scratch() const override {
+    return std::make_unique<demux::HeadScratch>();
+  }
+  void classify(std::span<const demux::PreparedRead> reads, demux::HeadScratch&,
+                std::span<demux::Classification> calls) const override {
+    for (size_t i = 0; i < reads.size(); ++i) {
+      demux::Classification& c = calls[i];
+      c.status = demux::CallStatus::kClassified;
+      c.label = c.best_label = 1;
+      c.class_index = 0;
+      c.probabilities.assign({static_cast<double>(i), std::nan(""), static_cast<double>(i)});
+    }
+  }
+
+ private:
+  std::vector<std::string> m_columns{"best", "none", "pos"};
+  std::vector<demux::ColumnKind> m_kinds{demux::ColumnKind::kClassName, demux::ColumnKind::kClassName,
+                                         demux::ColumnKind::kNumber};
+  std::vector<int32_t> m_labels{1, 2, 7};
+  std::vector<std::string> m_names;
+};
+
+void register_class_column_head() {
+  demux::HeadKind kind;
+  kind.name = "class-column-test";
+  kind.claims = [](const std::filesystem::path& p) { return std::filesystem::exists(p / "class_head.txt"); };
+  kind.load = [](const std::filesystem::path& p, const demux::HeadOptions&) -> Result<demux::LoadedHead> {
+    demux::LoadedHead h;
+    h.head = std::make_unique<ClassColumnHead>(std::filesystem::exists(p / "named"));
+    h.signal_processing = demux::SignalProcessing::rna004(false);
+    h.kind = "class-column-test";
+    return h;
+  };
+  demux::register_head_kind(std::move(kind));
+}
+
 std::vector<std::vector<std::string>> read_csv(const std::filesystem::path& p) {
   std::ifstream in(p);
   std::vector<std::vector<std::string>> rows;
@@ -145,6 +203,43 @@ TEST(DemuxHeads, RegisteredWindowHeadPlugsInWithBatches) {
   EXPECT_EQ(rep.reads_per_label["BC01"], called);
   EXPECT_GT(called, 2 * kBatch);
   EXPECT_GT(last_in_batch, 0u);  // full batches of 4 reached the head
+}
+
+// A kClassName column is written as the class's output name (the head's, else BCnn); a value
+// that is no class index (3 of 3 classes, NaN) leaves the cell empty; number columns unchanged.
+TEST(DemuxHeads, ClassNameColumnsAreWrittenAsTheLabelsOutputNames) {
+  register_class_column_head();
+  for (const bool named : {true, false}) {
+    const auto dir = test::scratch_dir(named ? "class_named" : "class_unnamed");
+    const auto model = dir / "model";
+    std::filesystem::create_directories(model);
+    std::ofstream(model / "class_head.txt") << "test head\n";
+    if (named) std::ofstream(model / "named") << "\n";
+    pipeline::DemuxOptions o;
+    o.model_path = model;
+    o.classifications_csv = dir / "calls.csv";
+    o.n_threads = 1;
+    ASSERT_TRUE(pipeline::run_demux({test::shared_data("warpdemux/sample/small_pod5_0.pod5")}, o, nullptr).is_ok());
+    const auto rows = read_csv(o.classifications_csv);
+    ASSERT_GT(rows.size(), 10u);
+    ASSERT_EQ(rows[0].size(), 10u);
+    EXPECT_EQ(rows[0][7], "best");
+    const std::vector<std::string> names =
+        named ? std::vector<std::string>{"alpha", "beta", "gamma"} : std::vector<std::string>{"BC01", "BC02", "BC07"};
+    std::vector<size_t> seen(4, 0);
+    for (size_t r = 1; r < rows.size(); ++r) {
+      ASSERT_EQ(rows[r].size(), 10u) << r;
+      if (rows[r][1] == "unclassified") continue;
+      EXPECT_EQ(rows[r][1], names[0]);
+      const auto pos = static_cast<size_t>(std::stoul(rows[r][9]));
+      ASSERT_LT(pos, 4u);
+      ++seen[pos];
+      EXPECT_EQ(rows[r][7], pos < 3 ? names[pos] : std::string()) << r;
+      EXPECT_EQ(rows[r][8], "") << r;  // NaN: no class
+      EXPECT_EQ(rows[r][9], std::to_string(pos) + ".000000") << r;
+    }
+    for (size_t pos = 0; pos < 4; ++pos) EXPECT_GT(seen[pos], 0u) << pos;  // every case was written
+  }
 }
 
 TEST(DemuxHeads, ShippedModelsAreParsedOncePerRun) {
