@@ -3,9 +3,12 @@
 # include (pod5 including pipeline), a sideways one (pipeline including another layer's private
 # header) or an include of a layer not declared as a dependency fails to compile.
 #
-#   escpod_add_library(NAME <layer> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
+#   escpod_add_library(NAME <layer> [DIR <folder>] SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
 #
-# creates the static library escpod_<layer>, alias escpod::<layer>.
+# creates the static library escpod_<layer>, alias escpod::<layer>. DIR (default: NAME) is the
+# folder of its headers and sources below include/escpod/ and src/; a sub-layer of a layer names
+# its folder there, e.g. NAME pipeline_ops DIR pipeline/ops: headers included as
+# "escpod/pipeline/ops/x.hpp", private ones as "pipeline/ops/x.hpp".
 #
 # How: include/ and src/ hold every layer side by side, so handing a target either folder would
 # let it reach all of them. Each layer instead gets two include roots in the build tree, each
@@ -58,15 +61,18 @@ function(escpod_use_internals target layer)
 endfunction()
 
 function(escpod_add_library)
-  cmake_parse_arguments(ARG "" "NAME" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;DIR" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  if(NOT ARG_DIR)
+    set(ARG_DIR ${ARG_NAME})
+  endif()
   set(target escpod_${ARG_NAME})
   add_library(${target} STATIC ${ARG_SOURCES})
   add_library(escpod::${ARG_NAME} ALIAS ${target})
-  escpod_public_root(_public ${ARG_NAME})
+  escpod_public_root(_public ${ARG_DIR})
   if(_public)
     target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${_public}>)
   endif()
-  escpod_use_internals(${target} ${ARG_NAME})
+  escpod_use_internals(${target} ${ARG_DIR})
   target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   escpod_warnings(${target})

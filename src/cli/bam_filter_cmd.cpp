@@ -1,7 +1,7 @@
 // escpod bam-filter: the POD5 reads whose alignments in a BAM meet the criteria, into one file.
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
-#include "escpod/pipeline/bam_filter.hpp"
+#include "escpod/pipeline/ops/bam_filter.hpp"
 #include "escpod/pod5/inputs.hpp"
 
 namespace escpod::cli {

@@ -3,7 +3,7 @@
 
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
-#include "escpod/pipeline/fast5_convert.hpp"
+#include "escpod/pipeline/ops/fast5_convert.hpp"
 
 namespace escpod::cli {
 namespace {

@@ -11,8 +11,8 @@
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "cli/crf_flags.hpp"
-#include "escpod/pipeline/crf_basecall.hpp"
-#include "escpod/pipeline/demux_stages.hpp"
+#include "escpod/pipeline/demux/crf_basecall.hpp"
+#include "escpod/pipeline/demux/demux_stages.hpp"
 #include "escpod/pod5/inputs.hpp"
 
 namespace escpod::cli {

@@ -1,5 +1,5 @@
 // escpod demux detect | fingerprint | classify: the demultiplexer's stages one at a time,
-// exchanging CSV files (escpod/pipeline/demux_stages.hpp).
+// exchanging CSV files (escpod/pipeline/demux/demux_stages.hpp).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,7 +7,7 @@
 #include "cli/command.hpp"
 #include "escpod/core/status.hpp"
 #include "escpod/demux/dtw.hpp"
-#include "escpod/pipeline/demux.hpp"
+#include "escpod/pipeline/demux/demux.hpp"
 
 namespace escpod::cli {
 

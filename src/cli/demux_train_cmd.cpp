@@ -9,7 +9,7 @@
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/demux/train_svm.hpp"
-#include "escpod/pipeline/fingerprint_table.hpp"
+#include "escpod/pipeline/tables/fingerprint_table.hpp"
 
 namespace escpod::cli {
 namespace {

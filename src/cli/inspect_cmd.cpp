@@ -4,8 +4,8 @@
 
 #include "cli/command.hpp"
 #include "cli/output.hpp"
-#include "escpod/pipeline/read_fields.hpp"
-#include "escpod/pipeline/read_lookup.hpp"
+#include "escpod/pipeline/ops/read_fields.hpp"
+#include "escpod/pipeline/ops/read_lookup.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/inputs.hpp"

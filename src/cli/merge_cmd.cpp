@@ -3,7 +3,7 @@
 
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
-#include "escpod/pipeline/pod5_ops.hpp"
+#include "escpod/pipeline/ops/pod5_ops.hpp"
 #include "escpod/pod5/inputs.hpp"
 
 namespace escpod::cli {

@@ -5,7 +5,7 @@
 #include "cli/output.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/core/progress.hpp"
-#include "escpod/pipeline/pod5_recover.hpp"
+#include "escpod/pipeline/ops/pod5_recover.hpp"
 #include "escpod/pod5/inputs.hpp"
 
 namespace escpod::cli {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "escpod/core/status.hpp"
-#include "escpod/pipeline/report.hpp"
+#include "escpod/pipeline/tables/report.hpp"
 
 namespace escpod::cli {
 

@@ -1,7 +1,7 @@
 // escpod simulate: simulated direct-RNA reads (POD5) with a ground-truth CSV.
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
-#include "escpod/pipeline/simulate.hpp"
+#include "escpod/pipeline/simulate/simulate.hpp"
 
 namespace escpod::cli {
 namespace {

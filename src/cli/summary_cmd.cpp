@@ -4,7 +4,7 @@
 #include "cli/command.hpp"
 #include "cli/output.hpp"
 #include "escpod/core/log.hpp"
-#include "escpod/pipeline/pod5_summary.hpp"
+#include "escpod/pipeline/ops/pod5_summary.hpp"
 #include "escpod/pod5/inputs.hpp"
 
 namespace escpod::cli {

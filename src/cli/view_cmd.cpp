@@ -6,8 +6,8 @@
 
 #include "cli/command.hpp"
 #include "cli/output.hpp"
-#include "escpod/pipeline/annotations.hpp"
-#include "escpod/pipeline/read_fields.hpp"
+#include "escpod/pipeline/ops/annotations.hpp"
+#include "escpod/pipeline/ops/read_fields.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/inputs.hpp"
 

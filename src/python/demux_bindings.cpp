@@ -8,9 +8,9 @@
 
 #include <sstream>
 
-#include "escpod/pipeline/demux.hpp"
-#include "escpod/pipeline/demux_stages.hpp"
-#include "escpod/pipeline/fingerprint_table.hpp"
+#include "escpod/pipeline/demux/demux.hpp"
+#include "escpod/pipeline/demux/demux_stages.hpp"
+#include "escpod/pipeline/tables/fingerprint_table.hpp"
 #include "escpod/pod5/inputs.hpp"
 #include "py_support.hpp"
 

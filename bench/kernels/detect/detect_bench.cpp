@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "escpod/pipeline/boundary_detector.hpp"
+#include "escpod/pipeline/detect/boundary_detector.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/signal/calibration.hpp"
 

@@ -4,8 +4,8 @@
 // pores, real signal, MVS poly(A) check), the LLR traces with their peak pickers (the fallbacks),
 // and escapepod's LLR-only best-split detector (shared/docs/escapepod-behaviour.md 4.1).
 //
-// The pipeline's BoundaryDetector (include/escpod/pipeline/boundary_detector.hpp) combines these
-// with the boundary CNN. Everything here is reentrant; buffers are the caller's (BoundaryWork).
+// The pipeline's BoundaryDetector (include/escpod/pipeline/detect/boundary_detector.hpp) combines
+// these with the boundary CNN. Everything here is reentrant; buffers are the caller's (BoundaryWork).
 //
 // Float semantics: the CNN input (block means, median/MAD normalisation) and the medians/MADs of
 // the validation follow numpy float32 exactly (pairwise float32 block sums, float32 medians).

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "escpod/nn/model.hpp"
-#include "escpod/pipeline/boundary_detector.hpp"
+#include "escpod/pipeline/detect/boundary_detector.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/signal/boundaries.hpp"
 #include "escpod/signal/calibration.hpp"

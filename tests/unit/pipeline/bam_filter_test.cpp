@@ -1,7 +1,7 @@
 // bam-filter's library half: which reads a BAM's records select (pi parent ids, duplex names,
 // --mapped, --quality, --region with a built index or a scan), its errors, and the copy of the
 // selected POD5 reads with the ids the POD5 lacks reported.
-#include "escpod/pipeline/bam_filter.hpp"
+#include "escpod/pipeline/ops/bam_filter.hpp"
 
 #include <gtest/gtest.h>
 #include <htslib/sam.h>

@@ -1,13 +1,13 @@
 // The one barcode-label parser and the label tables built on it: good labels, noise labels, and
 // every bad form an error naming the file, the line and the label.
-#include "escpod/pipeline/barcode_labels.hpp"
+#include "escpod/pipeline/tables/barcode_labels.hpp"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "escpod/pipeline/fingerprint_table.hpp"
+#include "escpod/pipeline/tables/fingerprint_table.hpp"
 #include "test_data.hpp"
 
 namespace escpod {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "escpod/demux/head.hpp"
-#include "escpod/pipeline/demux.hpp"
+#include "escpod/pipeline/demux/demux.hpp"
 #include "test_data.hpp"
 
 namespace escpod {

@@ -9,7 +9,7 @@
 #include <set>
 #include <thread>
 
-#include "escpod/pipeline/read_lookup.hpp"
+#include "escpod/pipeline/ops/read_lookup.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/vbz.hpp"
 #include "test_data.hpp"

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "escpod/pipeline/pod5_copy.hpp"
-#include "escpod/pipeline/read_fields.hpp"
-#include "pipeline/read_stream.hpp"
+#include "escpod/pipeline/ops/pod5_copy.hpp"
+#include "escpod/pipeline/ops/read_fields.hpp"
+#include "pipeline/ops/read_stream.hpp"
 #include "test_data.hpp"
 
 namespace escpod::pipeline {

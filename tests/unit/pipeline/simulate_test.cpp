@@ -1,5 +1,5 @@
 // escpod simulate: the read simulator (signal layer) and the run around it (pipeline layer).
-#include "escpod/pipeline/simulate.hpp"
+#include "escpod/pipeline/simulate/simulate.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-#include "escpod/pipeline/report.hpp"
+#include "escpod/pipeline/tables/report.hpp"
 
-#include "escpod/pipeline/barcode_labels.hpp"
+#include "escpod/pipeline/tables/barcode_labels.hpp"
 
 #include <fmt/format.h>
 
@@ -17,8 +17,8 @@
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/pod5/read_id.hpp"
-#include "pipeline/csv_text.hpp"
-#include "read_stream.hpp"
+#include "pipeline/ops/csv_text.hpp"
+#include "pipeline/ops/read_stream.hpp"
 
 namespace escpod::pipeline {
 

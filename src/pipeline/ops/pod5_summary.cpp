@@ -1,4 +1,4 @@
-#include "escpod/pipeline/pod5_summary.hpp"
+#include "escpod/pipeline/ops/pod5_summary.hpp"
 
 #include <nlohmann/json.hpp>
 #include <tbb/parallel_for.h>

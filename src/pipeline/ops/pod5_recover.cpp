@@ -1,11 +1,11 @@
-#include "escpod/pipeline/pod5_recover.hpp"
+#include "escpod/pipeline/ops/pod5_recover.hpp"
 
 #include <fmt/format.h>
 
 #include <set>
 #include <unordered_set>
 
-#include "escpod/pipeline/pod5_copy.hpp"
+#include "escpod/pipeline/ops/pod5_copy.hpp"
 #include "escpod/pod5/recover.hpp"
 
 namespace escpod::pipeline {

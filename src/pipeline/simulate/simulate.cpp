@@ -1,4 +1,4 @@
-#include "escpod/pipeline/simulate.hpp"
+#include "escpod/pipeline/simulate/simulate.hpp"
 
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
@@ -23,7 +23,7 @@
 #include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/pod5/vbz.hpp"
-#include "pipeline/csv_text.hpp"
+#include "pipeline/ops/csv_text.hpp"
 
 namespace escpod::pipeline {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "escpod/core/status.hpp"
-#include "escpod/pipeline/pod5_copy.hpp"
+#include "escpod/pipeline/ops/pod5_copy.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/read_id.hpp"
 

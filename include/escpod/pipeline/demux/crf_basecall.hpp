@@ -11,7 +11,7 @@
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/crf_head.hpp"
-#include "escpod/pipeline/demux_stages.hpp"
+#include "escpod/pipeline/demux/demux_stages.hpp"
 
 namespace escpod::pipeline {
 

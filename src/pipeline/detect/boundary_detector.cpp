@@ -1,6 +1,6 @@
 // BoundaryDetector: ADAPTed's combined CNN detection with validation and LLR fallbacks
 // (shared/docs/warpdemux-algorithm.md 3.1-3.4), or escapepod's LLR-only detector (4.1).
-#include "escpod/pipeline/boundary_detector.hpp"
+#include "escpod/pipeline/detect/boundary_detector.hpp"
 
 #include <algorithm>
 #include <array>

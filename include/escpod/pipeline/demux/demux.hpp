@@ -23,7 +23,7 @@
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/dtw.hpp"
-#include "escpod/pipeline/barcode_labels.hpp"  // label_name, kNoiseLabel
+#include "escpod/pipeline/tables/barcode_labels.hpp"  // label_name, kNoiseLabel
 #include "escpod/demux/model_file.hpp"
 #include "escpod/pod5/file_writer.hpp"
 

@@ -1,4 +1,4 @@
-#include "escpod/pipeline/barcode_labels.hpp"
+#include "escpod/pipeline/tables/barcode_labels.hpp"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <cctype>
 #include <charconv>
 
-#include "escpod/pipeline/pod5_ops.hpp"
-#include "pipeline/csv_text.hpp"
+#include "escpod/pipeline/ops/pod5_ops.hpp"
+#include "pipeline/ops/csv_text.hpp"
 
 namespace escpod::pipeline {
 

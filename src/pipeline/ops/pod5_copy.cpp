@@ -1,4 +1,4 @@
-#include "escpod/pipeline/pod5_copy.hpp"
+#include "escpod/pipeline/ops/pod5_copy.hpp"
 
 #include <tbb/parallel_for.h>
 

@@ -20,10 +20,10 @@
 #include "escpod/demux/dtw.hpp"
 #include "escpod/demux/model_file.hpp"
 #include "escpod/core/status.hpp"
-#include "escpod/pipeline/boundary_detector.hpp"
-#include "escpod/pipeline/demux.hpp"
+#include "escpod/pipeline/detect/boundary_detector.hpp"
+#include "escpod/pipeline/demux/demux.hpp"
 #include "escpod/pod5/read_id.hpp"
-#include "escpod/pipeline/fingerprint_table.hpp"
+#include "escpod/pipeline/tables/fingerprint_table.hpp"
 #include "escpod/signal/fingerprint.hpp"
 
 namespace escpod::pipeline {

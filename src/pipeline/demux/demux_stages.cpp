@@ -1,4 +1,4 @@
-#include "escpod/pipeline/demux_stages.hpp"
+#include "escpod/pipeline/demux/demux_stages.hpp"
 
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
@@ -23,9 +23,9 @@
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/vbz.hpp"
 #include "escpod/signal/calibration.hpp"
-#include "pipeline/boundary_rows.hpp"
-#include "pipeline/csv_text.hpp"
-#include "pipeline/read_stream.hpp"
+#include "pipeline/demux/boundary_rows.hpp"
+#include "pipeline/ops/csv_text.hpp"
+#include "pipeline/ops/read_stream.hpp"
 
 namespace escpod::pipeline {
 

@@ -1,9 +1,9 @@
-#include "escpod/pipeline/demux_eval.hpp"
+#include "escpod/pipeline/tables/demux_eval.hpp"
 
 #include <fmt/format.h>
 
-#include "escpod/pipeline/barcode_labels.hpp"
-#include "pipeline/csv_text.hpp"
+#include "escpod/pipeline/tables/barcode_labels.hpp"
+#include "pipeline/ops/csv_text.hpp"
 
 #include <algorithm>
 

@@ -1,10 +1,10 @@
-#include "escpod/pipeline/annotations.hpp"
+#include "escpod/pipeline/ops/annotations.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "escpod/core/log.hpp"
-#include "pipeline/csv_text.hpp"
+#include "pipeline/ops/csv_text.hpp"
 
 namespace escpod::pipeline {
 namespace {

@@ -1,5 +1,5 @@
 // `escpod demux basecall` (crf_basecall.hpp).
-#include "escpod/pipeline/crf_basecall.hpp"
+#include "escpod/pipeline/demux/crf_basecall.hpp"
 
 #include <fmt/format.h>
 
@@ -10,9 +10,9 @@
 #include "escpod/demux/crf_model.hpp"
 #include "escpod/demux/head.hpp"
 #include "escpod/signal/calibration.hpp"
-#include "pipeline/boundary_rows.hpp"
-#include "pipeline/csv_text.hpp"
-#include "pipeline/read_stream.hpp"
+#include "pipeline/demux/boundary_rows.hpp"
+#include "pipeline/ops/csv_text.hpp"
+#include "pipeline/ops/read_stream.hpp"
 
 namespace escpod::pipeline {
 namespace {

@@ -1,6 +1,6 @@
-#include "escpod/pipeline/read_fields.hpp"
+#include "escpod/pipeline/ops/read_fields.hpp"
 
-#include "escpod/pipeline/annotations.hpp"
+#include "escpod/pipeline/ops/annotations.hpp"
 
 #include <fmt/format.h>
 

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "escpod/pipeline/demux_stages.hpp"
+#include "escpod/pipeline/demux/demux_stages.hpp"
 #include "escpod/pod5/read_id.hpp"
 
 namespace escpod::pipeline::detail {

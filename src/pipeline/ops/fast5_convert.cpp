@@ -1,4 +1,4 @@
-#include "escpod/pipeline/fast5_convert.hpp"
+#include "escpod/pipeline/ops/fast5_convert.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "escpod/pipeline/demux.hpp"
+#include "escpod/pipeline/demux/demux.hpp"
 
 #include <fmt/format.h>
 
@@ -13,17 +13,17 @@
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/demux/head.hpp"
-#include "escpod/pipeline/annotations.hpp"
-#include "escpod/pipeline/boundary_detector.hpp"
-#include "escpod/pipeline/demux_stages.hpp"
-#include "escpod/pipeline/pod5_copy.hpp"
+#include "escpod/pipeline/ops/annotations.hpp"
+#include "escpod/pipeline/detect/boundary_detector.hpp"
+#include "escpod/pipeline/demux/demux_stages.hpp"
+#include "escpod/pipeline/ops/pod5_copy.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/sidecar.hpp"
 #include "escpod/signal/calibration.hpp"
 #include "escpod/signal/fingerprint.hpp"
-#include "escpod/pipeline/report.hpp"
-#include "pipeline/csv_text.hpp"
-#include "pipeline/read_stream.hpp"
+#include "escpod/pipeline/tables/report.hpp"
+#include "pipeline/ops/csv_text.hpp"
+#include "pipeline/ops/read_stream.hpp"
 
 namespace escpod::pipeline {
 

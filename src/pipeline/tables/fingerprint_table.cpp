@@ -1,4 +1,4 @@
-#include "escpod/pipeline/fingerprint_table.hpp"
+#include "escpod/pipeline/tables/fingerprint_table.hpp"
 
 #include <arrow/api.h>
 #include <arrow/io/api.h>
@@ -16,8 +16,8 @@
 
 #include "escpod/arrow_bridge/status.hpp"
 #include "escpod/core/log.hpp"
-#include "escpod/pipeline/barcode_labels.hpp"
-#include "pipeline/csv_text.hpp"
+#include "escpod/pipeline/tables/barcode_labels.hpp"
+#include "pipeline/ops/csv_text.hpp"
 
 namespace escpod::pipeline {
 

@@ -1,4 +1,4 @@
-#include "escpod/pipeline/read_lookup.hpp"
+#include "escpod/pipeline/ops/read_lookup.hpp"
 
 #include <algorithm>
 #include <map>
@@ -7,7 +7,7 @@
 
 #include "escpod/core/log.hpp"
 #include "escpod/pod5/read_index.hpp"
-#include "pipeline/read_stream.hpp"
+#include "pipeline/ops/read_stream.hpp"
 
 namespace escpod::pipeline {
 namespace fs = std::filesystem;

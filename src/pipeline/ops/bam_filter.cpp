@@ -1,4 +1,4 @@
-#include "escpod/pipeline/bam_filter.hpp"
+#include "escpod/pipeline/ops/bam_filter.hpp"
 
 #include <htslib/bgzf.h>
 #include <htslib/hts.h>

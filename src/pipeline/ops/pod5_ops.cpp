@@ -1,4 +1,4 @@
-#include "escpod/pipeline/pod5_ops.hpp"
+#include "escpod/pipeline/ops/pod5_ops.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -9,13 +9,13 @@
 
 #include "escpod/core/external_sort.hpp"
 #include "escpod/core/log.hpp"
-#include "escpod/pipeline/annotations.hpp"
-#include "escpod/pipeline/read_fields.hpp"
-#include "escpod/pipeline/read_lookup.hpp"
+#include "escpod/pipeline/ops/annotations.hpp"
+#include "escpod/pipeline/ops/read_fields.hpp"
+#include "escpod/pipeline/ops/read_lookup.hpp"
 #include "escpod/pod5/read_id_guard.hpp"
 #include "escpod/pod5/records.hpp"
-#include "pipeline/csv_text.hpp"
-#include "pipeline/read_stream.hpp"
+#include "pipeline/ops/csv_text.hpp"
+#include "pipeline/ops/read_stream.hpp"
 
 namespace escpod::pipeline {
 namespace {
