@@ -61,9 +61,31 @@ std::shared_ptr<arrow::DataType> vbz_type() {
 
 namespace {
 std::atomic<bool> g_register_extension_types{true};
+
+// Arrow's primitive type factories (arrow::uint64(), arrow::utf8(), ...) return process-wide
+// singletons created on first call behind function-local statics inside libarrow, which is not
+// built with ThreadSanitizer. A thread that finds one already created (the guard's fast path,
+// uninstrumented) has no order with its creator in TSan's eyes, so its first shared_ptr copy (in
+// our code) is reported as racing with the allocation on another thread. Creating them here,
+// behind a static of our own (instrumented), orders every creation before everything that runs
+// after this call on any thread. The order is real either way; this only makes it visible.
+void create_arrow_type_singletons() {
+  static const bool created = [] {
+    for (const auto& t : {arrow::null(), arrow::boolean(), arrow::int8(), arrow::int16(), arrow::int32(),
+                          arrow::int64(), arrow::uint8(), arrow::uint16(), arrow::uint32(), arrow::uint64(),
+                          arrow::float16(), arrow::float32(), arrow::float64(), arrow::utf8(),
+                          arrow::large_utf8(), arrow::binary(), arrow::large_binary(), arrow::date32(),
+                          arrow::date64()}) {
+      (void)t;
+    }
+    return true;
+  }();
+  (void)created;
+}
 }  // namespace
 
 void register_extension_types() {
+  create_arrow_type_singletons();
   if (!g_register_extension_types.load()) return;
   static std::once_flag once;
   std::call_once(once, [] {
