@@ -2,7 +2,9 @@
 
 #include "escpod/pod5/arrow_extensions.hpp"
 
+#include <arrow/device.h>
 #include <arrow/extension_type.h>
+#include <arrow/memory_pool.h>
 
 #include <atomic>
 #include <mutex>
@@ -82,6 +84,11 @@ void create_shared_arrow_types() {
       (void)t->fingerprint();
       (void)t->metadata_fingerprint();
     }
+    // The CPU device, its memory manager (every buffer, a memory map's included, points to it)
+    // and the default memory pool: singletons made on first use in the same way.
+    (void)arrow::CPUDevice::Instance();
+    (void)arrow::default_cpu_memory_manager();
+    (void)arrow::default_memory_pool();
     return true;
   }();
   (void)created;
