@@ -1,9 +1,6 @@
 #include "escpod/demux/train_svm.hpp"
 
 #include <svm.h>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +14,7 @@
 #include <random>
 
 #include "escpod/core/executor.hpp"
+#include "escpod/core/parallel.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/demux/dtw.hpp"
 
@@ -80,10 +78,10 @@ KernelMatrix build_kernel(std::span<const double> rows, size_t n, size_t width,
   const DtwParams params{static_cast<size_t>(o.window), o.penalty};
   // The n x n DTW distances are the long part of training (the SVM fit itself is quick).
   progress::Task task(n, 0, {.label = "train: DTW kernel", .unit = "rows"});
-  auto body = [&](const tbb::blocked_range<size_t>& range) {
+  auto rows_of_chunk = [&](size_t begin, size_t end) {
     std::vector<double> scratch(bank.scratch_size());
     std::vector<double> dist(n);
-    for (size_t i = range.begin(); i != range.end(); ++i) {
+    for (size_t i = begin; i != end; ++i) {
       bank.distances_to(rows.subspan(i * width, width), params, scratch, dist);
       svm_node* r = km.nodes.data() + i * (n + 2);
       r[0].index = 0;
@@ -95,11 +93,11 @@ KernelMatrix build_kernel(std::span<const double> rows, size_t n, size_t width,
       r[n + 1].index = -1;
       r[n + 1].value = 0.0;
     }
-    task.add(range.size());
+    task.add(end - begin);
   };
-  // In the process's pool (n_threads 0: the one the CLI installed from -t).
-  Executor::for_threads(o.n_threads).execute(
-      [&] { tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 4), body); });
+  // In the process's pool (n_threads 0: the one the CLI installed from -t); chunks of 4 rows
+  // share one scratch.
+  (void)parallel_for_chunks(Executor::for_threads(o.n_threads), n, 4, rows_of_chunk);
   // DTW is symmetric bit for bit for equal lengths; enforce it so that libsvm sees an exactly
   // symmetric Gram matrix whatever the arithmetic did.
   for (size_t i = 0; i < n; ++i) {

@@ -2,7 +2,9 @@
 
 #include "escpod/pod5/arrow_extensions.hpp"
 
+#include <arrow/device.h>
 #include <arrow/extension_type.h>
+#include <arrow/memory_pool.h>
 
 #include <atomic>
 #include <mutex>
@@ -61,9 +63,40 @@ std::shared_ptr<arrow::DataType> vbz_type() {
 
 namespace {
 std::atomic<bool> g_register_extension_types{true};
+
+// Arrow's primitive type factories (arrow::uint64(), arrow::utf8(), ...) return process-wide
+// singletons created on first call behind function-local statics inside libarrow, and every type
+// computes its fingerprint (used by Equals) on first use and caches it, also inside libarrow.
+// libarrow is not built with ThreadSanitizer, so a thread that finds a singleton or a cached
+// fingerprint already there has no order with the thread that made it in TSan's eyes, and its
+// first use from our code (a shared_ptr copy, a fingerprint comparison) is reported as racing
+// with the allocation on another thread. Making them all here, behind a static of our own
+// (instrumented), orders every creation before everything that runs after this call on any
+// thread. The order is real either way; this only makes it visible. Types made per call
+// (arrow::list(...), fixed_size_binary(16)) are not shared and need nothing.
+void create_shared_arrow_types() {
+  static const bool created = [] {
+    for (const auto& t : {arrow::null(), arrow::boolean(), arrow::int8(), arrow::int16(), arrow::int32(),
+                          arrow::int64(), arrow::uint8(), arrow::uint16(), arrow::uint32(), arrow::uint64(),
+                          arrow::float16(), arrow::float32(), arrow::float64(), arrow::utf8(),
+                          arrow::large_utf8(), arrow::binary(), arrow::large_binary(), arrow::date32(),
+                          arrow::date64(), uuid_type(), vbz_type()}) {
+      (void)t->fingerprint();
+      (void)t->metadata_fingerprint();
+    }
+    // The CPU device, its memory manager (every buffer, a memory map's included, points to it)
+    // and the default memory pool: singletons made on first use in the same way.
+    (void)arrow::CPUDevice::Instance();
+    (void)arrow::default_cpu_memory_manager();
+    (void)arrow::default_memory_pool();
+    return true;
+  }();
+  (void)created;
+}
 }  // namespace
 
 void register_extension_types() {
+  create_shared_arrow_types();
   if (!g_register_extension_types.load()) return;
   static std::once_flag once;
   std::call_once(once, [] {

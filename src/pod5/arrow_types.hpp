@@ -15,7 +15,10 @@ namespace escpod::pod5::detail {
 // minknow.uuid: FixedSizeBinary(16); minknow.vbz: LargeBinary. Both with empty metadata.
 std::shared_ptr<arrow::DataType> uuid_type();
 std::shared_ptr<arrow::DataType> vbz_type();
-// Registers both with Arrow (once per process) so IPC reading yields extension arrays.
+// Registers both with Arrow (once per process) so IPC reading yields extension arrays. First makes
+// Arrow's shared types (singletons, fingerprints) behind a static of ours, so that TSan sees them
+// ordered before use on other threads (arrow_types.cpp); every entry point that opens or creates
+// Arrow data calls this first. Thread-safe.
 void register_extension_types();
 
 // The storage array behind an extension array (or the array itself).

@@ -3,9 +3,8 @@
 #include <arrow/io/file.h>
 #include <arrow/io/memory.h>
 #include <arrow/ipc/reader.h>
-#include <tbb/parallel_for.h>
 #include "escpod/core/executor.hpp"
-#include <tbb/task_group.h>
+#include "escpod/core/parallel.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -1215,29 +1214,12 @@ Status FileReader::for_each_batch(int n_threads,
     }
     return Status::ok();
   }
-  std::mutex error_mutex;
-  Status first_error;
-  tbb::task_group_context context;
-  Executor& arena = Executor::for_threads(n_threads);
-  arena.execute([&] {
-    tbb::parallel_for(
-        tbb::blocked_range<size_t>(0, n, 1),
-        [&](const tbb::blocked_range<size_t>& range) {
-          for (size_t b = range.begin(); b != range.end(); ++b) {
-            Status s;
-            auto batch = read_batch(b);
-            s = batch.is_ok() ? fn(*batch) : batch.status();
-            if (!s.is_ok()) {
-              std::lock_guard lock(error_mutex);
-              if (first_error.is_ok()) first_error = s;
-              context.cancel_group_execution();
-              return;
-            }
-          }
-        },
-        tbb::simple_partitioner(), context);
+  // Batches in parallel; the error returned is the first failing batch's (in batch order, as the
+  // serial loop above returns), and batches not yet started are skipped once one fails.
+  return parallel_for(Executor::for_threads(n_threads), n, [&](size_t b) -> Status {
+    ESCPOD_ASSIGN_OR_RETURN(ReadBatch batch, read_batch(b));
+    return fn(batch);
   });
-  return first_error;
 }
 
 Result<ReadRecord> FileReader::find_read(const ReadId& id) const {

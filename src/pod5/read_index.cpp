@@ -5,8 +5,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <tbb/parallel_for.h>
 #include "escpod/core/executor.hpp"
+#include "escpod/core/parallel.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -565,8 +565,7 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
 
   // Scan new and changed files into sorted runs.
   RunSorter sorter(dir / "run", std::max<size_t>(options.memory_bytes / kRecordBytes, 64));
-  std::mutex mutex;
-  Status first_error;
+  std::mutex mutex;  // guards `sorter`
   auto scan_one = [&](size_t k) -> Status {
     IndexedFile& e = m.files[to_scan[k]];
     ESCPOD_ASSIGN_OR_RETURN(auto reader, FileReader::open(scan_paths[k], OpenOptions{.validate_all_batches = false}));
@@ -602,22 +601,15 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
     scan_bytes += scan_sizes.back();
   }
   progress::Task task(to_scan.size(), scan_bytes, {.label = "index", .unit = "files"});
-  Executor& arena = Executor::for_threads(std::max(1, options.n_threads));
-  arena.execute([&] {
-    tbb::parallel_for(size_t{0}, to_scan.size(), [&](size_t k) {
-      {
-        std::lock_guard guard(mutex);
-        if (!first_error.is_ok()) return;
-      }
-      Status s = scan_one(k);
-      task.add(1, scan_sizes[k]);
-      if (!s.is_ok()) {
-        std::lock_guard guard(mutex);
-        if (first_error.is_ok()) first_error = std::move(s);
-      }
-    });
-  });
-  ESCPOD_RETURN_IF_ERROR(first_error);
+  auto scan_and_count = [&](size_t k) {
+    Status s = scan_one(k);
+    task.add(1, scan_sizes[k]);
+    return s;
+  };
+  // The error returned is the first failing file's in scan order; files not yet started are
+  // skipped once one fails.
+  Executor& pool = Executor::for_threads(std::max(1, options.n_threads));
+  ESCPOD_RETURN_IF_ERROR(parallel_for(pool, to_scan.size(), scan_and_count));
   rep.n_files_scanned = to_scan.size();
   rep.n_spilled_runs = sorter.n_runs();
   rep.n_reads_added = sorter.total();

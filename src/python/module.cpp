@@ -10,10 +10,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
-#include <tbb/parallel_for.h>
 #include "escpod/core/executor.hpp"
+#include "escpod/core/parallel.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -320,37 +319,25 @@ struct SignalJob {
     RawBuffer<int16_t> adc(pa ? 0 : total);
     RawBuffer<float> picoamps(pa ? total : 0);
     Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-      std::mutex m;
-      Status first;
-      std::atomic<bool> failed{false};
-      Executor& arena = Executor::for_threads(resolve_threads(n_threads));
-      arena.execute([&] {
-        tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1), [&](const tbb::blocked_range<size_t>& range) {
-          thread_local pod5::VbzCodec codec;
-          thread_local std::vector<int16_t> scratch;
-          for (size_t i = range.begin(); i != range.end(); ++i) {
-            if (cancel.load(std::memory_order_relaxed) || failed.load(std::memory_order_relaxed)) return;
-            std::span<const uint64_t> rr(rows.data() + row_offsets[i], row_offsets[i + 1] - row_offsets[i]);
-            const uint64_t lo = sample_offsets[i], len = sample_offsets[i + 1] - lo;
-            std::span<int16_t> out;
-            if (pa) {
-              scratch.resize(len);
-              out = scratch;
-            } else {
-              out = std::span<int16_t>(adc.data.get() + lo, len);
-            }
-            Status st = files[file_of[i]]->read_signal(rr, out, codec);
-            if (!st.is_ok()) {
-              std::lock_guard lock(m);
-              if (first.is_ok()) first = st;
-              failed = true;
-              return;
-            }
-            if (pa) signal::calibrate_to_pa(out, calibration[i], std::span<float>(picoamps.data.get() + lo, len));
-          }
-        });
+      // The error returned is the first failing read's; reads not yet started are skipped.
+      Executor& pool = Executor::for_threads(resolve_threads(n_threads));
+      return parallel_for(pool, n, [&](size_t i) -> Status {
+        thread_local pod5::VbzCodec codec;
+        thread_local std::vector<int16_t> scratch;
+        if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
+        std::span<const uint64_t> rr(rows.data() + row_offsets[i], row_offsets[i + 1] - row_offsets[i]);
+        const uint64_t lo = sample_offsets[i], len = sample_offsets[i + 1] - lo;
+        std::span<int16_t> out;
+        if (pa) {
+          scratch.resize(len);
+          out = scratch;
+        } else {
+          out = std::span<int16_t>(adc.data.get() + lo, len);
+        }
+        ESCPOD_RETURN_IF_ERROR(files[file_of[i]]->read_signal(rr, out, codec));
+        if (pa) signal::calibrate_to_pa(out, calibration[i], std::span<float>(picoamps.data.get() + lo, len));
+        return Status::ok();
       });
-      return first;
     });
     if (!s.is_ok()) raise_status(s);
     nb::object buf = pa ? raw_to_numpy(std::move(picoamps)) : raw_to_numpy(std::move(adc));
@@ -372,31 +359,23 @@ class Index {
     m_first_batch = first_batch;
     std::vector<std::vector<std::pair<ReadId, Location>>> parts(n_batches);
     Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-      std::mutex m;
-      Status first;
-      Executor& arena = Executor::for_threads(resolve_threads(n_threads));
-      arena.execute([&] {
-        tbb::parallel_for(size_t{0}, n_batches, [&](size_t g) {
-          if (cancel.load(std::memory_order_relaxed)) return;
-          const uint32_t fi = static_cast<uint32_t>(
-              std::upper_bound(first_batch.begin(), first_batch.end(), g) - first_batch.begin() - 1);
-          const uint32_t bi = static_cast<uint32_t>(g - first_batch[fi]);
-          Result<ReadBatch> b = m_files[fi]->read_batch(bi);
-          if (!b.is_ok()) {
-            std::lock_guard lock(m);
-            if (first.is_ok()) first = b.status();
-            return;
-          }
-          auto& part = parts[g];
-          part.reserve(b->size());
-          for (size_t r = 0; r < b->size(); ++r)
-            part.push_back({b->read_id[r], Location{fi, bi, static_cast<uint32_t>(r)}});
-          auto shared = std::make_shared<const ReadBatch>(std::move(b).value());
-          std::call_once(m_batch_once[g], [&] { m_batches[g] = shared; });
-        });
+      Executor& pool = Executor::for_threads(resolve_threads(n_threads));
+      const Status read = parallel_for(pool, n_batches, [&](size_t g) -> Status {
+        if (cancel.load(std::memory_order_relaxed)) return Status::ok();  // reported below
+        const uint32_t fi = static_cast<uint32_t>(
+            std::upper_bound(first_batch.begin(), first_batch.end(), g) - first_batch.begin() - 1);
+        const uint32_t bi = static_cast<uint32_t>(g - first_batch[fi]);
+        ESCPOD_ASSIGN_OR_RETURN(ReadBatch b, m_files[fi]->read_batch(bi));
+        auto& part = parts[g];
+        part.reserve(b.size());
+        for (size_t r = 0; r < b.size(); ++r)
+          part.push_back({b.read_id[r], Location{fi, bi, static_cast<uint32_t>(r)}});
+        auto shared = std::make_shared<const ReadBatch>(std::move(b));
+        std::call_once(m_batch_once[g], [&] { m_batches[g] = shared; });
+        return Status::ok();
       });
       if (cancel) return Status::cancelled("interrupted");
-      return first;
+      return read;
     });
     if (!s.is_ok()) raise_status(s);
     size_t total = 0;

@@ -90,7 +90,11 @@ class OrderedStream {
     OrderedStream* stream;
     Scratches* scratch;
     Work* work;
-    void run_pool_task() { stream->help(*scratch, *work); }
+    void run_pool_task() {
+      stream->help(*scratch, *work);
+      // The join as TSan sees it (see core/parallel.hpp): acquired after workers.wait().
+      stream->m_tasks_done.fetch_add(1, std::memory_order_release);
+    }
   };
 
  public:
@@ -130,6 +134,7 @@ class OrderedStream {
         m_completions.wait(completions_seen, std::memory_order_acquire);
       }
       workers.wait();  // items claimed before a stop finish (or are skipped) before we return
+      (void)m_tasks_done.load(std::memory_order_acquire);  // every task's writes (scratch), for TSan
       m_stats.n_items = c.tail;
     });
     return m_error.status();
@@ -275,6 +280,7 @@ class OrderedStream {
   std::atomic<uint32_t> m_completions{0}; // works finished (wraps): the coordinator sleeps on it
   std::atomic<bool> m_stop{false};        // an error, an interrupt or the sink asked to stop
   std::atomic<uint64_t> m_fail_seq{kNoFailure};  // the earliest item whose work failed
+  std::atomic<uint64_t> m_tasks_done{0};  // pool tasks finished (only RMWs, so one acquire sees all)
   FirstError m_error;
   StreamStats m_stats;
 };

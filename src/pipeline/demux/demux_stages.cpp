@@ -2,9 +2,8 @@
 
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
-#include <tbb/parallel_for.h>
-#include <tbb/parallel_pipeline.h>
 #include "escpod/core/executor.hpp"
+#include "escpod/core/parallel.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -472,19 +471,17 @@ Status classify_fingerprints(const std::filesystem::path& fingerprints,
     confidence.assign(n, 0.0);
     status.assign(n, demux::CallStatus::kInvalidInput);
     probs.assign(options.probabilities ? n * k_classes : 0, std::numeric_limits<double>::quiet_NaN());
-    arena.execute([&] {
-      tbb::parallel_for(size_t{0}, n, [&](size_t i) {
-        Worker& w = workers.local();
-        model.classify(std::span<const double>(x).subspan(i * d, d), w.scratch, w.call,
-                       demux::KernelPrecision::kModelDefault, options.dtw);
-        labels[i] = w.call.label;
-        confidence[i] = w.call.confidence;
-        status[i] = w.call.status;
-        if (options.probabilities && w.call.probabilities.size() == k_classes) {
-          std::copy(w.call.probabilities.begin(), w.call.probabilities.end(),
-                    probs.begin() + static_cast<std::ptrdiff_t>(i * k_classes));
-        }
-      });
+    (void)parallel_for(arena, n, [&](size_t i) {
+      Worker& w = workers.local();
+      model.classify(std::span<const double>(x).subspan(i * d, d), w.scratch, w.call,
+                     demux::KernelPrecision::kModelDefault, options.dtw);
+      labels[i] = w.call.label;
+      confidence[i] = w.call.confidence;
+      status[i] = w.call.status;
+      if (options.probabilities && w.call.probabilities.size() == k_classes) {
+        std::copy(w.call.probabilities.begin(), w.call.probabilities.end(),
+                  probs.begin() + static_cast<std::ptrdiff_t>(i * k_classes));
+      }
     });
     out.clear();
     for (size_t i = 0; i < n; ++i) {

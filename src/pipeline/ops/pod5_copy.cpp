@@ -1,7 +1,5 @@
 #include "escpod/pipeline/ops/pod5_copy.hpp"
 
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -10,6 +8,7 @@
 #include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/core/ordered_stream.hpp"
+#include "escpod/core/parallel.hpp"
 #include "read_stream.hpp"
 
 namespace escpod::pipeline {
@@ -233,8 +232,7 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
     if (!ec) n_bytes += size;
   }
   progress::Task progress(0, n_bytes);
-  std::mutex mutex;
-  Status first_error;
+  std::mutex mutex;  // guards *total
   auto repack_one = [&](const std::filesystem::path& in) -> Status {
     std::vector<std::unique_ptr<pod5::FileReader>> reader(1);
     ESCPOD_ASSIGN_OR_RETURN(reader[0], pod5::FileReader::open(in));
@@ -319,21 +317,10 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
     }
     return Status::ok();
   };
-  Executor& arena = Executor::for_threads(std::max(1, options.n_threads));
-  arena.execute([&] {
-    tbb::parallel_for(size_t{0}, inputs.size(), [&](size_t k) {
-      {
-        std::lock_guard lock(mutex);
-        if (!first_error.is_ok()) return;
-      }
-      Status s = repack_one(inputs[k]);
-      if (!s.is_ok()) {
-        std::lock_guard lock(mutex);
-        if (first_error.is_ok()) first_error = s;
-      }
-    });
-  });
-  return first_error;
+  // Files are repacked in parallel; the error returned is the first failing input's, in input
+  // order, and inputs not yet started are skipped once one fails.
+  return parallel_for(Executor::for_threads(std::max(1, options.n_threads)), inputs.size(),
+                      [&](size_t k) { return repack_one(inputs[k]); });
 }
 
 }  // namespace escpod::pipeline

@@ -1,8 +1,8 @@
 #include "escpod/pipeline/ops/pod5_summary.hpp"
 
 #include <nlohmann/json.hpp>
-#include <tbb/parallel_for.h>
 #include "escpod/core/executor.hpp"
+#include "escpod/core/parallel.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -39,52 +39,50 @@ Pod5Summary summarize_pod5(const std::vector<std::filesystem::path>& files, int 
   std::mutex mutex;
   std::vector<uint64_t> lengths;
   std::set<uint32_t> channels;
-  Executor& arena = Executor::for_threads(std::max(1, n_threads));
-  arena.execute([&] {
-    tbb::parallel_for(size_t{0}, files.size(), [&](size_t k) {
-      auto opened = pod5::FileReader::open(files[k]);
-      if (!opened.is_ok()) {
+  // Per-file failures are kept in `out.skipped` (the loop itself never fails).
+  (void)parallel_for(Executor::for_threads(std::max(1, n_threads)), files.size(), [&](size_t k) {
+    auto opened = pod5::FileReader::open(files[k]);
+    if (!opened.is_ok()) {
+      std::lock_guard lock(mutex);
+      out.skipped.emplace_back(files[k].string(), opened.status().message());
+      return;
+    }
+    const pod5::FileReader& file = **opened;
+    std::vector<uint64_t> local_lengths;
+    std::set<uint32_t> local_channels;
+    std::map<std::string, uint64_t> local_reasons;
+    double duration = 0.0;
+    for (size_t b = 0; b < file.n_read_batches(); ++b) {
+      auto batch = file.read_batch(b);
+      if (!batch.is_ok()) {
         std::lock_guard lock(mutex);
-        out.skipped.emplace_back(files[k].string(), opened.status().message());
+        out.skipped.emplace_back(files[k].string(), batch.status().message());
         return;
       }
-      const pod5::FileReader& file = **opened;
-      std::vector<uint64_t> local_lengths;
-      std::set<uint32_t> local_channels;
-      std::map<std::string, uint64_t> local_reasons;
-      double duration = 0.0;
-      for (size_t b = 0; b < file.n_read_batches(); ++b) {
-        auto batch = file.read_batch(b);
-        if (!batch.is_ok()) {
-          std::lock_guard lock(mutex);
-          out.skipped.emplace_back(files[k].string(), batch.status().message());
-          return;
-        }
-        for (size_t i = 0; i < batch->size(); ++i) {
-          local_lengths.push_back(batch->num_samples[i]);
-          local_channels.insert(batch->channel[i]);
-          ++local_reasons[file.end_reasons()[static_cast<size_t>(batch->end_reason_idx[i])]];
-          const auto* ri = file.find_run_info(file.run_info_ids()[static_cast<size_t>(batch->run_info_idx[i])]);
-          if (ri && ri->sample_rate > 0) {
-            duration += static_cast<double>(batch->num_samples[i]) / ri->sample_rate;
-          }
+      for (size_t i = 0; i < batch->size(); ++i) {
+        local_lengths.push_back(batch->num_samples[i]);
+        local_channels.insert(batch->channel[i]);
+        ++local_reasons[file.end_reasons()[static_cast<size_t>(batch->end_reason_idx[i])]];
+        const auto* ri = file.find_run_info(file.run_info_ids()[static_cast<size_t>(batch->run_info_idx[i])]);
+        if (ri && ri->sample_rate > 0) {
+          duration += static_cast<double>(batch->num_samples[i]) / ri->sample_rate;
         }
       }
-      std::lock_guard lock(mutex);
-      ++out.n_files;
-      ++out.pod5_versions[file.info().pod5_version];
-      for (const auto& w : file.info().warnings) out.warnings.push_back(files[k].string() + ": " + w);
-      if (file.info().read_table_version < pod5::ReadTableVersion::kV3) {
-        out.warnings.push_back(files[k].string() + ": written by pod5 " + file.info().pod5_version +
-                               " (an old layout; `escpod repack` updates it)");
-      }
-      out.n_reads += local_lengths.size();
-      for (uint64_t l : local_lengths) out.n_samples += l;
-      lengths.insert(lengths.end(), local_lengths.begin(), local_lengths.end());
-      channels.insert(local_channels.begin(), local_channels.end());
-      for (const auto& [r, c] : local_reasons) out.end_reasons[r] += c;
-      out.duration_s += duration;
-    });
+    }
+    std::lock_guard lock(mutex);
+    ++out.n_files;
+    ++out.pod5_versions[file.info().pod5_version];
+    for (const auto& w : file.info().warnings) out.warnings.push_back(files[k].string() + ": " + w);
+    if (file.info().read_table_version < pod5::ReadTableVersion::kV3) {
+      out.warnings.push_back(files[k].string() + ": written by pod5 " + file.info().pod5_version +
+                             " (an old layout; `escpod repack` updates it)");
+    }
+    out.n_reads += local_lengths.size();
+    for (uint64_t l : local_lengths) out.n_samples += l;
+    lengths.insert(lengths.end(), local_lengths.begin(), local_lengths.end());
+    channels.insert(local_channels.begin(), local_channels.end());
+    for (const auto& [r, c] : local_reasons) out.end_reasons[r] += c;
+    out.duration_s += duration;
   });
   std::sort(out.skipped.begin(), out.skipped.end());
   std::sort(out.warnings.begin(), out.warnings.end());

@@ -4,8 +4,6 @@
 // results never depend on the thread count. Internal to the pipeline layer.
 #pragma once
 
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/core/ordered_stream.hpp"
+#include "escpod/core/parallel.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/core/status.hpp"
@@ -223,7 +222,8 @@ inline Result<std::vector<std::unique_ptr<pod5::FileReader>>> open_readers(
     opened[i].emplace(std::move(r));
   };
   if (inputs.size() > 1 && n_threads != 1) {
-    Executor::for_threads(n_threads).execute([&] { tbb::parallel_for(size_t{0}, inputs.size(), open_one); });
+    // Each input's error is kept in `opened` (reported below in input order), so none stops the loop.
+    (void)parallel_for(Executor::for_threads(n_threads), inputs.size(), open_one);
   } else {
     for (size_t i = 0; i < inputs.size(); ++i) open_one(i);
   }
