@@ -666,6 +666,79 @@ void WarpDemuxModel::decision_values(Scratch& s) const {
   decision_passes(in, decision_group_generic);
 }
 
+void WarpDemuxModel::kernel_values(Scratch& s, bool f32) const {
+  const size_t n_train = n_training();
+  if (f32) {
+    const auto neg_gamma = static_cast<float>(-m_gamma);
+    float* x = s.kernel_arg.data();
+    for (size_t r = 0; r < n_train; ++r) {
+      const auto d = static_cast<float>(s.distances[r]);
+      const float dp = m_power == 1.0 ? d : static_cast<float>(std::pow(static_cast<double>(d), m_power));
+      x[r] = neg_gamma * dp;
+    }
+    detail::exp_to_float(x, n_train, s.kernel.data());
+    return;
+  }
+  for (size_t r = 0; r < n_train; ++r) {
+    const double d = s.distances[r];
+    s.kernel[r] = std::exp(-m_gamma * (m_power == 1.0 ? d : std::pow(d, m_power)));
+  }
+}
+
+void WarpDemuxModel::pair_decisions(Scratch& s) const {
+  if (!m_kernel_weighted) return decision_values(s);
+  // Class score = mean kernel over the class's training rows; f_ab = score_a - score_b.
+  const size_t k = n_classes();
+  double* score = s.qp.data();
+  std::fill(score, score + k, 0.0);
+  for (size_t r = 0; r < n_training(); ++r) score[m_training_class[r]] += s.kernel[r];
+  for (size_t c = 0; c < k; ++c)
+    score[c] = m_class_rows[c] ? score[c] / static_cast<double>(m_class_rows[c]) : 0.0;
+  size_t pair = 0;
+  for (size_t a = 0; a < k; ++a)
+    for (size_t b = a + 1; b < k; ++b) s.decision[pair++] = score[a] - score[b];
+}
+
+void WarpDemuxModel::class_probabilities(Scratch& s, double* p) const {
+  const size_t k = n_classes();
+  size_t pair = 0;
+  if (has_platt()) {
+    constexpr double kMinProb = 1e-7;
+    for (size_t a = 0; a < k; ++a) {
+      for (size_t b = a + 1; b < k; ++b) {
+        double r = platt(s.decision[pair], m_prob_a[pair], m_prob_b[pair]);
+        r = std::min(std::max(r, kMinProb), 1.0 - kMinProb);
+        s.pairwise[pair] = r;
+        s.r[a * k + b] = r;
+        s.r[b * k + a] = 1.0 - r;
+        ++pair;
+      }
+    }
+    if (k == 2) {
+      p[0] = s.r[1];
+      p[1] = s.r[2];
+    } else {
+      couple(k, s.r.data(), s.q.data(), s.qp.data(), p);
+    }
+    return;
+  }
+  // escapepod without Platt parameters: each pair votes sigmoid(f) / 1 - sigmoid(f).
+  std::fill(p, p + k, 0.0);
+  for (size_t a = 0; a < k; ++a) {
+    for (size_t b = a + 1; b < k; ++b) {
+      const double sig = 1.0 / (1.0 + std::exp(-s.decision[pair]));
+      s.pairwise[pair] = sig;
+      p[a] += sig;
+      p[b] += 1.0 - sig;
+      ++pair;
+    }
+  }
+  double total = 0.0;
+  for (size_t c = 0; c < k; ++c) total += p[c];
+  if (total > 0.0)
+    for (size_t c = 0; c < k; ++c) p[c] /= total;
+}
+
 void WarpDemuxModel::classify(std::span<const double> fingerprint, Scratch& s, Classification& out,
                               KernelPrecision precision, DtwPrecision dtw) const {
   const size_t k = n_classes();
@@ -684,84 +757,12 @@ void WarpDemuxModel::classify(std::span<const double> fingerprint, Scratch& s, C
       s.sv_kernel.size() != n_support()) {
     s = make_scratch();
   }
-
   distances(fingerprint, s, s.distances, dtw);
-
-  const bool f32 = precision == KernelPrecision::kFloat32 ||
-                   (precision == KernelPrecision::kModelDefault && m_kernel_f32);
-  const size_t n_train = n_training();
-  if (f32) {
-    const auto neg_gamma = static_cast<float>(-m_gamma);
-    float* x = s.kernel_arg.data();
-    for (size_t r = 0; r < n_train; ++r) {
-      const auto d = static_cast<float>(s.distances[r]);
-      const float dp = m_power == 1.0 ? d : static_cast<float>(std::pow(static_cast<double>(d), m_power));
-      x[r] = neg_gamma * dp;
-    }
-    detail::exp_to_float(x, n_train, s.kernel.data());
-  } else {
-    for (size_t r = 0; r < n_train; ++r) {
-      const double d = s.distances[r];
-      s.kernel[r] = std::exp(-m_gamma * (m_power == 1.0 ? d : std::pow(d, m_power)));
-    }
-  }
-
-  // One-vs-one decision values.
-  size_t pair = 0;
-  if (m_kernel_weighted) {
-    // Class score = mean kernel over the class's training rows; f_ab = score_a - score_b.
-    double* score = s.qp.data();
-    std::fill(score, score + k, 0.0);
-    for (size_t r = 0; r < n_train; ++r) score[m_training_class[r]] += s.kernel[r];
-    for (size_t c = 0; c < k; ++c)
-      score[c] = m_class_rows[c] ? score[c] / static_cast<double>(m_class_rows[c]) : 0.0;
-    for (size_t a = 0; a < k; ++a)
-      for (size_t b = a + 1; b < k; ++b) s.decision[pair++] = score[a] - score[b];
-  } else {
-    decision_values(s);
-  }
-
-  // Probabilities.
+  kernel_values(s, precision == KernelPrecision::kFloat32 ||
+                       (precision == KernelPrecision::kModelDefault && m_kernel_f32));
+  pair_decisions(s);
   out.probabilities.resize(k);
-  double* p = out.probabilities.data();
-  if (has_platt()) {
-    constexpr double kMinProb = 1e-7;
-    pair = 0;
-    for (size_t a = 0; a < k; ++a) {
-      for (size_t b = a + 1; b < k; ++b) {
-        double r = platt(s.decision[pair], m_prob_a[pair], m_prob_b[pair]);
-        r = std::min(std::max(r, kMinProb), 1.0 - kMinProb);
-        s.pairwise[pair] = r;
-        s.r[a * k + b] = r;
-        s.r[b * k + a] = 1.0 - r;
-        ++pair;
-      }
-    }
-    if (k == 2) {
-      p[0] = s.r[1];
-      p[1] = s.r[2];
-    } else {
-      couple(k, s.r.data(), s.q.data(), s.qp.data(), p);
-    }
-  } else {
-    // escapepod without Platt parameters: each pair votes sigmoid(f) / 1 - sigmoid(f).
-    std::fill(p, p + k, 0.0);
-    pair = 0;
-    for (size_t a = 0; a < k; ++a) {
-      for (size_t b = a + 1; b < k; ++b) {
-        const double sig = 1.0 / (1.0 + std::exp(-s.decision[pair]));
-        s.pairwise[pair] = sig;
-        p[a] += sig;
-        p[b] += 1.0 - sig;
-        ++pair;
-      }
-    }
-    double total = 0.0;
-    for (size_t c = 0; c < k; ++c) total += p[c];
-    if (total > 0.0)
-      for (size_t c = 0; c < k; ++c) p[c] /= total;
-  }
-
+  class_probabilities(s, out.probabilities.data());
   apply_decision_rule(m_labels, m_thresholds, m_noise_index, TieRule::kFirstMax, out);
 }
 
