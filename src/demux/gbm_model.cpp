@@ -12,6 +12,155 @@ namespace escpod::demux {
 using detail::Json;
 using detail::JsonFields;
 
+namespace {
+
+// ---- reading a GBM model file, one part per function, in the order the file is checked -------
+
+Status check_gbm_kind(const Json& j, const JsonFields& f) {
+  if (const Json* mt = JsonFields::optional_member(j, "model_type")) {
+    ESCPOD_ASSIGN_OR_RETURN(std::string s, f.string(*mt, "model_type"));
+    if (s != "gbm") return f.error("model_type is '" + s + "', expected 'gbm'");
+  } else if (!j.contains("trees")) {
+    return f.error("not a GBM model (no model_type \"gbm\" and no trees)");
+  }
+  return Status::ok();
+}
+
+Result<GbmModel::Head> read_head(const Json& j, const JsonFields& f) {
+  const Json* h = JsonFields::optional_member(j, "head");
+  if (h == nullptr) return GbmModel::Head::kSoftmax;
+  ESCPOD_ASSIGN_OR_RETURN(std::string s, f.string(*h, "head"));
+  if (s == "softmax") return GbmModel::Head::kSoftmax;
+  if (s == "sigmoid") return GbmModel::Head::kSigmoid;
+  return f.error("head is '" + s + "', expected softmax or sigmoid");
+}
+
+Result<size_t> read_n_classes(const Json& j, const JsonFields& f, GbmModel::Head head) {
+  ESCPOD_ASSIGN_OR_RETURN(const Json* nc_j, f.member(j, "n_classes"));
+  ESCPOD_ASSIGN_OR_RETURN(int64_t nc, f.integer(*nc_j, "n_classes"));
+  if (nc < 2 || nc > 100000) return f.error("n_classes must be at least 2");
+  if (head == GbmModel::Head::kSigmoid && nc != 2) return f.error("a sigmoid head needs n_classes 2");
+  return static_cast<size_t>(nc);
+}
+
+Result<size_t> read_n_features(const Json& j, const JsonFields& f) {
+  ESCPOD_ASSIGN_OR_RETURN(const Json* nf_j, f.member(j, "n_features"));
+  ESCPOD_ASSIGN_OR_RETURN(int64_t nf, f.integer(*nf_j, "n_features"));
+  if (nf < 1 || nf > std::numeric_limits<int32_t>::max()) return f.error("n_features must be >= 1");
+  return static_cast<size_t>(nf);
+}
+
+// A tree node as stored in the model's arena (GbmModel::Node, whose type is private).
+struct TreeNode {
+  double threshold = 0.0;  // internal: go left iff x <= threshold; leaf: the value
+  int32_t feature = -1;    // -1 for a leaf
+  uint32_t left = 0, right = 0;  // arena indices
+  bool missing_left = false;
+};
+
+// Node `nd` of a tree of `n_nodes` whose first node is at arena index `base`; `at` names it.
+Result<TreeNode> read_tree_node(const Json& node, const JsonFields& f, const std::string& at, size_t nd,
+                                size_t n_nodes, size_t n_features, uint32_t base) {
+  bool leaf = false;
+  if (const Json* v = JsonFields::optional_member(node, "leaf")) {
+    ESCPOD_ASSIGN_OR_RETURN(leaf, f.boolean(*v, at + ".leaf"));
+  } else {
+    return f.error(at + " has no 'leaf' field");
+  }
+  TreeNode out;
+  if (leaf) {
+    ESCPOD_ASSIGN_OR_RETURN(const Json* v, f.member(node, "value"));
+    ESCPOD_ASSIGN_OR_RETURN(out.threshold, f.number(*v, at + ".value"));
+    return out;
+  }
+  const auto nf = static_cast<int64_t>(n_features);
+  ESCPOD_ASSIGN_OR_RETURN(const Json* fe, f.member(node, "feature"));
+  ESCPOD_ASSIGN_OR_RETURN(int64_t feat, f.integer(*fe, at + ".feature"));
+  if (feat < 0 || feat >= nf)
+    return f.error(at + ".feature = " + std::to_string(feat) + " is outside [0, " +
+                   std::to_string(nf) + ")");
+  ESCPOD_ASSIGN_OR_RETURN(const Json* th, f.member(node, "threshold"));
+  if (!th->is_number()) return f.error(at + ".threshold must be a number");
+  out.threshold = th->get<double>();
+  if (std::isnan(out.threshold)) return f.error(at + ".threshold is NaN");
+  int64_t lr[2];
+  const char* keys[2] = {"left", "right"};
+  for (int c = 0; c < 2; ++c) {
+    ESCPOD_ASSIGN_OR_RETURN(const Json* cj, f.member(node, keys[c]));
+    ESCPOD_ASSIGN_OR_RETURN(lr[c], f.integer(*cj, at + "." + keys[c]));
+    if (lr[c] <= static_cast<int64_t>(nd) || lr[c] >= static_cast<int64_t>(n_nodes))
+      return f.error(at + "." + keys[c] + " = " + std::to_string(lr[c]) +
+                     " must point to a later node of the same tree (" +
+                     std::to_string(n_nodes) + " nodes)");
+  }
+  out.feature = static_cast<int32_t>(feat);
+  out.left = base + static_cast<uint32_t>(lr[0]);
+  out.right = base + static_cast<uint32_t>(lr[1]);
+  if (const Json* ml = JsonFields::optional_member(node, "missing_left")) {
+    ESCPOD_ASSIGN_OR_RETURN(out.missing_left, f.boolean(*ml, at + ".missing_left"));
+  }
+  return out;
+}
+
+// Every tree, flattened: trees[iteration][group] appended to `nodes`, its root to `roots`.
+struct Forest {
+  size_t n_iterations = 0;
+  std::vector<uint32_t> roots;  // [iteration * n_groups + group] -> arena index
+  std::vector<TreeNode> nodes;
+};
+
+Status read_tree(const Json& tree, const JsonFields& f, const std::string& where, size_t n_features,
+                 Forest& forest) {
+  if (!tree.is_array() || tree.empty()) return f.error(where + " must be a non-empty node array");
+  const size_t n_nodes = tree.size();
+  if (forest.nodes.size() + n_nodes > std::numeric_limits<uint32_t>::max())
+    return f.error("too many tree nodes");
+  const auto base = static_cast<uint32_t>(forest.nodes.size());
+  forest.roots.push_back(base);
+  for (size_t nd = 0; nd < n_nodes; ++nd) {
+    const std::string at = where + "[" + std::to_string(nd) + "]";
+    ESCPOD_ASSIGN_OR_RETURN(TreeNode node, read_tree_node(tree[nd], f, at, nd, n_nodes, n_features, base));
+    forest.nodes.push_back(node);
+  }
+  return Status::ok();
+}
+
+Result<Forest> read_forest(const Json& j, const JsonFields& f, size_t n_groups, GbmModel::Head head,
+                           size_t n_features) {
+  ESCPOD_ASSIGN_OR_RETURN(const Json* trees_j, f.member(j, "trees"));
+  if (!trees_j->is_array()) return f.error("trees must be an array of iterations");
+  Forest forest;
+  forest.n_iterations = trees_j->size();
+  for (size_t it = 0; it < forest.n_iterations; ++it) {
+    const Json& iter = (*trees_j)[it];
+    if (!iter.is_array() || iter.size() != n_groups)
+      return f.error("trees[" + std::to_string(it) + "] must hold " +
+                     std::to_string(n_groups) + " trees (one per " +
+                     (head == GbmModel::Head::kSoftmax ? "class" : "iteration, sigmoid head") + ")");
+    for (size_t g = 0; g < n_groups; ++g) {
+      const std::string where = "trees[" + std::to_string(it) + "][" + std::to_string(g) + "]";
+      ESCPOD_RETURN_IF_ERROR(read_tree(iter[g], f, where, n_features, forest));
+    }
+  }
+  return forest;
+}
+
+Result<std::vector<int32_t>> read_gbm_labels(const Json& j, const JsonFields& f, size_t k) {
+  ESCPOD_ASSIGN_OR_RETURN(const Json* lm_j, f.member(j, "label_mapper"));
+  if (!lm_j->is_object()) return f.error("label_mapper must be an object {class index: label}");
+  std::vector<int32_t> labels(k);
+  for (size_t c = 0; c < k; ++c) {
+    const std::string key = std::to_string(c);
+    auto it = lm_j->find(key);
+    if (it == lm_j->end()) return f.error("label_mapper has no entry for class index " + key);
+    ESCPOD_ASSIGN_OR_RETURN(int64_t lab, f.integer(*it, "label_mapper[\"" + key + "\"]"));
+    labels[c] = static_cast<int32_t>(lab);
+  }
+  return labels;
+}
+
+}  // namespace
+
 Result<GbmModel> GbmModel::load(const std::filesystem::path& path) {
   ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
   return detail::ModelBuilder::gbm(j, path);
@@ -19,114 +168,25 @@ Result<GbmModel> GbmModel::load(const std::filesystem::path& path) {
 
 Result<GbmModel> detail::ModelBuilder::gbm(const Json& j, const std::filesystem::path& path) {
   using Head = GbmModel::Head;
-  using Node = GbmModel::Node;
   const JsonFields f(path.string());
   if (!j.is_object()) return f.error("top level must be a JSON object");
+  ESCPOD_RETURN_IF_ERROR(check_gbm_kind(j, f));
   GbmModel m;
   m.m_path = path;
-  if (const Json* mt = JsonFields::optional_member(j, "model_type")) {
-    ESCPOD_ASSIGN_OR_RETURN(std::string s, f.string(*mt, "model_type"));
-    if (s != "gbm") return f.error("model_type is '" + s + "', expected 'gbm'");
-  } else if (!j.contains("trees")) {
-    return f.error("not a GBM model (no model_type \"gbm\" and no trees)");
-  }
-  if (const Json* h = JsonFields::optional_member(j, "head")) {
-    ESCPOD_ASSIGN_OR_RETURN(std::string s, f.string(*h, "head"));
-    if (s == "softmax") m.m_head = Head::kSoftmax;
-    else if (s == "sigmoid") m.m_head = Head::kSigmoid;
-    else return f.error("head is '" + s + "', expected softmax or sigmoid");
-  }
-  ESCPOD_ASSIGN_OR_RETURN(const Json* nc_j, f.member(j, "n_classes"));
-  ESCPOD_ASSIGN_OR_RETURN(int64_t nc, f.integer(*nc_j, "n_classes"));
-  if (nc < 2 || nc > 100000) return f.error("n_classes must be at least 2");
-  if (m.m_head == Head::kSigmoid && nc != 2) return f.error("a sigmoid head needs n_classes 2");
-  const auto k = static_cast<size_t>(nc);
-  ESCPOD_ASSIGN_OR_RETURN(const Json* nf_j, f.member(j, "n_features"));
-  ESCPOD_ASSIGN_OR_RETURN(int64_t nf, f.integer(*nf_j, "n_features"));
-  if (nf < 1 || nf > std::numeric_limits<int32_t>::max()) return f.error("n_features must be >= 1");
-  m.m_n_features = static_cast<size_t>(nf);
+  ESCPOD_ASSIGN_OR_RETURN(m.m_head, read_head(j, f));
+  ESCPOD_ASSIGN_OR_RETURN(const size_t k, read_n_classes(j, f, m.m_head));
+  ESCPOD_ASSIGN_OR_RETURN(m.m_n_features, read_n_features(j, f));
   m.m_n_groups = m.m_head == Head::kSoftmax ? k : 1;
-
   ESCPOD_ASSIGN_OR_RETURN(const Json* bl_j, f.member(j, "baseline"));
   ESCPOD_RETURN_IF_ERROR(f.doubles(*bl_j, "baseline", m.m_n_groups, m.m_baseline));
-
-  ESCPOD_ASSIGN_OR_RETURN(const Json* trees_j, f.member(j, "trees"));
-  if (!trees_j->is_array()) return f.error("trees must be an array of iterations");
-  m.m_n_iterations = trees_j->size();
-  for (size_t it = 0; it < m.m_n_iterations; ++it) {
-    const Json& iter = (*trees_j)[it];
-    if (!iter.is_array() || iter.size() != m.m_n_groups)
-      return f.error("trees[" + std::to_string(it) + "] must hold " +
-                     std::to_string(m.m_n_groups) + " trees (one per " +
-                     (m.m_head == Head::kSoftmax ? "class" : "iteration, sigmoid head") + ")");
-    for (size_t g = 0; g < m.m_n_groups; ++g) {
-      const Json& tree = iter[g];
-      const std::string where = "trees[" + std::to_string(it) + "][" + std::to_string(g) + "]";
-      if (!tree.is_array() || tree.empty()) return f.error(where + " must be a non-empty node array");
-      const size_t n_nodes = tree.size();
-      if (m.m_nodes.size() + n_nodes > std::numeric_limits<uint32_t>::max())
-        return f.error("too many tree nodes");
-      const auto base = static_cast<uint32_t>(m.m_nodes.size());
-      m.m_roots.push_back(base);
-      for (size_t nd = 0; nd < n_nodes; ++nd) {
-        const Json& node = tree[nd];
-        const std::string at = where + "[" + std::to_string(nd) + "]";
-        bool leaf = false;
-        if (const Json* v = JsonFields::optional_member(node, "leaf")) {
-          ESCPOD_ASSIGN_OR_RETURN(leaf, f.boolean(*v, at + ".leaf"));
-        } else {
-          return f.error(at + " has no 'leaf' field");
-        }
-        Node out{};
-        if (leaf) {
-          ESCPOD_ASSIGN_OR_RETURN(const Json* v, f.member(node, "value"));
-          ESCPOD_ASSIGN_OR_RETURN(out.threshold, f.number(*v, at + ".value"));
-          out.feature = -1;
-          out.left = out.right = 0;
-          out.missing_left = false;
-        } else {
-          ESCPOD_ASSIGN_OR_RETURN(const Json* fe, f.member(node, "feature"));
-          ESCPOD_ASSIGN_OR_RETURN(int64_t feat, f.integer(*fe, at + ".feature"));
-          if (feat < 0 || feat >= nf)
-            return f.error(at + ".feature = " + std::to_string(feat) + " is outside [0, " +
-                           std::to_string(nf) + ")");
-          ESCPOD_ASSIGN_OR_RETURN(const Json* th, f.member(node, "threshold"));
-          if (!th->is_number()) return f.error(at + ".threshold must be a number");
-          out.threshold = th->get<double>();
-          if (std::isnan(out.threshold)) return f.error(at + ".threshold is NaN");
-          int64_t lr[2];
-          const char* keys[2] = {"left", "right"};
-          for (int c = 0; c < 2; ++c) {
-            ESCPOD_ASSIGN_OR_RETURN(const Json* cj, f.member(node, keys[c]));
-            ESCPOD_ASSIGN_OR_RETURN(lr[c], f.integer(*cj, at + "." + keys[c]));
-            if (lr[c] <= static_cast<int64_t>(nd) || lr[c] >= static_cast<int64_t>(n_nodes))
-              return f.error(at + "." + keys[c] + " = " + std::to_string(lr[c]) +
-                             " must point to a later node of the same tree (" +
-                             std::to_string(n_nodes) + " nodes)");
-          }
-          out.feature = static_cast<int32_t>(feat);
-          out.left = base + static_cast<uint32_t>(lr[0]);
-          out.right = base + static_cast<uint32_t>(lr[1]);
-          out.missing_left = false;
-          if (const Json* ml = JsonFields::optional_member(node, "missing_left")) {
-            ESCPOD_ASSIGN_OR_RETURN(out.missing_left, f.boolean(*ml, at + ".missing_left"));
-          }
-        }
-        m.m_nodes.push_back(out);
-      }
-    }
+  ESCPOD_ASSIGN_OR_RETURN(Forest forest, read_forest(j, f, m.m_n_groups, m.m_head, m.m_n_features));
+  m.m_n_iterations = forest.n_iterations;
+  m.m_roots = std::move(forest.roots);
+  m.m_nodes.reserve(forest.nodes.size());
+  for (const TreeNode& n : forest.nodes) {
+    m.m_nodes.push_back(GbmModel::Node{n.threshold, n.feature, n.left, n.right, n.missing_left});
   }
-
-  ESCPOD_ASSIGN_OR_RETURN(const Json* lm_j, f.member(j, "label_mapper"));
-  if (!lm_j->is_object()) return f.error("label_mapper must be an object {class index: label}");
-  m.m_labels.resize(k);
-  for (size_t c = 0; c < k; ++c) {
-    const std::string key = std::to_string(c);
-    auto it = lm_j->find(key);
-    if (it == lm_j->end()) return f.error("label_mapper has no entry for class index " + key);
-    ESCPOD_ASSIGN_OR_RETURN(int64_t lab, f.integer(*it, "label_mapper[\"" + key + "\"]"));
-    m.m_labels[c] = static_cast<int32_t>(lab);
-  }
+  ESCPOD_ASSIGN_OR_RETURN(m.m_labels, read_gbm_labels(j, f, k));
   if (const Json* v = JsonFields::optional_member(j, "thresholds")) {
     ESCPOD_RETURN_IF_ERROR(f.doubles(*v, "thresholds (one per class)", k, m.m_thresholds));
   }

@@ -257,65 +257,89 @@ std::vector<int> make_folds(std::span<const int32_t> row_class, size_t k, int fo
   return fold;
 }
 
-}  // namespace
-
-Result<TrainedDtwSvm> train_dtw_svm(std::span<const double> fingerprints, size_t n_features,
-                                    std::span<const int32_t> labels, const SvmTrainOptions& o,
-                                    const std::string& model_name, SvmTrainReport* report) {
-  ESCPOD_RETURN_IF_ERROR(validate(fingerprints, n_features, labels, o));
-  const size_t width = n_features;
-
-  // Classes: barcodes ascending, then noise.
-  std::vector<int32_t> class_labels;
+// The classes of a training set: barcodes ascending, then noise when any row is noise.
+struct ClassSet {
+  std::vector<int32_t> labels;    // label of each class index
+  std::vector<int64_t> internal;  // WarpDemuX's (scikit-learn) class number of each class index
   bool has_noise = false;
+
+  size_t size() const { return labels.size(); }
+};
+
+Result<ClassSet> find_classes(std::span<const int32_t> labels) {
+  ClassSet cs;
   for (int32_t l : labels) {
     if (l == kNoise) {
-      has_noise = true;
-    } else if (std::find(class_labels.begin(), class_labels.end(), l) == class_labels.end()) {
-      class_labels.push_back(l);
+      cs.has_noise = true;
+    } else if (std::find(cs.labels.begin(), cs.labels.end(), l) == cs.labels.end()) {
+      cs.labels.push_back(l);
     }
   }
-  std::sort(class_labels.begin(), class_labels.end());
-  if (has_noise) class_labels.push_back(kNoise);
-  const size_t k = class_labels.size();
+  std::sort(cs.labels.begin(), cs.labels.end());
+  if (cs.has_noise) cs.labels.push_back(kNoise);
+  const size_t k = cs.size();
   if (k < 2)
     return Status::invalid_argument(
         "training needs at least two classes (barcodes, or one barcode and noise); found " +
-        std::to_string(k) + (k == 1 ? " (label " + std::to_string(class_labels[0]) + ")" : ""));
-  const size_t n_barcodes = has_noise ? k - 1 : k;
-  // WarpDemuX's internal (scikit-learn) class numbers: barcode - 1, noise = largest barcode.
-  std::vector<int64_t> internal(k);
-  for (size_t c = 0; c < n_barcodes; ++c) internal[c] = class_labels[c] - 1;
-  if (has_noise) internal[k - 1] = class_labels[n_barcodes - 1];
+        std::to_string(k) + (k == 1 ? " (label " + std::to_string(cs.labels[0]) + ")" : ""));
+  // scikit-learn's numbers as WarpDemuX assigns them: barcode - 1, noise = the largest barcode.
+  const size_t n_barcodes = cs.has_noise ? k - 1 : k;
+  cs.internal.resize(k);
+  for (size_t c = 0; c < n_barcodes; ++c) cs.internal[c] = cs.labels[c] - 1;
+  if (cs.has_noise) cs.internal[k - 1] = cs.labels[n_barcodes - 1];
+  return cs;
+}
 
-  // Rows sorted by class (stable): libsvm orders classes by first appearance.
+// The training rows sorted by class index (stable): libsvm numbers classes in order of first
+// appearance, so this makes its class order the class-index order.
+struct SortedRows {
+  std::vector<double> rows;        // n x width, row-major
+  std::vector<int32_t> row_class;  // class index of each row
+  std::vector<size_t> class_rows;  // rows per class index
+};
+
+SortedRows sort_rows_by_class(std::span<const double> fingerprints, size_t width,
+                              std::span<const int32_t> labels, const ClassSet& classes) {
   const size_t n = labels.size();
   std::vector<int32_t> class_of_input(n);
   for (size_t r = 0; r < n; ++r)
     class_of_input[r] = static_cast<int32_t>(
-        std::find(class_labels.begin(), class_labels.end(), labels[r]) - class_labels.begin());
+        std::find(classes.labels.begin(), classes.labels.end(), labels[r]) - classes.labels.begin());
   std::vector<size_t> order(n);
   for (size_t r = 0; r < n; ++r) order[r] = r;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return class_of_input[a] < class_of_input[b]; });
-  std::vector<double> rows(n * width);
-  std::vector<int32_t> row_class(n);
-  std::vector<size_t> class_rows(k, 0);
+  SortedRows s;
+  s.rows.resize(n * width);
+  s.row_class.resize(n);
+  s.class_rows.assign(classes.size(), 0);
   for (size_t i = 0; i < n; ++i) {
     std::copy_n(fingerprints.begin() + static_cast<std::ptrdiff_t>(order[i] * width), width,
-                rows.begin() + static_cast<std::ptrdiff_t>(i * width));
-    row_class[i] = class_of_input[order[i]];
-    ++class_rows[static_cast<size_t>(row_class[i])];
+                s.rows.begin() + static_cast<std::ptrdiff_t>(i * width));
+    s.row_class[i] = class_of_input[order[i]];
+    ++s.class_rows[static_cast<size_t>(s.row_class[i])];
   }
+  return s;
+}
+
+// Platt scaling cross-validates inside libsvm, so each class needs two rows with probabilities.
+Status check_class_rows(const SortedRows& s, const ClassSet& classes, const SvmTrainOptions& o) {
   const size_t min_rows = o.probability ? 2 : 1;
-  for (size_t c = 0; c < k; ++c)
-    if (class_rows[c] < min_rows)
+  for (size_t c = 0; c < classes.size(); ++c)
+    if (s.class_rows[c] < min_rows)
       return Status::invalid_argument(
-          "class " + std::to_string(class_labels[c]) + " has " + std::to_string(class_rows[c]) +
+          "class " + std::to_string(classes.labels[c]) + " has " + std::to_string(s.class_rows[c]) +
           " training row(s); at least " + std::to_string(min_rows) +
           " needed (Platt scaling cross-validates)");
+  return Status::ok();
+}
 
-  // Class weights.
+// libsvm's per-class C multipliers: n / (k * rows of the class) when balanced.
+Result<std::vector<double>> class_weights(std::span<const size_t> class_rows,
+                                          const SvmTrainOptions& o) {
+  const size_t k = class_rows.size();
+  size_t n = 0;
+  for (size_t r : class_rows) n += r;
   std::vector<double> weights(k, 1.0);
   switch (o.weighting) {
     case ClassWeighting::kBalanced:
@@ -338,145 +362,210 @@ Result<TrainedDtwSvm> train_dtw_svm(std::span<const double> fingerprints, size_t
       }
       break;
   }
-  if (o.thresholds == ThresholdMode::kFixed) {
-    if (o.fixed_thresholds.size() != k)
-      return Status::invalid_argument("fixed_thresholds has " +
-                                      std::to_string(o.fixed_thresholds.size()) +
-                                      " entries, expected one per class (" + std::to_string(k) +
-                                      ")");
-    for (double t : o.fixed_thresholds)
-      if (!std::isfinite(t)) return Status::invalid_argument("fixed_thresholds must be finite");
-  }
+  return weights;
+}
 
-  // Distance matrix -> kernel.
-  auto t0 = Clock::now();
-  KernelMatrix km = build_kernel(rows, n, width, o);
-  const double dtw_seconds = seconds_since(t0);
+Status check_fixed_thresholds(size_t k, const SvmTrainOptions& o) {
+  if (o.thresholds != ThresholdMode::kFixed) return Status::ok();
+  if (o.fixed_thresholds.size() != k)
+    return Status::invalid_argument("fixed_thresholds has " +
+                                    std::to_string(o.fixed_thresholds.size()) +
+                                    " entries, expected one per class (" + std::to_string(k) + ")");
+  for (double t : o.fixed_thresholds)
+    if (!std::isfinite(t)) return Status::invalid_argument("fixed_thresholds must be finite");
+  return Status::ok();
+}
 
-  std::vector<size_t> all_rows(n);
-  for (size_t i = 0; i < n; ++i) all_rows[i] = i;
-
-  std::unique_lock lock(libsvm_mutex());
-  t0 = Clock::now();
-  Problem problem;
-  ESCPOD_ASSIGN_OR_RETURN(ModelPtr model,
-                          train_svm_locked(km, all_rows, row_class, k, weights, o,
-                                           static_cast<unsigned>(o.seed), problem));
-  const double svm_seconds = seconds_since(t0);
-  const svm_model* m = model.get();
+// The model's classes must be 0..k-1 in that order (what sort_rows_by_class arranged).
+Status check_class_order(const svm_model* m, size_t k) {
   if (svm_get_nr_class(m) != static_cast<int>(k))
     return Status::internal("libsvm found " + std::to_string(svm_get_nr_class(m)) +
                             " classes, expected " + std::to_string(k));
   for (size_t c = 0; c < k; ++c)
     if (m->label[c] != static_cast<int>(c))
       return Status::internal("libsvm class order differs from the class-index order");
+  return Status::ok();
+}
+
+// Rows of the training set the model calls right (probability argmax, or votes). Caller holds
+// libsvm_mutex().
+size_t count_correct_locked(const svm_model* m, KernelMatrix& km,
+                            std::span<const int32_t> row_class, size_t k) {
+  size_t correct = 0;
+  std::vector<double> buf, p;
+  for (size_t i = 0; i < row_class.size(); ++i)
+    if (predict_locked(m, km.row(i), k, buf, p).cls == row_class[i]) ++correct;
+  return correct;
+}
+
+// Calls of every row by a model trained without its fold. Caller holds libsvm_mutex().
+Result<std::vector<Call>> held_out_calls_locked(KernelMatrix& km, std::span<const int32_t> row_class,
+                                                size_t k, std::span<const double> weights,
+                                                const SvmTrainOptions& o) {
+  const size_t n = row_class.size();
+  const std::vector<int> fold = make_folds(row_class, k, o.threshold_folds, o.seed);
+  std::vector<Call> held_out(n);
+  std::vector<double> buf, p;
+  for (int f = 0; f < o.threshold_folds; ++f) {
+    std::vector<size_t> train_rows, test_rows;
+    for (size_t i = 0; i < n; ++i) (fold[i] == f ? test_rows : train_rows).push_back(i);
+    if (test_rows.empty()) continue;
+    Problem sub;
+    ESCPOD_ASSIGN_OR_RETURN(
+        ModelPtr fm, train_svm_locked(km, train_rows, row_class, k, weights, o,
+                                      static_cast<unsigned>(o.seed + static_cast<uint64_t>(f) + 1),
+                                      sub));
+    for (size_t i : test_rows) held_out[i] = predict_locked(fm.get(), km.row(i), k, buf, p);
+  }
+  return held_out;
+}
+
+// The lowest confidence step (0.00, 0.01, ..., 1.00) at which the held-out calls of class `c`
+// reach the target precision; kNeverThreshold when none does.
+double lowest_precise_threshold(std::span<const Call> held_out, std::span<const int32_t> row_class,
+                                size_t c, double target_precision) {
+  for (int step = 0; step <= 100; ++step) {
+    const double t = static_cast<double>(step) / 100.0;
+    size_t called = 0, right = 0;
+    for (size_t i = 0; i < held_out.size(); ++i) {
+      if (held_out[i].cls != static_cast<int32_t>(c) || held_out[i].confidence < t) continue;
+      ++called;
+      if (row_class[i] == static_cast<int32_t>(c)) ++right;
+    }
+    if (called > 0 && static_cast<double>(right) >= target_precision * static_cast<double>(called))
+      return t;
+  }
+  return kNeverThreshold;
+}
+
+// Per-class thresholds from held-out calls; the noise class keeps 0. Caller holds
+// libsvm_mutex().
+Result<std::vector<double>> cross_validated_thresholds_locked(KernelMatrix& km,
+                                                              std::span<const int32_t> row_class,
+                                                              const ClassSet& classes,
+                                                              std::span<const double> weights,
+                                                              const SvmTrainOptions& o) {
+  const size_t k = classes.size();
+  ESCPOD_ASSIGN_OR_RETURN(std::vector<Call> held_out,
+                          held_out_calls_locked(km, row_class, k, weights, o));
+  std::vector<double> thresholds(k, 0.0);
+  for (size_t c = 0; c < k; ++c) {
+    if (classes.has_noise && c == k - 1) break;
+    thresholds[c] = lowest_precise_threshold(held_out, row_class, c, o.target_precision);
+  }
+  return thresholds;
+}
+
+// The model's support vectors, coefficients, intercepts and Platt parameters into `out` (the
+// rows themselves copied from `s`, as the file stores them). Caller holds libsvm_mutex().
+Status store_libsvm_model_locked(const svm_model* m, const SortedRows& s, size_t k, size_t width,
+                                 bool probability, TrainedDtwSvm& out) {
   const size_t n_sv = static_cast<size_t>(m->l);
   const size_t n_pairs = k * (k - 1) / 2;
-
-  // Training accuracy of the trained model (probability argmax, or votes).
-  size_t correct = 0;
-  {
-    std::vector<double> buf, p;
-    for (size_t i = 0; i < n; ++i)
-      if (predict_locked(m, km.row(i), k, buf, p).cls == row_class[i]) ++correct;
+  std::vector<size_t> sv_rows(n_sv);
+  std::vector<int64_t> n_support(k, 0);
+  for (size_t sv = 0; sv < n_sv; ++sv) {
+    sv_rows[sv] = static_cast<size_t>(m->sv_indices[sv] - 1);  // 1-based problem index
+    ++n_support[static_cast<size_t>(s.row_class[sv_rows[sv]])];
   }
+  for (size_t c = 0; c < k; ++c)
+    if (n_support[c] != m->nSV[c]) return Status::internal("libsvm support counts disagree");
+  out.fingerprints.reserve(n_sv * width);
+  out.row_class.reserve(n_sv);
+  for (size_t sv = 0; sv < n_sv; ++sv) {
+    const double* row = s.rows.data() + sv_rows[sv] * width;
+    out.fingerprints.insert(out.fingerprints.end(), row, row + width);
+    out.row_class.push_back(s.row_class[sv_rows[sv]]);
+  }
+  out.n_support = n_support;
+  out.dual_coef.reserve((k - 1) * n_sv);
+  for (size_t r = 0; r + 1 < k; ++r)
+    out.dual_coef.insert(out.dual_coef.end(), m->sv_coef[r], m->sv_coef[r] + n_sv);
+  out.intercept.resize(n_pairs);
+  for (size_t q = 0; q < n_pairs; ++q) out.intercept[q] = -m->rho[q];
+  if (probability) {
+    if (m->probA == nullptr || m->probB == nullptr)
+      return Status::internal("libsvm returned no Platt parameters");
+    out.prob_a.assign(m->probA, m->probA + n_pairs);
+    out.prob_b.assign(m->probB, m->probB + n_pairs);
+  }
+  return Status::ok();
+}
 
-  // Thresholds.
+void fill_report(const TrainedDtwSvm& model, size_t n_sv, SvmTrainReport& report) {
+  report.n_rows = model.n_rows;
+  report.n_features = model.n_features;
+  report.n_classes = model.class_labels.size();
+  report.n_support = n_sv;
+  report.class_labels = model.class_labels;
+  report.class_rows = model.class_rows;
+  report.class_weights = model.class_weights;
+  report.thresholds = model.thresholds;
+  report.training_accuracy = model.training_accuracy;
+}
+
+}  // namespace
+
+Result<TrainedDtwSvm> train_dtw_svm(std::span<const double> fingerprints, size_t n_features,
+                                    std::span<const int32_t> labels, const SvmTrainOptions& o,
+                                    const std::string& model_name, SvmTrainReport* report) {
+  ESCPOD_RETURN_IF_ERROR(validate(fingerprints, n_features, labels, o));
+  const size_t width = n_features;
+  ESCPOD_ASSIGN_OR_RETURN(ClassSet classes, find_classes(labels));
+  const size_t k = classes.size();
+  const size_t n = labels.size();
+  const SortedRows sorted = sort_rows_by_class(fingerprints, width, labels, classes);
+  ESCPOD_RETURN_IF_ERROR(check_class_rows(sorted, classes, o));
+  ESCPOD_ASSIGN_OR_RETURN(std::vector<double> weights, class_weights(sorted.class_rows, o));
+  ESCPOD_RETURN_IF_ERROR(check_fixed_thresholds(k, o));
+
+  auto t0 = Clock::now();
+  KernelMatrix km = build_kernel(sorted.rows, n, width, o);
+  const double dtw_seconds = seconds_since(t0);
+
+  std::vector<size_t> all_rows(n);
+  for (size_t i = 0; i < n; ++i) all_rows[i] = i;
+  std::unique_lock lock(libsvm_mutex());
+  t0 = Clock::now();
+  Problem problem;
+  ESCPOD_ASSIGN_OR_RETURN(ModelPtr model,
+                          train_svm_locked(km, all_rows, sorted.row_class, k, weights, o,
+                                           static_cast<unsigned>(o.seed), problem));
+  const double svm_seconds = seconds_since(t0);
+  const svm_model* m = model.get();
+  ESCPOD_RETURN_IF_ERROR(check_class_order(m, k));
+  const size_t correct = count_correct_locked(m, km, sorted.row_class, k);
+
   std::vector<double> thresholds(k, 0.0);
   double threshold_seconds = 0.0;
   if (o.thresholds == ThresholdMode::kFixed) {
     thresholds = o.fixed_thresholds;
   } else if (o.thresholds == ThresholdMode::kCrossValidated) {
     t0 = Clock::now();
-    const std::vector<int> fold = make_folds(row_class, k, o.threshold_folds, o.seed);
-    std::vector<Call> held_out(n);
-    std::vector<double> buf, p;
-    for (int f = 0; f < o.threshold_folds; ++f) {
-      std::vector<size_t> train_rows, test_rows;
-      for (size_t i = 0; i < n; ++i) (fold[i] == f ? test_rows : train_rows).push_back(i);
-      if (test_rows.empty()) continue;
-      Problem sub;
-      ESCPOD_ASSIGN_OR_RETURN(
-          ModelPtr fm, train_svm_locked(km, train_rows, row_class, k, weights, o,
-                                        static_cast<unsigned>(o.seed + static_cast<uint64_t>(f) + 1),
-                                        sub));
-      for (size_t i : test_rows) held_out[i] = predict_locked(fm.get(), km.row(i), k, buf, p);
-    }
-    for (size_t c = 0; c < k; ++c) {
-      if (has_noise && c == k - 1) break;  // noise threshold stays 0
-      double chosen = kNeverThreshold;
-      for (int step = 0; step <= 100; ++step) {
-        const double t = static_cast<double>(step) / 100.0;
-        size_t called = 0, right = 0;
-        for (size_t i = 0; i < n; ++i) {
-          if (held_out[i].cls != static_cast<int32_t>(c) || held_out[i].confidence < t) continue;
-          ++called;
-          if (row_class[i] == static_cast<int32_t>(c)) ++right;
-        }
-        if (called > 0 && static_cast<double>(right) >=
-                              o.target_precision * static_cast<double>(called)) {
-          chosen = t;
-          break;
-        }
-      }
-      thresholds[c] = chosen;
-    }
+    ESCPOD_ASSIGN_OR_RETURN(thresholds, cross_validated_thresholds_locked(
+                                            km, sorted.row_class, classes, weights, o));
     threshold_seconds = seconds_since(t0);
   }
-  if (has_noise) thresholds[k - 1] = 0.0;
-
-  // Model JSON.
-  std::vector<size_t> sv_rows(n_sv);
-  std::vector<int64_t> n_support(k, 0);
-  for (size_t s = 0; s < n_sv; ++s) {
-    sv_rows[s] = static_cast<size_t>(m->sv_indices[s] - 1);  // 1-based problem index
-    ++n_support[static_cast<size_t>(row_class[sv_rows[s]])];
-  }
-  for (size_t c = 0; c < k; ++c)
-    if (n_support[c] != m->nSV[c]) return Status::internal("libsvm support counts disagree");
+  if (classes.has_noise) thresholds[k - 1] = 0.0;
 
   TrainedDtwSvm out;
   out.model_name = model_name;
   out.options = o;
-  out.class_labels = class_labels;
-  out.classes = internal;
+  out.class_labels = classes.labels;
+  out.classes = classes.internal;
   out.thresholds = thresholds;
   out.n_features = width;
-  out.fingerprints.reserve(n_sv * width);
-  out.row_class.reserve(n_sv);
-  for (size_t sv = 0; sv < n_sv; ++sv) {
-    const double* row = rows.data() + sv_rows[sv] * width;
-    out.fingerprints.insert(out.fingerprints.end(), row, row + width);
-    out.row_class.push_back(row_class[sv_rows[sv]]);
-  }
-  out.n_support = n_support;
-  out.dual_coef.reserve((k - 1) * n_sv);
-  for (size_t r = 0; r + 1 < k; ++r) out.dual_coef.insert(out.dual_coef.end(), m->sv_coef[r], m->sv_coef[r] + n_sv);
-  out.intercept.resize(n_pairs);
-  for (size_t q = 0; q < n_pairs; ++q) out.intercept[q] = -m->rho[q];
-  if (o.probability) {
-    if (m->probA == nullptr || m->probB == nullptr)
-      return Status::internal("libsvm returned no Platt parameters");
-    out.prob_a.assign(m->probA, m->probA + n_pairs);
-    out.prob_b.assign(m->probB, m->probB + n_pairs);
-  }
+  ESCPOD_RETURN_IF_ERROR(store_libsvm_model_locked(m, sorted, k, width, o.probability, out));
   out.class_weights = weights;
-  out.class_rows = class_rows;
+  out.class_rows = sorted.class_rows;
   out.n_rows = n;
   out.training_accuracy = static_cast<double>(correct) / static_cast<double>(n);
   out.libsvm_version = libsvm_version;
+  const size_t n_sv = static_cast<size_t>(m->l);
   lock.unlock();
 
   if (report) {
-    report->n_rows = n;
-    report->n_features = width;
-    report->n_classes = k;
-    report->n_support = n_sv;
-    report->class_labels = class_labels;
-    report->class_rows = class_rows;
-    report->class_weights = weights;
-    report->thresholds = thresholds;
-    report->training_accuracy = static_cast<double>(correct) / static_cast<double>(n);
+    fill_report(out, n_sv, *report);
     report->dtw_seconds = dtw_seconds;
     report->svm_seconds = svm_seconds;
     report->threshold_seconds = threshold_seconds;

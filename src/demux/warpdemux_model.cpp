@@ -113,16 +113,10 @@ void couple(size_t k, const double* r, double* q, double* qp, double* p) {
   couple_generic(k, r, q, qp, p);
 }
 
-}  // namespace
+// ---- reading a DTW-SVM model file, one part per function, in the order the file is checked ----
 
-Result<WarpDemuxModel> WarpDemuxModel::load(const std::filesystem::path& path) {
-  ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
-  return detail::ModelBuilder::dtw_svm(j, path);
-}
-
-Result<WarpDemuxModel> detail::ModelBuilder::dtw_svm(const Json& j, const std::filesystem::path& path) {
-  using M = WarpDemuxModel;
-  const JsonFields f(path.string());
+// A DTW-SVM file, not a GBM one or another format or version.
+Status check_dtw_svm_kind(const Json& j, const JsonFields& f) {
   if (!j.is_object()) return f.error("top level must be a JSON object");
   if (const Json* mt = JsonFields::optional_member(j, "model_type");
       (mt && mt->is_string() && mt->get<std::string>() == "gbm") || j.contains("trees")) {
@@ -142,26 +136,39 @@ Result<WarpDemuxModel> detail::ModelBuilder::dtw_svm(const Json& j, const std::f
                                  " is not supported (this build reads 1)");
     }
   }
+  return Status::ok();
+}
 
-  M m;
-  m.m_path = path;
-  m.m_name = path.stem().string();
+// What describe() prints about the model's origin.
+struct ModelIdentity {
+  std::string name;       // model_name, else the file's stem
+  std::string chemistry;  // empty when not given
+  std::string source;     // one line: project, version, commit, licence; empty when not given
+};
+
+Result<ModelIdentity> read_identity(const Json& j, const JsonFields& f,
+                                    const std::filesystem::path& path) {
+  ModelIdentity id;
+  id.name = path.stem().string();
   if (const Json* v = JsonFields::optional_member(j, "model_name")) {
-    ESCPOD_ASSIGN_OR_RETURN(m.m_name, f.string(*v, "model_name"));
+    ESCPOD_ASSIGN_OR_RETURN(id.name, f.string(*v, "model_name"));
   }
   if (const Json* v = JsonFields::optional_member(j, "chemistry"); v && v->is_string()) {
-    m.m_chemistry = v->get<std::string>();
+    id.chemistry = v->get<std::string>();
   }
   if (const Json* src = JsonFields::optional_member(j, "source"); src && src->is_object()) {
     auto str = [&](const char* key) {
       const Json* e = JsonFields::optional_member(*src, key);
       return e && e->is_string() ? e->get<std::string>() : std::string();
     };
-    m.m_source = str("project") + " " + str("warpdemux_version") + " (commit " +
-                 str("commit").substr(0, 7) + "), licence " + str("license");
+    id.source = str("project") + " " + str("warpdemux_version") + " (commit " +
+                str("commit").substr(0, 7) + "), licence " + str("license");
   }
+  return id;
+}
 
-  // Classes.
+// The class numbers (at least two, distinct), agreeing with n_classes when given.
+Result<std::vector<int64_t>> read_classes(const Json& j, const JsonFields& f) {
   ESCPOD_ASSIGN_OR_RETURN(const Json* classes_j, f.member(j, "classes"));
   std::vector<int64_t> classes;
   ESCPOD_RETURN_IF_ERROR(f.integers(*classes_j, "classes", kAny, classes));
@@ -177,186 +184,253 @@ Result<WarpDemuxModel> detail::ModelBuilder::dtw_svm(const Json& j, const std::f
       return f.error("n_classes is " + std::to_string(nc) + " but classes has " +
                      std::to_string(k) + " entries");
   }
-  const size_t n_pairs = k * (k - 1) / 2;
+  return classes;
+}
 
-  // Training fingerprints.
+// training_fingerprints: equally long rows (n_features long when given), n_training of them
+// when given.
+struct TrainingRows {
+  std::vector<double> values;  // n x width, row-major
+  size_t n = 0, width = 0;
+};
+
+Result<TrainingRows> read_training_rows(const Json& j, const JsonFields& f) {
   ESCPOD_ASSIGN_OR_RETURN(const Json* fps_j, f.member(j, "training_fingerprints"));
   if (!fps_j->is_array() || fps_j->empty())
     return f.error("training_fingerprints must be a non-empty array of arrays");
-  const size_t n_train = fps_j->size();
-  size_t width = kAny;
+  TrainingRows t;
+  t.n = fps_j->size();
+  t.width = kAny;
   if (const Json* v = JsonFields::optional_member(j, "n_features")) {
     ESCPOD_ASSIGN_OR_RETURN(int64_t nf, f.integer(*v, "n_features"));
     if (nf <= 0) return f.error("n_features must be positive");
-    width = static_cast<size_t>(nf);
+    t.width = static_cast<size_t>(nf);
   }
-  std::vector<double> rows, row;
-  for (size_t r = 0; r < n_train; ++r) {
+  std::vector<double> row;
+  for (size_t r = 0; r < t.n; ++r) {
     ESCPOD_RETURN_IF_ERROR(f.doubles((*fps_j)[r], "training_fingerprints[" + std::to_string(r) + "]",
-                                     width, row));
+                                     t.width, row));
     if (row.empty()) return f.error("training_fingerprints[0] is empty");
-    if (width == kAny) {
-      width = row.size();
-      rows.reserve(n_train * width);
+    if (t.width == kAny) {
+      t.width = row.size();
+      t.values.reserve(t.n * t.width);
     }
-    rows.insert(rows.end(), row.begin(), row.end());
+    t.values.insert(t.values.end(), row.begin(), row.end());
   }
   if (const Json* v = JsonFields::optional_member(j, "n_training")) {
     ESCPOD_ASSIGN_OR_RETURN(int64_t nt, f.integer(*v, "n_training"));
-    if (nt != static_cast<int64_t>(n_train))
+    if (nt != static_cast<int64_t>(t.n))
       return f.error("n_training is " + std::to_string(nt) + " but training_fingerprints has " +
-                     std::to_string(n_train) + " rows");
+                     std::to_string(t.n) + " rows");
   }
+  return t;
+}
 
-  // Training labels -> class indices.
+// The class index of each training row, from training_labels (checked against
+// training_class_index when given).
+Result<std::vector<int32_t>> read_training_classes(const Json& j, const JsonFields& f,
+                                                   std::span<const int64_t> classes, size_t n_train) {
   ESCPOD_ASSIGN_OR_RETURN(const Json* labels_j, f.member(j, "training_labels"));
   std::vector<int64_t> train_labels;
   ESCPOD_RETURN_IF_ERROR(f.integers(*labels_j, "training_labels", n_train, train_labels));
-  m.m_training_class.resize(n_train);
+  std::vector<int32_t> training_class(n_train);
   for (size_t r = 0; r < n_train; ++r) {
     auto it = std::find(classes.begin(), classes.end(), train_labels[r]);
     if (it == classes.end())
       return f.error("training_labels[" + std::to_string(r) + "] = " +
                      std::to_string(train_labels[r]) + " is not in classes");
-    m.m_training_class[r] = static_cast<int32_t>(it - classes.begin());
+    training_class[r] = static_cast<int32_t>(it - classes.begin());
   }
   if (const Json* v = JsonFields::optional_member(j, "training_class_index")) {
     std::vector<int64_t> tci;
     ESCPOD_RETURN_IF_ERROR(f.integers(*v, "training_class_index", n_train, tci));
     for (size_t r = 0; r < n_train; ++r)
-      if (tci[r] != m.m_training_class[r])
+      if (tci[r] != training_class[r])
         return f.error("training_class_index[" + std::to_string(r) + "] = " +
                        std::to_string(tci[r]) + " disagrees with training_labels (class index " +
-                       std::to_string(m.m_training_class[r]) + ")");
+                       std::to_string(training_class[r]) + ")");
   }
-  m.m_class_rows.assign(k, 0);
-  for (int32_t c : m.m_training_class) ++m.m_class_rows[static_cast<size_t>(c)];
+  return training_class;
+}
 
-  // Support vectors, grouped by class.
+// The support vectors: training rows, grouped by class (class c owns [start[c], start[c + 1])).
+struct SupportVectors {
+  std::vector<uint32_t> rows;
+  std::vector<size_t> start;  // size k + 1
+};
+
+Result<std::vector<uint32_t>> read_support_rows(const Json& j, const JsonFields& f, size_t n_train) {
   ESCPOD_ASSIGN_OR_RETURN(const Json* sup_j, f.member(j, "support_indices"));
   std::vector<int64_t> sup;
   ESCPOD_RETURN_IF_ERROR(f.integers(*sup_j, "support_indices", kAny, sup));
   if (sup.empty()) return f.error("support_indices is empty");
-  const size_t n_sv = sup.size();
-  m.m_support_rows.resize(n_sv);
-  for (size_t s = 0; s < n_sv; ++s) {
+  std::vector<uint32_t> rows(sup.size());
+  for (size_t s = 0; s < sup.size(); ++s) {
     if (sup[s] < 0 || static_cast<size_t>(sup[s]) >= n_train)
       return f.error("support_indices[" + std::to_string(s) + "] = " + std::to_string(sup[s]) +
                      " is outside the " + std::to_string(n_train) + " training rows");
-    m.m_support_rows[s] = static_cast<uint32_t>(sup[s]);
+    rows[s] = static_cast<uint32_t>(sup[s]);
   }
+  return rows;
+}
+
+// Support vectors per class: n_support when given (summing to the support vectors), else counted
+// from the rows' classes.
+Result<std::vector<int64_t>> read_support_counts(const Json& j, const JsonFields& f,
+                                                 std::span<const uint32_t> rows,
+                                                 std::span<const int32_t> training_class, size_t k) {
   std::vector<int64_t> n_support(k, 0);
-  if (const Json* v = JsonFields::optional_member(j, "n_support")) {
-    ESCPOD_RETURN_IF_ERROR(f.integers(*v, "n_support", k, n_support));
-    int64_t total = 0;
-    for (int64_t c : n_support) {
-      if (c < 0) return f.error("n_support has a negative count");
-      total += c;
-    }
-    if (total != static_cast<int64_t>(n_sv))
-      return f.error("n_support sums to " + std::to_string(total) + " but support_indices has " +
-                     std::to_string(n_sv) + " entries");
-  } else {
-    for (uint32_t r : m.m_support_rows) ++n_support[static_cast<size_t>(m.m_training_class[r])];
+  const Json* v = JsonFields::optional_member(j, "n_support");
+  if (v == nullptr) {
+    for (uint32_t r : rows) ++n_support[static_cast<size_t>(training_class[r])];
+    return n_support;
   }
-  m.m_sv_start.assign(k + 1, 0);
+  ESCPOD_RETURN_IF_ERROR(f.integers(*v, "n_support", k, n_support));
+  int64_t total = 0;
+  for (int64_t c : n_support) {
+    if (c < 0) return f.error("n_support has a negative count");
+    total += c;
+  }
+  if (total != static_cast<int64_t>(rows.size()))
+    return f.error("n_support sums to " + std::to_string(total) + " but support_indices has " +
+                   std::to_string(rows.size()) + " entries");
+  return n_support;
+}
+
+Result<SupportVectors> read_support_vectors(const Json& j, const JsonFields& f,
+                                            std::span<const int32_t> training_class, size_t k) {
+  SupportVectors sv;
+  ESCPOD_ASSIGN_OR_RETURN(sv.rows, read_support_rows(j, f, training_class.size()));
+  ESCPOD_ASSIGN_OR_RETURN(std::vector<int64_t> n_support,
+                          read_support_counts(j, f, sv.rows, training_class, k));
+  sv.start.assign(k + 1, 0);
+  for (size_t c = 0; c < k; ++c) sv.start[c + 1] = sv.start[c] + static_cast<size_t>(n_support[c]);
   for (size_t c = 0; c < k; ++c)
-    m.m_sv_start[c + 1] = m.m_sv_start[c] + static_cast<size_t>(n_support[c]);
-  for (size_t c = 0; c < k; ++c)
-    for (size_t s = m.m_sv_start[c]; s < m.m_sv_start[c + 1]; ++s)
-      if (m.m_training_class[m.m_support_rows[s]] != static_cast<int32_t>(c))
+    for (size_t s = sv.start[c]; s < sv.start[c + 1]; ++s)
+      if (training_class[sv.rows[s]] != static_cast<int32_t>(c))
         return f.error("support vector " + std::to_string(s) + " (training row " +
-                       std::to_string(m.m_support_rows[s]) + ") belongs to class index " +
-                       std::to_string(m.m_training_class[m.m_support_rows[s]]) +
+                       std::to_string(sv.rows[s]) + ") belongs to class index " +
+                       std::to_string(training_class[sv.rows[s]]) +
                        ", but n_support places it in class index " + std::to_string(c) +
                        " (support vectors must be grouped by class)");
+  return sv;
+}
 
-  // Dual coefficients, intercepts, Platt parameters.
+// Dual coefficients, intercepts and the optional Platt parameters.
+struct DecisionParams {
+  std::vector<double> dual_coef;  // (k - 1) x n_sv, row-major, as in the file
+  std::vector<double> intercept;  // per class pair
+  std::vector<double> prob_a, prob_b;  // per class pair, empty without Platt scaling
+};
+
+Result<DecisionParams> read_decision_params(const Json& j, const JsonFields& f, size_t k,
+                                            size_t n_sv) {
+  const size_t n_pairs = k * (k - 1) / 2;
+  DecisionParams d;
   ESCPOD_ASSIGN_OR_RETURN(const Json* dc_j, f.member(j, "dual_coef"));
   if (!dc_j->is_array() || dc_j->size() != k - 1)
     return f.error("dual_coef must have n_classes - 1 = " + std::to_string(k - 1) + " rows");
-  std::vector<double> dual_coef;  // (k - 1) x n_sv, row-major; kept only in decision order
-  dual_coef.reserve((k - 1) * n_sv);
+  d.dual_coef.reserve((k - 1) * n_sv);
+  std::vector<double> row;
   for (size_t r = 0; r + 1 < k; ++r) {
     ESCPOD_RETURN_IF_ERROR(
         f.doubles((*dc_j)[r], "dual_coef[" + std::to_string(r) + "] (one value per support vector)",
                   n_sv, row));
-    dual_coef.insert(dual_coef.end(), row.begin(), row.end());
+    d.dual_coef.insert(d.dual_coef.end(), row.begin(), row.end());
   }
   ESCPOD_ASSIGN_OR_RETURN(const Json* ic_j, f.member(j, "intercept"));
-  ESCPOD_RETURN_IF_ERROR(f.doubles(*ic_j, "intercept (one per class pair)", n_pairs, m.m_intercept));
+  ESCPOD_RETURN_IF_ERROR(f.doubles(*ic_j, "intercept (one per class pair)", n_pairs, d.intercept));
   const Json* pa = JsonFields::optional_member(j, "prob_a");
   const Json* pb = JsonFields::optional_member(j, "prob_b");
   if ((pa == nullptr) != (pb == nullptr)) return f.error("prob_a and prob_b must come together");
   if (pa) {
-    ESCPOD_RETURN_IF_ERROR(f.doubles(*pa, "prob_a (one per class pair)", n_pairs, m.m_prob_a));
-    ESCPOD_RETURN_IF_ERROR(f.doubles(*pb, "prob_b (one per class pair)", n_pairs, m.m_prob_b));
+    ESCPOD_RETURN_IF_ERROR(f.doubles(*pa, "prob_a (one per class pair)", n_pairs, d.prob_a));
+    ESCPOD_RETURN_IF_ERROR(f.doubles(*pb, "prob_b (one per class pair)", n_pairs, d.prob_b));
   }
+  return d;
+}
 
-  // Kernel and DTW parameters.
-  if (const Json* kp = JsonFields::optional_member(j, "kernel_params")) {
-    ESCPOD_ASSIGN_OR_RETURN(const Json* g, f.member(*kp, "gamma"));
-    ESCPOD_ASSIGN_OR_RETURN(m.m_gamma, f.number(*g, "kernel_params.gamma"));
-    ESCPOD_ASSIGN_OR_RETURN(const Json* p, f.member(*kp, "power"));
-    ESCPOD_ASSIGN_OR_RETURN(m.m_power, f.number(*p, "kernel_params.power"));
-  } else {
-    return f.error("missing field 'kernel_params' (gamma, power)");
+// A DTW setting given at the top level, under "dtw", or both (then equal); not negative.
+// `found` says whether either was given (`out` is left alone otherwise).
+Status read_dtw_setting(const Json& j, const JsonFields& f, const char* key, bool integral,
+                        double& out, bool& found) {
+  found = false;
+  const Json* dtw_j = JsonFields::optional_member(j, "dtw");
+  const Json* top = JsonFields::optional_member(j, key);
+  const Json* nested = dtw_j ? JsonFields::optional_member(*dtw_j, key) : nullptr;
+  auto read_value = [&](const Json& v, const std::string& what) -> Result<double> {
+    if (!integral) return f.number(v, what);
+    ESCPOD_ASSIGN_OR_RETURN(int64_t x, f.integer(v, what));
+    return static_cast<double>(x);
+  };
+  double a = 0, b = 0;
+  if (top) {
+    ESCPOD_ASSIGN_OR_RETURN(a, read_value(*top, key));
   }
-  if (!(m.m_gamma > 0.0)) return f.error("kernel_params.gamma must be > 0");
-  if (!(m.m_power > 0.0)) return f.error("kernel_params.power must be > 0");
+  if (nested) {
+    ESCPOD_ASSIGN_OR_RETURN(b, read_value(*nested, std::string("dtw.") + key));
+  }
+  if (top && nested && a != b) return f.error(std::string(key) + " and dtw." + key + " disagree");
+  if (top || nested) {
+    found = true;
+    out = top ? a : b;
+    if (out < 0) return f.error(std::string(key) + " must not be negative");
+  }
+  return Status::ok();
+}
+
+// How a fingerprint is compared with the training rows: the kernel exp(-gamma d^power) over DTW
+// distances d.
+struct KernelSettings {
+  double gamma = 1.0, power = 1.0;
+  bool f32 = false;  // kernel.distance_dtype float32
+  DtwParams dtw;
+  bool weighted = false;  // use_kernel_weighted
+};
+
+Result<KernelSettings> read_kernel_settings(const Json& j, const JsonFields& f) {
+  KernelSettings k;
+  const Json* kp = JsonFields::optional_member(j, "kernel_params");
+  if (kp == nullptr) return f.error("missing field 'kernel_params' (gamma, power)");
+  ESCPOD_ASSIGN_OR_RETURN(const Json* g, f.member(*kp, "gamma"));
+  ESCPOD_ASSIGN_OR_RETURN(k.gamma, f.number(*g, "kernel_params.gamma"));
+  ESCPOD_ASSIGN_OR_RETURN(const Json* p, f.member(*kp, "power"));
+  ESCPOD_ASSIGN_OR_RETURN(k.power, f.number(*p, "kernel_params.power"));
+  if (!(k.gamma > 0.0)) return f.error("kernel_params.gamma must be > 0");
+  if (!(k.power > 0.0)) return f.error("kernel_params.power must be > 0");
   if (const Json* kj = JsonFields::optional_member(j, "kernel")) {
     if (const Json* dt = JsonFields::optional_member(*kj, "distance_dtype"); dt && dt->is_string()) {
-      m.m_kernel_f32 = dt->get<std::string>() == "float32";
+      k.f32 = dt->get<std::string>() == "float32";
     }
   }
-  const Json* dtw_j = JsonFields::optional_member(j, "dtw");
-  auto read_dtw = [&](const char* key, bool integral, double& out, bool& found) -> Status {
-    found = false;
-    const Json* top = JsonFields::optional_member(j, key);
-    const Json* nested = dtw_j ? JsonFields::optional_member(*dtw_j, key) : nullptr;
-    double a = 0, b = 0;
-    if (top) {
-      if (integral) {
-        ESCPOD_ASSIGN_OR_RETURN(int64_t x, f.integer(*top, key));
-        a = static_cast<double>(x);
-      } else {
-        ESCPOD_ASSIGN_OR_RETURN(a, f.number(*top, key));
-      }
-    }
-    if (nested) {
-      if (integral) {
-        ESCPOD_ASSIGN_OR_RETURN(int64_t x, f.integer(*nested, std::string("dtw.") + key));
-        b = static_cast<double>(x);
-      } else {
-        ESCPOD_ASSIGN_OR_RETURN(b, f.number(*nested, std::string("dtw.") + key));
-      }
-    }
-    if (top && nested && a != b)
-      return f.error(std::string(key) + " and dtw." + key + " disagree");
-    if (top || nested) {
-      found = true;
-      out = top ? a : b;
-      if (out < 0) return f.error(std::string(key) + " must not be negative");
-    }
-    return Status::ok();
-  };
   double window = 0, penalty = 0;
   bool found = false;
-  ESCPOD_RETURN_IF_ERROR(read_dtw("window", true, window, found));
-  ESCPOD_RETURN_IF_ERROR(read_dtw("penalty", false, penalty, found));
-  m.m_dtw.window = static_cast<size_t>(window);
-  m.m_dtw.penalty = penalty;
+  ESCPOD_RETURN_IF_ERROR(read_dtw_setting(j, f, "window", true, window, found));
+  ESCPOD_RETURN_IF_ERROR(read_dtw_setting(j, f, "penalty", false, penalty, found));
+  k.dtw.window = static_cast<size_t>(window);
+  k.dtw.penalty = penalty;
   if (const Json* v = JsonFields::optional_member(j, "use_kernel_weighted")) {
-    ESCPOD_ASSIGN_OR_RETURN(m.m_kernel_weighted, f.boolean(*v, "use_kernel_weighted"));
+    ESCPOD_ASSIGN_OR_RETURN(k.weighted, f.boolean(*v, "use_kernel_weighted"));
   }
+  return k;
+}
 
-  // Labels, thresholds, noise class.
+// What each class index is called and when it is called.
+struct LabelSettings {
+  std::vector<int32_t> labels;  // per class index, -1 = noise
+  int32_t noise_index = -1;
+  std::vector<double> thresholds;  // per class index, empty when not given
+  std::vector<int32_t> barcodes;
+  std::vector<std::string> output_columns;  // "p03" ... "p-1"
+};
+
+Result<std::vector<int32_t>> read_label_mapper(const Json& j, const JsonFields& f, size_t k) {
   ESCPOD_ASSIGN_OR_RETURN(const Json* lm_j, f.member(j, "label_mapper"));
   if (!lm_j->is_object()) return f.error("label_mapper must be an object {class index: label}");
   if (lm_j->size() != k)
     return f.error("label_mapper has " + std::to_string(lm_j->size()) + " entries, expected " +
                    std::to_string(k) + " (one per class index)");
-  m.m_labels.resize(k);
+  std::vector<int32_t> labels(k);
   for (size_t c = 0; c < k; ++c) {
     const std::string key = std::to_string(c);
     auto it = lm_j->find(key);
@@ -364,30 +438,85 @@ Result<WarpDemuxModel> detail::ModelBuilder::dtw_svm(const Json& j, const std::f
     ESCPOD_ASSIGN_OR_RETURN(int64_t lab, f.integer(*it, "label_mapper[\"" + key + "\"]"));
     if (lab < std::numeric_limits<int32_t>::min() || lab > std::numeric_limits<int32_t>::max())
       return f.error("label_mapper[\"" + key + "\"] is out of range");
-    m.m_labels[c] = static_cast<int32_t>(lab);
-    if (lab == kUnclassifiedLabel) m.m_noise_index = static_cast<int32_t>(c);
+    labels[c] = static_cast<int32_t>(lab);
   }
+  return labels;
+}
+
+Result<LabelSettings> read_label_settings(const Json& j, const JsonFields& f, size_t k) {
+  LabelSettings s;
+  ESCPOD_ASSIGN_OR_RETURN(s.labels, read_label_mapper(j, f, k));
+  for (size_t c = 0; c < k; ++c)
+    if (s.labels[c] == kUnclassifiedLabel) s.noise_index = static_cast<int32_t>(c);
   bool noise_class = false;
   if (const Json* v = JsonFields::optional_member(j, "noise_class")) {
     ESCPOD_ASSIGN_OR_RETURN(noise_class, f.boolean(*v, "noise_class"));
   }
-  if (noise_class && m.m_noise_index < 0)
+  if (noise_class && s.noise_index < 0)
     return f.error("noise_class is true but no class maps to label -1 in label_mapper");
   if (const Json* v = JsonFields::optional_member(j, "thresholds")) {
-    ESCPOD_RETURN_IF_ERROR(f.doubles(*v, "thresholds (one per class)", k, m.m_thresholds));
+    ESCPOD_RETURN_IF_ERROR(f.doubles(*v, "thresholds (one per class)", k, s.thresholds));
   }
   if (const Json* v = JsonFields::optional_member(j, "barcodes")) {
     std::vector<int64_t> bc;
     ESCPOD_RETURN_IF_ERROR(f.integers(*v, "barcodes", kAny, bc));
-    for (int64_t b : bc) m.m_barcodes.push_back(static_cast<int32_t>(b));
+    for (int64_t b : bc) s.barcodes.push_back(static_cast<int32_t>(b));
   } else {
-    for (int32_t lab : m.m_labels)
-      if (lab != kUnclassifiedLabel) m.m_barcodes.push_back(lab);
+    for (int32_t lab : s.labels)
+      if (lab != kUnclassifiedLabel) s.barcodes.push_back(lab);
   }
-  for (int32_t lab : m.m_labels) m.m_output_columns.push_back(label_column(lab));
+  for (int32_t lab : s.labels) s.output_columns.push_back(label_column(lab));
+  return s;
+}
 
-  m.m_bank = DtwBank(rows, n_train, width);
-  m.build_decision_layout(dual_coef);
+}  // namespace
+
+Result<WarpDemuxModel> WarpDemuxModel::load(const std::filesystem::path& path) {
+  ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
+  return detail::ModelBuilder::dtw_svm(j, path);
+}
+
+// The file's parts are read (and checked) in file order, so the first fault reported is always
+// the same one.
+Result<WarpDemuxModel> detail::ModelBuilder::dtw_svm(const Json& j, const std::filesystem::path& path) {
+  const JsonFields f(path.string());
+  ESCPOD_RETURN_IF_ERROR(check_dtw_svm_kind(j, f));
+  ESCPOD_ASSIGN_OR_RETURN(ModelIdentity id, read_identity(j, f, path));
+  ESCPOD_ASSIGN_OR_RETURN(const std::vector<int64_t> classes, read_classes(j, f));
+  const size_t k = classes.size();
+  ESCPOD_ASSIGN_OR_RETURN(TrainingRows training, read_training_rows(j, f));
+  ESCPOD_ASSIGN_OR_RETURN(std::vector<int32_t> training_class,
+                          read_training_classes(j, f, classes, training.n));
+  ESCPOD_ASSIGN_OR_RETURN(SupportVectors sv, read_support_vectors(j, f, training_class, k));
+  ESCPOD_ASSIGN_OR_RETURN(DecisionParams decision, read_decision_params(j, f, k, sv.rows.size()));
+  ESCPOD_ASSIGN_OR_RETURN(const KernelSettings kernel, read_kernel_settings(j, f));
+  ESCPOD_ASSIGN_OR_RETURN(LabelSettings labels, read_label_settings(j, f, k));
+
+  WarpDemuxModel m;
+  m.m_path = path;
+  m.m_name = std::move(id.name);
+  m.m_chemistry = std::move(id.chemistry);
+  m.m_source = std::move(id.source);
+  m.m_class_rows.assign(k, 0);
+  for (int32_t c : training_class) ++m.m_class_rows[static_cast<size_t>(c)];
+  m.m_training_class = std::move(training_class);
+  m.m_support_rows = std::move(sv.rows);
+  m.m_sv_start = std::move(sv.start);
+  m.m_intercept = std::move(decision.intercept);
+  m.m_prob_a = std::move(decision.prob_a);
+  m.m_prob_b = std::move(decision.prob_b);
+  m.m_gamma = kernel.gamma;
+  m.m_power = kernel.power;
+  m.m_kernel_f32 = kernel.f32;
+  m.m_dtw = kernel.dtw;
+  m.m_kernel_weighted = kernel.weighted;
+  m.m_labels = std::move(labels.labels);
+  m.m_noise_index = labels.noise_index;
+  m.m_thresholds = std::move(labels.thresholds);
+  m.m_barcodes = std::move(labels.barcodes);
+  m.m_output_columns = std::move(labels.output_columns);
+  m.m_bank = DtwBank(training.values, training.n, training.width);
+  m.build_decision_layout(decision.dual_coef);
   return m;
 }
 
@@ -537,6 +666,79 @@ void WarpDemuxModel::decision_values(Scratch& s) const {
   decision_passes(in, decision_group_generic);
 }
 
+void WarpDemuxModel::kernel_values(Scratch& s, bool f32) const {
+  const size_t n_train = n_training();
+  if (f32) {
+    const auto neg_gamma = static_cast<float>(-m_gamma);
+    float* x = s.kernel_arg.data();
+    for (size_t r = 0; r < n_train; ++r) {
+      const auto d = static_cast<float>(s.distances[r]);
+      const float dp = m_power == 1.0 ? d : static_cast<float>(std::pow(static_cast<double>(d), m_power));
+      x[r] = neg_gamma * dp;
+    }
+    detail::exp_to_float(x, n_train, s.kernel.data());
+    return;
+  }
+  for (size_t r = 0; r < n_train; ++r) {
+    const double d = s.distances[r];
+    s.kernel[r] = std::exp(-m_gamma * (m_power == 1.0 ? d : std::pow(d, m_power)));
+  }
+}
+
+void WarpDemuxModel::pair_decisions(Scratch& s) const {
+  if (!m_kernel_weighted) return decision_values(s);
+  // Class score = mean kernel over the class's training rows; f_ab = score_a - score_b.
+  const size_t k = n_classes();
+  double* score = s.qp.data();
+  std::fill(score, score + k, 0.0);
+  for (size_t r = 0; r < n_training(); ++r) score[m_training_class[r]] += s.kernel[r];
+  for (size_t c = 0; c < k; ++c)
+    score[c] = m_class_rows[c] ? score[c] / static_cast<double>(m_class_rows[c]) : 0.0;
+  size_t pair = 0;
+  for (size_t a = 0; a < k; ++a)
+    for (size_t b = a + 1; b < k; ++b) s.decision[pair++] = score[a] - score[b];
+}
+
+void WarpDemuxModel::class_probabilities(Scratch& s, double* p) const {
+  const size_t k = n_classes();
+  size_t pair = 0;
+  if (has_platt()) {
+    constexpr double kMinProb = 1e-7;
+    for (size_t a = 0; a < k; ++a) {
+      for (size_t b = a + 1; b < k; ++b) {
+        double r = platt(s.decision[pair], m_prob_a[pair], m_prob_b[pair]);
+        r = std::min(std::max(r, kMinProb), 1.0 - kMinProb);
+        s.pairwise[pair] = r;
+        s.r[a * k + b] = r;
+        s.r[b * k + a] = 1.0 - r;
+        ++pair;
+      }
+    }
+    if (k == 2) {
+      p[0] = s.r[1];
+      p[1] = s.r[2];
+    } else {
+      couple(k, s.r.data(), s.q.data(), s.qp.data(), p);
+    }
+    return;
+  }
+  // escapepod without Platt parameters: each pair votes sigmoid(f) / 1 - sigmoid(f).
+  std::fill(p, p + k, 0.0);
+  for (size_t a = 0; a < k; ++a) {
+    for (size_t b = a + 1; b < k; ++b) {
+      const double sig = 1.0 / (1.0 + std::exp(-s.decision[pair]));
+      s.pairwise[pair] = sig;
+      p[a] += sig;
+      p[b] += 1.0 - sig;
+      ++pair;
+    }
+  }
+  double total = 0.0;
+  for (size_t c = 0; c < k; ++c) total += p[c];
+  if (total > 0.0)
+    for (size_t c = 0; c < k; ++c) p[c] /= total;
+}
+
 void WarpDemuxModel::classify(std::span<const double> fingerprint, Scratch& s, Classification& out,
                               KernelPrecision precision, DtwPrecision dtw) const {
   const size_t k = n_classes();
@@ -555,84 +757,12 @@ void WarpDemuxModel::classify(std::span<const double> fingerprint, Scratch& s, C
       s.sv_kernel.size() != n_support()) {
     s = make_scratch();
   }
-
   distances(fingerprint, s, s.distances, dtw);
-
-  const bool f32 = precision == KernelPrecision::kFloat32 ||
-                   (precision == KernelPrecision::kModelDefault && m_kernel_f32);
-  const size_t n_train = n_training();
-  if (f32) {
-    const auto neg_gamma = static_cast<float>(-m_gamma);
-    float* x = s.kernel_arg.data();
-    for (size_t r = 0; r < n_train; ++r) {
-      const auto d = static_cast<float>(s.distances[r]);
-      const float dp = m_power == 1.0 ? d : static_cast<float>(std::pow(static_cast<double>(d), m_power));
-      x[r] = neg_gamma * dp;
-    }
-    detail::exp_to_float(x, n_train, s.kernel.data());
-  } else {
-    for (size_t r = 0; r < n_train; ++r) {
-      const double d = s.distances[r];
-      s.kernel[r] = std::exp(-m_gamma * (m_power == 1.0 ? d : std::pow(d, m_power)));
-    }
-  }
-
-  // One-vs-one decision values.
-  size_t pair = 0;
-  if (m_kernel_weighted) {
-    // Class score = mean kernel over the class's training rows; f_ab = score_a - score_b.
-    double* score = s.qp.data();
-    std::fill(score, score + k, 0.0);
-    for (size_t r = 0; r < n_train; ++r) score[m_training_class[r]] += s.kernel[r];
-    for (size_t c = 0; c < k; ++c)
-      score[c] = m_class_rows[c] ? score[c] / static_cast<double>(m_class_rows[c]) : 0.0;
-    for (size_t a = 0; a < k; ++a)
-      for (size_t b = a + 1; b < k; ++b) s.decision[pair++] = score[a] - score[b];
-  } else {
-    decision_values(s);
-  }
-
-  // Probabilities.
+  kernel_values(s, precision == KernelPrecision::kFloat32 ||
+                       (precision == KernelPrecision::kModelDefault && m_kernel_f32));
+  pair_decisions(s);
   out.probabilities.resize(k);
-  double* p = out.probabilities.data();
-  if (has_platt()) {
-    constexpr double kMinProb = 1e-7;
-    pair = 0;
-    for (size_t a = 0; a < k; ++a) {
-      for (size_t b = a + 1; b < k; ++b) {
-        double r = platt(s.decision[pair], m_prob_a[pair], m_prob_b[pair]);
-        r = std::min(std::max(r, kMinProb), 1.0 - kMinProb);
-        s.pairwise[pair] = r;
-        s.r[a * k + b] = r;
-        s.r[b * k + a] = 1.0 - r;
-        ++pair;
-      }
-    }
-    if (k == 2) {
-      p[0] = s.r[1];
-      p[1] = s.r[2];
-    } else {
-      couple(k, s.r.data(), s.q.data(), s.qp.data(), p);
-    }
-  } else {
-    // escapepod without Platt parameters: each pair votes sigmoid(f) / 1 - sigmoid(f).
-    std::fill(p, p + k, 0.0);
-    pair = 0;
-    for (size_t a = 0; a < k; ++a) {
-      for (size_t b = a + 1; b < k; ++b) {
-        const double sig = 1.0 / (1.0 + std::exp(-s.decision[pair]));
-        s.pairwise[pair] = sig;
-        p[a] += sig;
-        p[b] += 1.0 - sig;
-        ++pair;
-      }
-    }
-    double total = 0.0;
-    for (size_t c = 0; c < k; ++c) total += p[c];
-    if (total > 0.0)
-      for (size_t c = 0; c < k; ++c) p[c] /= total;
-  }
-
+  class_probabilities(s, out.probabilities.data());
   apply_decision_rule(m_labels, m_thresholds, m_noise_index, TieRule::kFirstMax, out);
 }
 

@@ -1,6 +1,7 @@
 // Execution plan for one input shape: an ordered list of steps over one activation arena.
-// Built once per shape (planner.cpp), shared read-only by every worker; each worker binds it to
-// its Workspace (arena, scratchpad, per-step state such as oneDNN memory objects).
+// Built once per shape (build_plan in planner.cpp; its passes are listed in planner_ir.hpp),
+// shared read-only by every worker; each worker binds it to its Workspace (arena, scratchpad,
+// per-step state such as oneDNN memory objects).
 #pragma once
 
 #include <cstddef>

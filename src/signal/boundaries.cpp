@@ -422,6 +422,57 @@ MvsResult mvs_polya_check(std::span<const float> sig, int64_t adapter_end, int64
   return res;
 }
 
+namespace {
+
+// "MVS polya check failed: ..." naming the checks `r` failed.
+std::string mvs_fail_reason(const MvsResult& r) {
+  if (r.not_enough_signal) return "MVS polya check failed: not enough signal";
+  std::string s;
+  if (!r.mean_ok) s += "mean ";
+  if (!r.var_ok) s += "var ";
+  if (!r.med_ok) s += "med ";
+  if (!r.range_ok) s += "range ";
+  if (!r.shift_ok) s += "shift";
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return "MVS polya check failed: " + s;
+}
+
+// The poly(A) mean range: pA_mean_range, or when that is unbounded, the adapter median scaled by
+// pA_mean_adapter_med_scale_range (when that is bounded).
+Range polya_mean_range(const BoundaryConfig& cfg, float adapter_med) {
+  Range mean_range = cfg.pA_mean_range;
+  if (mean_range.unbounded() && !cfg.pA_mean_adapter_med_scale_range.unbounded()) {
+    const double med = static_cast<double>(adapter_med);
+    mean_range.lo = cfg.pA_mean_adapter_med_scale_range.lo * med;
+    mean_range.hi = cfg.pA_mean_adapter_med_scale_range.hi * med;
+  }
+  return mean_range;
+}
+
+// The MVS check of the non-zero candidates in order: true when the first passes (v.polya_end set
+// to it). After a failure the rest are still checked, as WarpDemuX does, so the reason given is
+// that of the last failing candidate.
+bool check_polya_candidates(std::span<const float> sig, int64_t adapter_end,
+                            std::span<const int64_t> polya_candidates, const BoundaryConfig& cfg,
+                            const Range& mean_range, BoundaryWork& work, Validation& v) {
+  bool success = true;
+  for (int64_t c : polya_candidates) {
+    if (c == 0) break;
+    const MvsResult r = mvs_polya_check(sig, adapter_end, c, cfg, mean_range, work);
+    if (!r.pass) {
+      success = false;
+      v.fail_reason = mvs_fail_reason(r);
+    }
+    if (success) {
+      v.polya_end = c;
+      break;
+    }
+  }
+  return success;
+}
+
+}  // namespace
+
 Validation validate_boundaries(std::span<const float> sig, int64_t adapter_end,
                                std::span<const int64_t> polya_candidates,
                                const BoundaryConfig& cfg, BoundaryWork& work) {
@@ -471,35 +522,8 @@ Validation validate_boundaries(std::span<const float> sig, int64_t adapter_end,
       success = false;
       v.fail_reason = "No polya detected (primary)";
     } else {
-      Range mean_range = cfg.pA_mean_range;
-      if (mean_range.unbounded() && !cfg.pA_mean_adapter_med_scale_range.unbounded()) {
-        const double med = static_cast<double>(adapter_med);
-        mean_range.lo = cfg.pA_mean_adapter_med_scale_range.lo * med;
-        mean_range.hi = cfg.pA_mean_adapter_med_scale_range.hi * med;
-      }
-      for (int64_t c : polya_candidates) {
-        if (c == 0) break;
-        const MvsResult r = mvs_polya_check(sig, adapter_end, c, cfg, mean_range, work);
-        if (!r.pass) {
-          success = false;
-          if (r.not_enough_signal) {
-            v.fail_reason = "MVS polya check failed: not enough signal";
-          } else {
-            std::string s;
-            if (!r.mean_ok) s += "mean ";
-            if (!r.var_ok) s += "var ";
-            if (!r.med_ok) s += "med ";
-            if (!r.range_ok) s += "range ";
-            if (!r.shift_ok) s += "shift";
-            while (!s.empty() && s.back() == ' ') s.pop_back();
-            v.fail_reason = "MVS polya check failed: " + s;
-          }
-        }
-        if (success) {
-          v.polya_end = c;
-          break;
-        }
-      }
+      success = check_polya_candidates(sig, adapter_end, polya_candidates, cfg,
+                                       polya_mean_range(cfg, adapter_med), work, v);
     }
   }
   v.success = success;

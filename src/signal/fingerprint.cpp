@@ -65,30 +65,13 @@ size_t round_half_even(double v) {
   return r <= 0.0 ? 0 : static_cast<size_t>(r);
 }
 
-}  // namespace
-
-FingerprintError barcode_fingerprint(std::span<const float> window_pa,
-                                     const FingerprintParams& params, FingerprintScratch& s,
-                                     std::span<double> fingerprint, FingerprintStats* stats) {
-  assert(fingerprint.size() == params.barcode_num_events);
-  std::fill(fingerprint.begin(), fingerprint.end(), std::numeric_limits<double>::quiet_NaN());
-  FingerprintStats local;
-  FingerprintStats& st = stats ? *stats : local;
-  st = FingerprintStats{};
-  const size_t n = window_pa.size();
-  st.n_samples = n;
-
-  for (float v : window_pa) {
-    if (!std::isfinite(v)) return FingerprintError::kNonFinite;
-  }
-  if (params.num_events == 0 || params.barcode_num_events == 0) {
-    return FingerprintError::kWindowTooShort;
-  }
-
-  // 2. Winsorise.
+// 2. Winsorise: s.window = window_pa clipped to median +- outlier_mads * MAD.
+FingerprintError winsorise(std::span<const float> window_pa, const FingerprintParams& params,
+                           FingerprintScratch& s, FingerprintStats& st) {
   const MedianMad mm = median_mad_f32(window_pa, s.work_f);
   st.window_median = mm.median;
   st.window_mad = mm.mad;
+  const size_t n = window_pa.size();
   if (n == 0) return FingerprintError::kWindowTooShort;
   if (!(mm.mad > 0.0f)) return FingerprintError::kMadZero;
   const double lo = static_cast<double>(mm.median) - params.outlier_mads * static_cast<double>(mm.mad);
@@ -100,16 +83,14 @@ FingerprintError barcode_fingerprint(std::span<const float> window_pa,
     const float v = window_pa[i];
     s.window[i] = v < lo ? lo_f : (v > hi ? hi_f : v);
   }
+  return FingerprintError::kNone;
+}
 
-  // 3. Segmentation widths.
-  const double per_event = static_cast<double>(n) / static_cast<double>(params.num_events);
-  const size_t w = std::min(params.max_stat_width, round_half_even(per_event));
-  const size_t gap = std::min(params.max_min_gap, round_half_even(per_event / 2.0));
-  st.stat_width = w;
-  st.min_gap = gap;
-  if (w == 0 || gap == 0 || n <= 2 * w) return FingerprintError::kWindowTooShort;
-
-  // 4. Change points.
+// 4. Change points: s.borders = 0, the num_events strongest t-statistic peaks (shifted by the
+// statistic's width w, ascending), n.
+FingerprintError event_borders(const FingerprintParams& params, size_t w, size_t gap,
+                               FingerprintScratch& s) {
+  const size_t n = s.window.size();
   const size_t n_t = n - 2 * w;
   s.tstat.resize(n_t);
   windowed_t_statistic(s.window, w, s.tstat);
@@ -132,9 +113,12 @@ FingerprintError barcode_fingerprint(std::span<const float> window_pa,
   }
   std::sort(s.borders.begin() + 1, s.borders.end());
   s.borders.push_back(n);
+  return FingerprintError::kNone;
+}
 
-  // 5. Event means, z-scored over all events.
-  const size_t n_events = k + 1;
+// 5. Event means and dwells between the borders, and their statistics.
+void event_statistics(FingerprintScratch& s, FingerprintStats& st) {
+  const size_t n_events = s.borders.size() - 1;
   s.means.resize(n_events);
   s.dwells.resize(n_events);
   for (size_t e = 0; e < n_events; ++e) {
@@ -151,7 +135,43 @@ FingerprintError barcode_fingerprint(std::span<const float> window_pa,
   st.event_mad = mad_f64(s.means, st.event_median, s.work_d);
   st.event_mean = numpy_mean(s.means);
   st.event_std = numpy_std(s.means, st.event_mean, s.work_d);
+}
+
+}  // namespace
+
+FingerprintError barcode_fingerprint(std::span<const float> window_pa,
+                                     const FingerprintParams& params, FingerprintScratch& s,
+                                     std::span<double> fingerprint, FingerprintStats* stats) {
+  assert(fingerprint.size() == params.barcode_num_events);
+  std::fill(fingerprint.begin(), fingerprint.end(), std::numeric_limits<double>::quiet_NaN());
+  FingerprintStats local;
+  FingerprintStats& st = stats ? *stats : local;
+  st = FingerprintStats{};
+  const size_t n = window_pa.size();
+  st.n_samples = n;
+
+  for (float v : window_pa) {
+    if (!std::isfinite(v)) return FingerprintError::kNonFinite;
+  }
+  if (params.num_events == 0 || params.barcode_num_events == 0) {
+    return FingerprintError::kWindowTooShort;
+  }
+  if (const FingerprintError e = winsorise(window_pa, params, s, st); e != FingerprintError::kNone) return e;
+
+  // 3. Segmentation widths.
+  const double per_event = static_cast<double>(n) / static_cast<double>(params.num_events);
+  const size_t w = std::min(params.max_stat_width, round_half_even(per_event));
+  const size_t gap = std::min(params.max_min_gap, round_half_even(per_event / 2.0));
+  st.stat_width = w;
+  st.min_gap = gap;
+  if (w == 0 || gap == 0 || n <= 2 * w) return FingerprintError::kWindowTooShort;
+
+  if (const FingerprintError e = event_borders(params, w, gap, s); e != FingerprintError::kNone) return e;
+  event_statistics(s, st);
   if (!(st.event_std > 0.0)) return FingerprintError::kSegmentStdZero;
+
+  // (end of 5) The last barcode_num_events event means, z-scored over all events.
+  const size_t n_events = s.means.size();
   if (n_events < params.barcode_num_events) return FingerprintError::kSegmentationFailed;
   const size_t first = n_events - params.barcode_num_events;
   for (size_t i = 0; i < params.barcode_num_events; ++i) {

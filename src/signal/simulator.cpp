@@ -270,40 +270,43 @@ Status check_params(const SimParams& p, const ReadSpec& spec) {
   return Status::ok();
 }
 
-}  // namespace
+// What varies from read to read, drawn first and always in this order (reproducibility depends
+// on it).
+struct ReadDraws {
+  double speed, read_offset, read_scale, slope, noise_sd, open_pore;
+  uint64_t open_len;
+};
 
-Status simulate_read(const KmerTable& table, const SimParams& p, const ReadSpec& spec, SimRng& rng,
-                     SimulatedRead& out) {
-  ESCPOD_RETURN_IF_ERROR(check_params(p, spec));
+ReadDraws draw_read(const SimParams& p, SimRng& rng) {
+  ReadDraws d{};
+  d.speed = std::exp(p.read_speed_log_sigma * rng.normal());
+  d.read_offset = p.read_offset_sd_pa * rng.normal();
+  d.read_scale = std::exp(p.read_scale_log_sigma * rng.normal());
+  d.slope = p.drift_sd_pa_per_10k * rng.normal() / 10000.0;
+  d.noise_sd = std::max(0.3 * p.noise_pa, p.noise_pa + p.noise_read_sd_pa * rng.normal());
+  d.open_pore = p.open_pore_pa + p.open_pore_sd_pa * rng.normal();
+  d.open_len = static_cast<uint64_t>(std::floor(rng.uniform() * (2.0 * p.open_pore_mean_samples + 1.0)));
+  return d;
+}
 
-  // Per-read draws, always in this order (reproducibility depends on it).
-  const double speed = std::exp(p.read_speed_log_sigma * rng.normal());
-  const double read_offset = p.read_offset_sd_pa * rng.normal();
-  const double read_scale = std::exp(p.read_scale_log_sigma * rng.normal());
-  const double slope = p.drift_sd_pa_per_10k * rng.normal() / 10000.0;
-  const double noise_sd = std::max(0.3 * p.noise_pa, p.noise_pa + p.noise_read_sd_pa * rng.normal());
-  const double open_pore = p.open_pore_pa + p.open_pore_sd_pa * rng.normal();
-  const auto open_len = static_cast<uint64_t>(
-      std::floor(rng.uniform() * (2.0 * p.open_pore_mean_samples + 1.0)));
-
-  // Molecule 5'->3': transcript, poly(A), barcode, adapter.
-  const size_t n_tx = spec.transcript.size();
-  const size_t n_pa = spec.polya_length;
-  const size_t n_bc = spec.barcode.size();
-  const size_t n_ad = spec.adapter.size();
-  std::string& mol = out.molecule;
+// Molecule 5'->3': transcript, poly(A), barcode, adapter.
+void build_molecule(const ReadSpec& spec, std::string& mol) {
   mol.clear();
-  mol.reserve(n_tx + n_pa + n_bc + n_ad);
+  mol.reserve(spec.transcript.size() + spec.polya_length + spec.barcode.size() + spec.adapter.size());
   mol.append(spec.transcript);
-  mol.append(n_pa, 'A');
+  mol.append(spec.polya_length, 'A');
   mol.append(spec.barcode);
   mol.append(spec.adapter);
-  const size_t n = mol.size();
-  out.levels.resize(n);
-  table.molecule_levels(mol, out.levels);
+}
 
-  // Base levels in pA, in molecule order.
-  const size_t pa_lo = n_tx, pa_hi = n_tx + n_pa;  // poly(A) bases [pa_lo, pa_hi)
+// Base levels in pA, in molecule order: the table's levels shifted and scaled per region, and
+// poly(A) a flat level with a random-walk wander, walked in signal order (3' first).
+void base_levels(const KmerTable& table, const SimParams& p, const ReadSpec& spec, SimRng& rng,
+                 SimulatedRead& out) {
+  const size_t n = out.molecule.size();
+  out.levels.resize(n);
+  table.molecule_levels(out.molecule, out.levels);
+  const size_t pa_lo = spec.transcript.size(), pa_hi = pa_lo + spec.polya_length;  // poly(A) bases
   for (size_t b = 0; b < n; ++b) {
     const float lv = out.levels[b];
     if (b < pa_lo) {
@@ -312,20 +315,20 @@ Status simulate_read(const KmerTable& table, const SimParams& p, const ReadSpec&
       out.levels[b] = static_cast<float>(p.adapter_shift_pa + p.adapter_scale_pa * lv);
     }
   }
-  // Poly(A): flat level with a random-walk wander, walked in signal order (3' first).
-  {
-    double wander = 0.0;
-    for (size_t b = pa_hi; b-- > pa_lo;) {
-      wander += p.polya_wander_pa * rng.normal();
-      out.levels[b] = static_cast<float>(p.polya_pa + wander);
-    }
+  double wander = 0.0;
+  for (size_t b = pa_hi; b-- > pa_lo;) {
+    wander += p.polya_wander_pa * rng.normal();
+    out.levels[b] = static_cast<float>(p.polya_pa + wander);
   }
+}
 
-  // Dwell per base, in signal order (index j = n - 1 - b).
+// Dwell per base, in signal order (index j = n - 1 - b); returns their sum.
+uint64_t draw_dwells(const SimParams& p, double speed, SimRng& rng, SimulatedRead& out) {
+  const size_t n = out.molecule.size();
   const double mean_dwell = p.sample_rate_hz / p.bases_per_second / speed;
   const double mu = std::log(mean_dwell) - 0.5 * p.dwell_log_sigma * p.dwell_log_sigma;
   out.dwell.resize(n);
-  uint64_t total = open_len;
+  uint64_t total = 0;
   for (size_t j = 0; j < n; ++j) {
     const double d = std::exp(mu + p.dwell_log_sigma * rng.normal());
     const double r = std::nearbyint(d);
@@ -333,14 +336,19 @@ Status simulate_read(const KmerTable& table, const SimParams& p, const ReadSpec&
     out.dwell[j] = dw;
     total += dw;
   }
+  return total;
+}
 
-  // Layout.
-  ReadLayout& L = out.layout;
+// Where each region lands in the signal (the adapter enters the pore first).
+ReadLayout read_layout(const ReadSpec& spec, std::span<const uint32_t> dwell, uint64_t open_len,
+                       uint64_t num_samples) {
+  const size_t n_ad = spec.adapter.size(), n_bc = spec.barcode.size(), n_pa = spec.polya_length;
   auto sum_dwell = [&](size_t j0, size_t j1) {
     uint64_t s = 0;
-    for (size_t j = j0; j < j1; ++j) s += out.dwell[j];
+    for (size_t j = j0; j < j1; ++j) s += dwell[j];
     return s;
   };
+  ReadLayout L;
   L.adapter_start = open_len;
   L.barcode_start = L.adapter_start + sum_dwell(0, n_ad);
   L.barcode_end = L.barcode_start + sum_dwell(n_ad, n_ad + n_bc);
@@ -348,25 +356,44 @@ Status simulate_read(const KmerTable& table, const SimParams& p, const ReadSpec&
   L.polya_start = L.barcode_end;
   L.polya_end = L.polya_start + sum_dwell(n_ad + n_bc, n_ad + n_bc + n_pa);
   L.transcript_start = L.polya_end;
-  L.num_samples = total;
+  L.num_samples = num_samples;
+  return L;
+}
 
-  // Samples.
-  out.adc.resize(total);
-  out.open_pore_pa = static_cast<float>(open_pore);
+// The ADC samples: open pore, then each base's level for its dwell, with the read's offset,
+// scale, drift and noise.
+void emit_samples(const SimParams& p, const ReadSpec& spec, const ReadDraws& d, SimRng& rng,
+                  SimulatedRead& out) {
+  out.adc.resize(out.layout.num_samples);
+  out.open_pore_pa = static_cast<float>(d.open_pore);
   const Calibration cal = spec.calibration;
-  const auto nsd = static_cast<float>(noise_sd);
+  const auto nsd = static_cast<float>(d.noise_sd);
   uint64_t t = 0;
   auto emit = [&](double level_pa, uint64_t count) {
-    const double base = read_offset + read_scale * level_pa;
+    const double base = d.read_offset + d.read_scale * level_pa;
     for (uint64_t i = 0; i < count; ++i, ++t) {
-      const float pa = static_cast<float>(base + slope * static_cast<double>(t)) + nsd * rng.fast_normal();
+      const float pa = static_cast<float>(base + d.slope * static_cast<double>(t)) + nsd * rng.fast_normal();
       out.adc[t] = pa_to_adc(pa, cal, p.adc_min, p.adc_max);
     }
   };
   // The open pore is not subject to the read's offset (the read has not started yet) but to the
   // same noise; emit() adds read_offset, so subtract it back out.
-  emit((open_pore - read_offset) / read_scale, open_len);
+  emit((d.open_pore - d.read_offset) / d.read_scale, d.open_len);
+  const size_t n = out.molecule.size();
   for (size_t j = 0; j < n; ++j) emit(out.levels[n - 1 - j], out.dwell[j]);
+}
+
+}  // namespace
+
+Status simulate_read(const KmerTable& table, const SimParams& p, const ReadSpec& spec, SimRng& rng,
+                     SimulatedRead& out) {
+  ESCPOD_RETURN_IF_ERROR(check_params(p, spec));
+  const ReadDraws d = draw_read(p, rng);
+  build_molecule(spec, out.molecule);
+  base_levels(table, p, spec, rng, out);
+  const uint64_t total = d.open_len + draw_dwells(p, d.speed, rng, out);
+  out.layout = read_layout(spec, out.dwell, d.open_len, total);
+  emit_samples(p, spec, d, rng, out);
   return Status::ok();
 }
 

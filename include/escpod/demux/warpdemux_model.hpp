@@ -122,7 +122,12 @@ class WarpDemuxModel {
 
   std::vector<int32_t> m_training_class;  // class index of each training row
   std::vector<size_t> m_class_rows;       // training rows per class (kernel-weighted mode)
-  void decision_values(Scratch& s) const;
+  // The steps of classify(), in order: s.kernel from s.distances; s.decision (one value per
+  // class pair); the class probabilities into `p` (n_classes() values).
+  void kernel_values(Scratch& s, bool f32) const;
+  void pair_decisions(Scratch& s) const;
+  void decision_values(Scratch& s) const;  // pair_decisions of the SVM (not kernel-weighted)
+  void class_probabilities(Scratch& s, double* p) const;
 
   std::vector<uint32_t> m_support_rows;   // training row of each support vector
   std::vector<size_t> m_sv_start;         // first support vector of class c (size k + 1)

@@ -23,6 +23,7 @@
 #include "escpod/signal/fingerprint.hpp"
 #include "escpod/pipeline/tables/report.hpp"
 #include "pipeline/ops/csv_text.hpp"
+#include "pipeline/demux/demux_read.hpp"
 #include "pipeline/ops/read_stream.hpp"
 
 namespace escpod::pipeline {
@@ -91,15 +92,7 @@ Result<Engine> make_engine(const DemuxOptions& o) {
   return e;
 }
 
-// One read on its way through the pipeline.
-// What the workers find out about one read.
-struct DemuxRead {
-  Boundaries bounds;
-  demux::Classification call;
-  std::string reason;  // why unclassified (empty when classified)
-  uint64_t n_decoded = 0;
-  std::vector<double> features;  // kept only when fingerprinting for training
-};
+using detail::DemuxRead;
 using ReadTask = detail::ReadTask<DemuxRead>;
 
 // The signal and fingerprint of one read of a head batch (kept until the batch is classified).
@@ -145,7 +138,7 @@ void classify_batch(const Engine& e, WorkerScratch& w) {
   for (size_t i = 0; i < n; ++i) {
     ReadTask& t = *w.tasks[i];
     std::swap(t.out.call, calls[i]);  // no copy: the buffers move between read and scratch
-    if (!t.out.call.is_classified()) t.out.reason = std::string(t.out.call.reason());
+    if (!t.out.call.is_classified()) t.out.reason.assign(t.out.call.reason());
   }
   w.prepared.clear();
   w.tasks.clear();
@@ -173,7 +166,7 @@ demux::PreparedRead prepare_for_head(const Engine& e, const ReadTask& t, const R
 
 // Featurizes one read into the next slot of the batch; classifies the batch when it is full.
 void add_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
-  t.out.call = demux::Classification{};
+  DemuxRead::reset_call(t.out.call);  // keeps its probabilities buffer
   t.out.call.status = demux::CallStatus::kNoFingerprint;
   ReadSlot& slot = w.slots[w.prepared.size()];
   const bool want_fingerprint = e.input.kind == demux::HeadInputKind::kFingerprint;
@@ -209,7 +202,7 @@ bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintP
   signal::calibrate_to_pa(w.adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, slot.pa);
   t.out.bounds = detector.detect(slot.pa, n, w.detector);
   if (!t.out.bounds.success) {
-    t.out.reason = "boundary detection failed: " + t.out.bounds.fail_reason;
+    t.out.reason.assign("boundary detection failed: ").append(t.out.bounds.fail_reason);
     return false;
   }
   if (!want_fingerprint) return true;
@@ -221,7 +214,7 @@ bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintP
       std::span<const float>(slot.pa).subspan(window.begin, window.size()), params, w.fingerprint,
       slot.features);
   if (err != signal::FingerprintError::kNone) {
-    t.out.reason = "no fingerprint: " + std::string(signal::fingerprint_error_reason(err));
+    t.out.reason.assign("no fingerprint: ").append(signal::fingerprint_error_reason(err));
     return false;
   }
   return true;

@@ -1,0 +1,166 @@
+// Fusion (planner_ir.hpp): rules applied one at a time, first match in node order, until none
+// applies; a fused node is marked dead, never removed, so node indices stay valid.
+#include <vector>
+
+#include "nn/planner_ir.hpp"
+
+namespace escpod::nn::detail {
+namespace {
+
+class Fusion {
+ public:
+  explicit Fusion(PlanIr& ir) : m_ir(ir) {}
+
+  void run() {
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      for (size_t i = 0; i < m_ir.nodes.size() && !changed; ++i) {
+        if (m_ir.nodes[i].dead) continue;
+        changed = fuse_silu(i) || fuse_bias(i) || fuse_eltwise(i) || fuse_lstm_flips(i);
+      }
+    }
+  }
+
+ private:
+  RtNode& node(int idx) { return m_ir.nodes[static_cast<size_t>(idx)]; }
+
+  std::vector<int> consumers(int id) const {
+    std::vector<int> c;
+    for (size_t i = 0; i < m_ir.nodes.size(); ++i) {
+      if (m_ir.nodes[i].dead) continue;
+      for (int v : m_ir.nodes[i].in) {
+        if (v == id) {
+          c.push_back(static_cast<int>(i));
+          break;
+        }
+      }
+    }
+    return c;
+  }
+  int producer(int id) const {
+    for (size_t i = 0; i < m_ir.nodes.size(); ++i) {
+      if (!m_ir.nodes[i].dead && m_ir.nodes[i].out == id) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  bool single_use(int id) const { return id != m_ir.output && consumers(id).size() == 1; }
+
+  static bool accepts_post_ops(const RtNode& r) {
+    return r.kind == RtKind::kConv || r.kind == RtKind::kMatMul || r.kind == RtKind::kEltwise ||
+           r.kind == RtKind::kBinary;
+  }
+  static std::vector<PostOp>& post_ops_of(RtNode& r) {
+    switch (r.kind) {
+      case RtKind::kConv: return r.conv.post_ops;
+      case RtKind::kMatMul: return r.mm.post_ops;
+      case RtKind::kBinary: return r.bin.post_ops;
+      default: return r.post;
+    }
+  }
+  const float* add_vectors(const float* a, const float* b, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (a ? a[i] : 0.0f) + b[i];
+    return m_ir.own(Tensor::floats({n}, std::move(v)))->f32.data();
+  }
+
+  // x * sigmoid(x) -> silu(x)
+  bool fuse_silu(size_t i) {
+    RtNode& r = m_ir.nodes[i];
+    if (!(r.kind == RtKind::kBinary && r.bin.kind == BinaryParams::Kind::kMul && r.in.size() == 2 &&
+          r.in[0] >= 0 && r.in[1] >= 0 && r.bin.post_ops.empty())) {
+      return false;
+    }
+    for (int side = 0; side < 2; ++side) {
+      const int s = r.in[static_cast<size_t>(side)], other = r.in[static_cast<size_t>(1 - side)];
+      const int pi = producer(s);
+      if (pi < 0) continue;
+      RtNode& sg = node(pi);
+      if (sg.kind == RtKind::kEltwise && sg.post.size() == 1 && sg.post[0].kind == PostOp::Kind::kSigmoid &&
+          sg.in[0] == other && single_use(s)) {
+        sg.dead = true;
+        r.kind = RtKind::kEltwise;
+        r.in = {other};
+        r.post = {PostOp{PostOp::Kind::kSilu, 1.0f, 0.0f}};
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Constant bias row after a MatMul, per-channel bias after a Conv.
+  bool fuse_bias(size_t i) {
+    RtNode& r = m_ir.nodes[i];
+    if (!(r.kind == RtKind::kBinary && r.bin.kind == BinaryParams::Kind::kAdd && r.bin.post_ops.empty())) {
+      return false;
+    }
+    const bool a_rt = r.in[0] >= 0;
+    const int src = a_rt ? r.in[0] : r.in[1];
+    const float* c = a_rt ? r.bin.b_const : r.bin.a_const;
+    const Shape& cs = a_rt ? r.bin.b_shape : r.bin.a_shape;
+    const int pi = c ? producer(src) : -1;
+    if (pi < 0 || !single_use(src)) return false;
+    RtNode& p = node(pi);
+    if (p.kind == RtKind::kMatMul && p.mm.post_ops.empty() && numel(cs) == p.mm.n && cs.back() == p.mm.n) {
+      p.mm.bias = add_vectors(p.mm.bias, c, p.mm.n);
+    } else if (p.kind == RtKind::kConv && p.conv.post_ops.empty() && cs.size() == 3 && numel(cs) == p.conv.oc &&
+               cs[1] == p.conv.oc) {
+      p.conv.bias = add_vectors(p.conv.bias, c, p.conv.oc);
+    } else {
+      return false;
+    }
+    p.out = r.out;
+    r.dead = true;
+    return true;
+  }
+
+  // Element-wise ops into their producer.
+  bool fuse_eltwise(size_t i) {
+    RtNode& r = m_ir.nodes[i];
+    if (r.kind != RtKind::kEltwise) return false;
+    const int pi = producer(r.in[0]);
+    if (pi < 0 || !single_use(r.in[0]) || !accepts_post_ops(node(pi))) return false;
+    RtNode& p = node(pi);
+    auto& ops = post_ops_of(p);
+    ops.insert(ops.end(), r.post.begin(), r.post.end());
+    p.out = r.out;
+    r.dead = true;
+    return true;
+  }
+
+  // flip -> LSTM -> (squeeze) -> flip  ==>  LSTM in the other direction.
+  bool fuse_lstm_flips(size_t i) {
+    RtNode& r = m_ir.nodes[i];
+    if (r.kind != RtKind::kLstm) return false;
+    const int pi = producer(r.in[0]);
+    if (pi < 0 || node(pi).kind != RtKind::kCopy || !node(pi).axis0_reverse || !single_use(r.in[0])) return false;
+    int tail = r.out;
+    int alias_idx = -1;
+    std::vector<int> c = consumers(tail);
+    if (c.size() == 1 && node(c[0]).kind == RtKind::kAlias && tail != m_ir.output) {
+      alias_idx = c[0];
+      tail = node(c[0]).out;
+      c = consumers(tail);
+    }
+    if (c.size() != 1 || tail == m_ir.output || node(c[0]).kind != RtKind::kCopy || !node(c[0]).axis0_reverse) {
+      return false;
+    }
+    RtNode& pre = node(pi);
+    RtNode& post = node(c[0]);
+    r.in[0] = pre.in[0];
+    r.lstm.reverse = !r.lstm.reverse;
+    pre.dead = true;
+    r.out = post.out;
+    post.dead = true;
+    if (alias_idx >= 0) node(alias_idx).dead = true;
+    return true;
+  }
+
+  PlanIr& m_ir;
+};
+
+}  // namespace
+
+void fuse(PlanIr& ir) { Fusion(ir).run(); }
+
+}  // namespace escpod::nn::detail
