@@ -203,7 +203,9 @@ struct FileReader::Impl {
     }
     // The pass's next batch; or the first of a pass: no mark yet, or far behind it (a second
     // pass over the table, which would otherwise release only each batch's own span).
-    const uintptr_t from = mark == 0 ? reinterpret_cast<uintptr_t>(reads_table_begin) : hi_u > mark ? mark : lo_u;
+    const uintptr_t from = mark == 0   ? reinterpret_cast<uintptr_t>(reads_table_begin)
+                           : hi_u > mark ? mark
+                                         : lo_u;
     if (!reads_dropped_until.compare_exchange_strong(mark, hi_u)) {
       drop_pages(lo, hi);  // another thread moved the mark meanwhile
       return;

@@ -24,8 +24,9 @@ long mapped_rss_kib(const std::filesystem::path& path) {
   bool inside = false;
   while (std::getline(smaps, line)) {
     const std::string first = line.substr(0, line.find(' '));
-    if (first.empty() || first.back() != ':') {  // a mapping's header: "lo-hi perms off dev inode path"
-      inside = line.size() >= want.size() && line.compare(line.size() - want.size(), want.size(), want) == 0;
+    if (first.empty() || first.back() != ':') {  // a mapping's header: "lo-hi perms ... path"
+      inside = line.size() >= want.size() &&
+               line.compare(line.size() - want.size(), want.size(), want) == 0;
     } else if (inside && first == "Rss:") {
       std::istringstream in(line.substr(4));
       long kib = 0;
