@@ -180,10 +180,10 @@ struct FileReader::Impl {
   const uint8_t* reads_table_end = nullptr;
   mutable std::atomic<uintptr_t> reads_dropped_until{0};
   // Drops reads batch b's pages once its values are copied out. Inside the mapped reads table,
-  // everything from the last mark up to the batch's end goes (IPC headers, dictionary messages
-  // and the pages the kernel mapped around them included: ~22 KB a batch otherwise, measured),
-  // so a forward pass keeps a bounded resident set whatever the read count. Dropping a page
-  // another thread still reads only costs it a re-read from the page cache.
+  // everything from below the last mark up to the batch's end goes (IPC headers, dictionary
+  // messages and the pages the kernel mapped around them included: see drop_behind), so a
+  // forward pass keeps a bounded resident set whatever the read count. Dropping a page another
+  // thread still reads only costs it a re-read from the page cache.
   void drop_reads_batch_pages(size_t b, const arrow::RecordBatch& rb) const {
     (void)b;
     const auto [lo, hi] = batch_span(rb);
@@ -192,19 +192,24 @@ struct FileReader::Impl {
       drop_pages(lo, hi);
       return;
     }
-    uintptr_t from = reads_dropped_until.load(std::memory_order_relaxed);
-    if (from == 0) from = reinterpret_cast<uintptr_t>(reads_table_begin);
-    if (reinterpret_cast<uintptr_t>(hi) <= from) {
-      drop_pages(lo, hi);  // behind the mark (out of order): its own span only
-      return;
-    }
-    uintptr_t seen = reads_dropped_until.load(std::memory_order_relaxed);
-    if (!reads_dropped_until.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(hi))) {
+    const auto lo_u = reinterpret_cast<uintptr_t>(lo), hi_u = reinterpret_cast<uintptr_t>(hi);
+    uintptr_t mark = reads_dropped_until.load(std::memory_order_relaxed);
+    if (mark != 0 && hi_u <= mark && mark - hi_u < kRemapSpan) {
+      // Just behind the mark (decoded out of order): its own span now; what the kernel mapped
+      // around it goes with the next forward release's look-behind.
       drop_pages(lo, hi);
       return;
     }
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    drop_pages(reinterpret_cast<const void*>(from & ~(page - 1)), hi);
+    // The pass's next batch; or the first of a pass: no mark yet, or far behind it (a second
+    // pass over the table, which would otherwise release only each batch's own span).
+    const uintptr_t from = mark == 0   ? reinterpret_cast<uintptr_t>(reads_table_begin)
+                           : hi_u > mark ? mark
+                                         : lo_u;
+    if (!reads_dropped_until.compare_exchange_strong(mark, hi_u)) {
+      drop_pages(lo, hi);  // another thread moved the mark meanwhile
+      return;
+    }
+    drop_behind(from, hi);
   }  // RecordBatchFileReader is not documented thread-safe
   Result<std::shared_ptr<arrow::RecordBatch>> reads_batch(size_t b) const {
     if (read_batches[b]) return read_batches[b];
@@ -259,14 +264,32 @@ struct FileReader::Impl {
   // Releases the whole pages inside [lo, hi) from this process's resident set. Always safe for
   // this read-only file mapping: a later access maps the page in again from the page cache.
   void drop_pages(const void* lo, const void* hi) const {
+    drop_range(reinterpret_cast<uintptr_t>(lo), reinterpret_cast<uintptr_t>(hi));
+  }
+  void drop_range(uintptr_t lo, uintptr_t hi) const {
+    if (!map_begin) return;
     // Only ever the file's own mapping (MADV_DONTNEED would zero anonymous memory).
-    lo = std::max<const void*>(lo, map_begin);
-    hi = std::min<const void*>(hi, map_begin + map_size);
-    if (!map_begin || lo >= hi) return;
+    lo = std::max(lo, reinterpret_cast<uintptr_t>(map_begin));
+    hi = std::min(hi, reinterpret_cast<uintptr_t>(map_begin) + map_size);
+    if (lo >= hi) return;
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const uintptr_t a = (reinterpret_cast<uintptr_t>(lo) + page - 1) & ~(page - 1);
-    const uintptr_t b = reinterpret_cast<uintptr_t>(hi) & ~(page - 1);
+    const uintptr_t a = (lo + page - 1) & ~(page - 1);
+    const uintptr_t b = hi & ~(page - 1);
     if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
+  // A fault maps more than the page it touches: fault-around (64 KiB by default) and, on recent
+  // kernels, the whole large folio of the page cache around it, always inside the 2 MiB that
+  // one page table covers. A forward pass that faults just above the mark up to which it has
+  // released so maps pages below the mark again, and a release that starts at the mark never
+  // sees them: ~20 KB a reads batch of 1,000 rows stayed mapped until the pass ended (45 MiB
+  // at 3 M reads, 6 at 300 k; bench/results/memory.md, Session 7).
+  static constexpr uintptr_t kRemapSpan = uintptr_t{2} << 20;
+  // Releases [mark, hi) of a forward pass and everything from the kRemapSpan boundary one span
+  // below the mark (pages mapped again by faults above it, and those of batches released just
+  // behind it out of order). The look-behind is empty page tables, cheap to walk.
+  void drop_behind(uintptr_t mark, const void* hi) const {
+    const uintptr_t from = mark > kRemapSpan ? (mark - kRemapSpan) & ~(kRemapSpan - 1) : 0;
+    drop_range(from, reinterpret_cast<uintptr_t>(hi));
   }
   // Releases are batched: each is a TLB shootdown on every core running our threads (~23 us).
   static constexpr ptrdiff_t kDropStride = 16 << 20;
@@ -279,7 +302,7 @@ struct FileReader::Impl {
     void reached(const uint8_t* start, const uint8_t* done_to) {
       if (!m_from) m_from = start;
       if (done_to - m_from >= kDropStride) {
-        m_im.drop_pages(m_from, done_to);
+        m_im.drop_behind(reinterpret_cast<uintptr_t>(m_from), done_to);
         m_from = done_to;
       }
     }
@@ -1292,7 +1315,7 @@ void FileReader::drop_signal_pages(uint64_t end_row, const ReleaseHook& before) 
   // Another caller advancing the mark concurrently drops its own range; only one drops this one.
   if (!im.signal_dropped_until.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(hi))) return;
   if (before) before(reinterpret_cast<const void*>(start), hi);
-  im.drop_pages(reinterpret_cast<const void*>(start), hi);
+  im.drop_behind(start, hi);
 }
 
 void FileReader::drop_signal_pages_behind(const ReadBatch& done, const ReleaseHook& before) const {
