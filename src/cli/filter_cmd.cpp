@@ -51,9 +51,10 @@ Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
               report.missing_ids.front().to_string());
   }
   if (report.n_files_indexed > 0) {
-    log::info("kept {} reads ({} samples) in {}; {} of {} inputs located through the read-id index",
+    log::info("kept {} reads ({} samples) in {}; {} of {} inputs located through the read-id index "
+              "({} holding none of the ids not opened)",
               report.copied.n_reads, report.copied.n_samples, opts.output, report.n_files_indexed,
-              files.size());
+              files.size(), report.n_files_not_opened);
   } else {
     log::info("kept {} of {} reads ({} samples) in {}", report.copied.n_reads, report.n_reads_seen,
               report.copied.n_samples, opts.output);
