@@ -105,8 +105,8 @@ struct BatchLayout {
 // How much FileReader::open checks up front.
 struct OpenOptions {
   // true: every reads batch is validated at open (a damaged reads table fails the open).
-  // false: only the footer, the schemas and the last reads batch (dictionaries) are checked at
-  // open; each other batch is validated when it is decoded (read_batch, read_batch_rows,
+  // false: only the footer, the schemas and the last reads batch's dictionaries are checked at
+  // open; each batch is validated when it is decoded (read_batch, read_batch_rows,
   // read_batch_ids). The signal batches' row counts are then taken from the Arrow IPC metadata
   // alone and each signal batch is loaded and validated on first use (signal_table_info loads
   // them all; drop_signal_pages does nothing), so pulling a few reads costs the same whatever
