@@ -21,6 +21,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <zlib.h>
+
 #include "escpod/core/log.hpp"
 #include "escpod/core/progress.hpp"
 #include "escpod/core/staged_file.hpp"
@@ -70,25 +72,11 @@ uint32_t bits_for(uint64_t n_records) {
   return bits;
 }
 
-// CRC-32 (IEEE 802.3, reflected), table driven.
-const std::array<uint32_t, 256>& crc_table() {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  return table;
-}
+// CRC-32 (IEEE 802.3, reflected) through zlib: each lookup checks one bucket (~3.5 KB), and
+// zlib's is several times faster than a byte-at-a-time table (perf: the table version was the
+// largest part of a lookup's own CPU).
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
-  const auto& t = crc_table();
-  const auto* p = static_cast<const uint8_t*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = t[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(data), n));
 }
 uint32_t crc32(const void* data, size_t n) { return crc32_update(0, data, n); }
 
