@@ -69,6 +69,7 @@ def main():
     machine = subprocess.run(["sh", "-c", "lscpu | grep 'Model name' | cut -d: -f2"],
                              capture_output=True, text=True).stdout.strip()
     pod5_wall = med("pod5 filter")
+    pod5_cpu = med("pod5 filter", "cpu_s")
     lines = [
         "# Read-id index: pulling reads by id",
         "",
@@ -81,12 +82,12 @@ def main():
         f".venv/bin/python bench/tools/run_index_bench.py --build build --repeat {args.repeat}",
         "```",
         "",
-        "| command | wall s (median) | CPU s | peak RSS MiB | `pod5 filter` wall / this |",
-        "|---|---|---|---|---|",
+        "| command | wall s (median) | CPU s (median) | peak RSS MiB | `pod5 filter` wall / this | `pod5 filter` CPU / this |",
+        "|---|---|---|---|---|---|",
     ]
     for name in jobs:
         lines.append(f"| {name} | {med(name):.3f} | {med(name, 'cpu_s'):.3f} | {med(name, 'rss_mib'):.0f} | "
-                     f"{pod5_wall / med(name):.1f}x |")
+                     f"{pod5_wall / med(name):.1f}x | {pod5_cpu / med(name, 'cpu_s'):.1f}x |")
     lines += [
         "",
         f"Index of the set: built in {build_run['wall_s']:.2f} s ({build_run['cpu_s']:.2f} s CPU, "
@@ -95,6 +96,8 @@ def main():
         f"{update_run['wall_s']:.3f} s.",
         "",
         f"Runs (wall s): " + "; ".join(f"{k}: " + ", ".join(f"{m['wall_s']:.3f}" for m in v) for k, v in runs.items()),
+        "",
+        f"Runs (CPU s): " + "; ".join(f"{k}: " + ", ".join(f"{m['cpu_s']:.3f}" for m in v) for k, v in runs.items()),
         "",
     ]
     text = "\n".join(lines)

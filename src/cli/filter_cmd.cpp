@@ -51,9 +51,10 @@ Status run_filter(const FilterCliOptions& opts, const GlobalOptions& global) {
               report.missing_ids.front().to_string());
   }
   if (report.n_files_indexed > 0) {
-    log::info("kept {} reads ({} samples) in {}; {} of {} inputs located through the read-id index",
+    log::info("kept {} reads ({} samples) in {}; {} of {} inputs located through the read-id index "
+              "({} holding none of the ids not opened)",
               report.copied.n_reads, report.copied.n_samples, opts.output, report.n_files_indexed,
-              files.size());
+              files.size(), report.n_files_not_opened);
   } else {
     log::info("kept {} of {} reads ({} samples) in {}", report.copied.n_reads, report.n_reads_seen,
               report.copied.n_samples, opts.output);
@@ -69,7 +70,8 @@ void register_filter(CLI::App& app, GlobalOptions& global) {
       "filter",
       "Write the reads meeting every criterion (AND) to one POD5 file.\n"
       "With --ids, inputs covered by a fresh read-id index (`escpod index`) decode only the\n"
-      "rows holding the listed reads; the output is the same.\n"
+      "rows holding the listed reads, and those holding none are not opened; the reads written\n"
+      "are the same (run infos only those of the inputs opened).\n"
       "  escpod filter runs/ --ids wanted.txt -o wanted.pod5\n"
       "  escpod filter reads.pod5 --min-samples 4000 --exclude-end-reason mux_change -o long.pod5\n"
       "  escpod filter runs/ --annotation barcode=BC01 --annotation barcode=BC02 -o bc1_2.pod5\n"

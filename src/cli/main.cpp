@@ -5,6 +5,9 @@
 #include <cstdio>
 
 #include "cli/command.hpp"
+#ifdef ESCPOD_CLI_FRONT
+#include "cli/front.hpp"
+#endif
 #include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/core/progress.hpp"
@@ -58,21 +61,26 @@ int main(int argc, char** argv) {
   cli::register_repack(app, global);
   cli::register_merge(app, global);
   cli::register_filter(app, global);
-  cli::register_bam_filter(app, global);
   cli::register_subset(app, global);
   cli::register_summary(app, global);
   cli::register_annotate(app, global);
   cli::register_index(app, global);
+  cli::register_recover(app, global);
+#ifdef ESCPOD_CLI_FRONT
+  // The front (cli/front.hpp) runs the commands above; anything else runs in escpod-full.
+  if (!cli::runs_in_front(app, argc, argv)) return cli::exec_full(argv);
+#else
+  cli::register_bam_filter(app, global);
   cli::register_report(app, global);
   cli::register_simulate(app, global);
-  cli::register_recover(app, global);
-#if defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)
+#endif
+#if !defined(ESCPOD_CLI_FRONT) && defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)
   cli::register_demux(app, global);
 #endif
-#ifdef ESCPOD_HAVE_NN
+#if !defined(ESCPOD_CLI_FRONT) && defined(ESCPOD_HAVE_NN)
   cli::register_model(app, global);
 #endif
-#ifdef ESCPOD_HAVE_FAST5
+#if !defined(ESCPOD_CLI_FRONT) && defined(ESCPOD_HAVE_FAST5)
   cli::register_convert(app, global);
 #endif
 

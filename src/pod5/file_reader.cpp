@@ -219,9 +219,21 @@ struct FileReader::Impl {
       batch = reads_reader->ReadRecordBatch(static_cast<int>(b));
     }
     if (!batch.ok()) return from_arrow(batch.status(), where() + ": reads batch " + std::to_string(b));
+    const uint64_t want = read_batch_first[b + 1] - read_batch_first[b];
+    if (static_cast<uint64_t>((*batch)->num_rows()) != want) {
+      return Status::corrupt(where() + ": reads batch " + std::to_string(b) + " holds " +
+                             std::to_string((*batch)->num_rows()) + " rows, " + std::to_string(want) +
+                             " expected (" + read_rows_source + ")");
+    }
     return std::move(*batch);
   }
   std::vector<uint64_t> read_batch_first;  // prefix sums of rows
+  // Batch row counts given at open (OpenOptions::layout): batches are then not read at open,
+  // and each is checked against its count when loaded. Where the counts came from, for errors.
+  const BatchLayout* given_layout = nullptr;  // only during open()
+  const char* read_rows_source = "read at open";
+  const char* signal_rows_source = "its IPC metadata";
+  std::vector<uint64_t> given_signal_first;  // prefix sums of the given signal row counts
   // Signal table: schema checked at open, batches loaded on first use (ensure_signal).
   std::shared_ptr<arrow::ipc::RecordBatchFileReader> signal_reader;
   // Without a signal_reader (a file rebuilt by recovery): the signal batches themselves.
@@ -349,12 +361,26 @@ struct FileReader::Impl {
 
   Result<std::shared_ptr<arrow::ipc::RecordBatchFileReader>> open_table(
       const detail::EmbeddedTable& t, const char* what) {
-    auto buffer = file->ReadAt(t.offset, t.length);
+    auto buffer = table_bytes(t);
     if (!buffer.ok()) return from_arrow(buffer.status(), where() + ": " + what + " table");
     auto reader = arrow::ipc::RecordBatchFileReader::Open(
         std::make_shared<arrow::io::BufferReader>(*buffer));
     if (!reader.ok()) return from_arrow(reader.status(), where() + ": " + what + " table");
     return *reader;
+  }
+
+  // A table's bytes, a zero-copy slice of the mapping. MemoryMappedFile::ReadAt also advises the
+  // kernel to read the whole range ahead (MADV_WILLNEED): right for a pass over every batch, but
+  // a random-access open (lazy_signal) would pay a page-cache walk over the whole signal table
+  // for the few batches it touches (measured: ~5% of pulling 100 reads out of 10 files), so it
+  // takes a plain view of the mapping instead (the mapping, held by `file`, outlives it).
+  arrow::Result<std::shared_ptr<arrow::Buffer>> table_bytes(const detail::EmbeddedTable& t) const {
+    if (!lazy_signal) return file->ReadAt(t.offset, t.length);
+    if (t.offset < 0 || t.length < 0 || static_cast<uint64_t>(t.offset) > map_size ||
+        static_cast<uint64_t>(t.length) > map_size - static_cast<uint64_t>(t.offset)) {
+      return arrow::Status::IOError("table at ", t.offset, " (", t.length, " bytes) outside the file");
+    }
+    return std::make_shared<arrow::Buffer>(map_begin + t.offset, t.length);
   }
 
   Status check_metadata(const arrow::Schema& schema, const char* what) {
@@ -380,6 +406,9 @@ struct FileReader::Impl {
   Status load_signal_batches() const;
   Status make_signal_view(int b, SignalBatchView* v) const;
   bool signal_layout_from_metadata() const;
+  // Lazy signal over batches whose row prefix sums are `first` (size n_batches + 1).
+  void adopt_signal_layout(std::vector<uint64_t> first) const;
+  Status check_given_layout(const BatchLayout& layout, int n_read_batches) const;
   // Batch b's view, loading it first in lazy mode; nullptr with *status set when it fails.
   const SignalBatchView* batch_view(size_t b, Status* status) const;
   // A table's batches: from its Arrow file reader, or given (recovery).
@@ -393,10 +422,32 @@ struct FileReader::Impl {
   Status decode_batch(size_t batch_idx, ReadBatch* out) const;
   Status decode_rows(size_t batch_idx, const arrow::RecordBatch& rb, uint64_t first_read_idx,
                      ReadBatch* out) const;
+  Status check_signal_owners(const ReadBatch& batch) const;
   // Validates `rb` (a reads batch or a slice of one) unless open already did.
   Status check_batch(const arrow::RecordBatch& rb, size_t batch_idx) const {
     if (validated_at_open) return Status::ok();
     return from_arrow(rb.ValidateFull(), where() + ": reads batch " + std::to_string(batch_idx));
+  }
+  // check_batch for the few rows read_batch_rows decodes: what decode_rows relies on, without
+  // ValidateFull's walk over every column (and each dictionary again) for a one-row slice
+  // (measured: a third of the decoding cost of pulling reads by id). Validate() checks every
+  // buffer is large enough for the rows; decode_rows checks the dictionary indices; here, the
+  // signal row lists' offsets.
+  Status check_slice(const arrow::RecordBatch& rb, size_t batch_idx) const {
+    if (validated_at_open) return Status::ok();
+    const std::string ctx = where() + ": reads batch " + std::to_string(batch_idx);
+    ESCPOD_RETURN_IF_ERROR(from_arrow(rb.Validate(), ctx));
+    const auto& list = static_cast<const arrow::ListArray&>(*column(rb, "signal"));
+    const int32_t* offs = list.raw_value_offsets();
+    const int64_t n_values = list.values()->length();
+    for (int64_t i = 0; i < rb.num_rows(); ++i) {
+      if (offs[i] < 0 || offs[i] > offs[i + 1] || offs[i + 1] > n_values) {
+        return Status::corrupt(ctx + " row " + std::to_string(i) + ": signal row list offsets " +
+                               std::to_string(offs[i]) + ".." + std::to_string(offs[i + 1]) + " outside " +
+                               std::to_string(n_values) + " values");
+      }
+    }
+    return Status::ok();
   }
   // The batch holding global signal row `row`; nullptr when out of range or (lazy) the batch
   // fails to load (then *status says why, if given).
@@ -447,7 +498,11 @@ Status FileReader::Impl::check_signal_schema(const arrow::Schema& schema) {
 
 Status FileReader::Impl::ensure_signal() const {
   std::call_once(signal_once, [this] {
-    if (lazy_signal && signal_layout_from_metadata()) {
+    if (lazy_signal && !given_signal_first.empty()) {
+      adopt_signal_layout(given_signal_first);
+      lazy_ready = true;
+      signal_status = Status::ok();
+    } else if (lazy_signal && signal_layout_from_metadata()) {
       lazy_ready = true;
       signal_status = Status::ok();
     } else {
@@ -550,6 +605,12 @@ bool FileReader::Impl::signal_layout_from_metadata() const {
   // The headers read above are spread over the whole table (and the kernel maps pages around
   // each): release them, or every batch's neighbourhood stays resident.
   drop_pages(signal_table_begin, signal_table_begin + signal_table_size);
+  adopt_signal_layout(std::move(first));
+  return true;
+}
+
+void FileReader::Impl::adopt_signal_layout(std::vector<uint64_t> first) const {
+  const size_t n_blocks = first.size() - 1;
   signal_batch_first = std::move(first);
   signal_batches.assign(n_blocks, SignalBatchView{});
   batch_once = std::make_unique<std::once_flag[]>(n_blocks);
@@ -557,11 +618,23 @@ bool FileReader::Impl::signal_layout_from_metadata() const {
   signal_info.n_batches = n_blocks;
   signal_info.n_rows = signal_batch_first.back();
   const uint64_t stride = n_blocks > 0 ? signal_batch_first[1] : 0;
-  for (uint32_t b = 1; b < n_blocks; ++b) {
+  for (size_t b = 1; b < n_blocks; ++b) {
     const uint64_t rows = signal_batch_first[b + 1] - signal_batch_first[b];
     if ((b + 1 < n_blocks && rows != stride) || (b + 1 == n_blocks && rows > stride)) signal_info.uniform = false;
   }
-  return true;
+}
+
+// A layout given at open must have as many batches as the file's tables (their IPC footers).
+Status FileReader::Impl::check_given_layout(const BatchLayout& layout, int n_read_batches) const {
+  const auto n_signal = static_cast<size_t>(n_signal_batches());
+  if (layout.read_batch_rows.size() != static_cast<size_t>(n_read_batches) ||
+      layout.signal_batch_rows.size() != n_signal) {
+    return Status::corrupt(where() + ": has " + std::to_string(n_read_batches) + " reads and " +
+                           std::to_string(n_signal) + " signal batches, the given layout (" +
+                           std::string(read_rows_source) + ") " + std::to_string(layout.read_batch_rows.size()) +
+                           " and " + std::to_string(layout.signal_batch_rows.size()));
+  }
+  return Status::ok();
 }
 
 const SignalBatchView* FileReader::Impl::batch_view(size_t b, Status* status) const {
@@ -571,7 +644,8 @@ const SignalBatchView* FileReader::Impl::batch_view(size_t b, Status* status) co
     Status s = make_signal_view(static_cast<int>(b), &v);
     if (s.is_ok() && static_cast<uint64_t>(v.n_rows) != signal_batch_first[b + 1] - signal_batch_first[b]) {
       s = Status::corrupt(where() + ": signal batch " + std::to_string(b) + " holds " + std::to_string(v.n_rows) +
-                          " rows, its metadata says " + std::to_string(signal_batch_first[b + 1] - signal_batch_first[b]));
+                          " rows, " + signal_rows_source + " says " +
+                          std::to_string(signal_batch_first[b + 1] - signal_batch_first[b]));
     }
     if (s.is_ok()) signal_batches[b] = std::move(v);
     batch_status[b] = std::move(s);
@@ -775,15 +849,35 @@ Status FileReader::Impl::load_reads(const arrow::Schema& schema, int n_batches,
                                                                       : ReadTableVersion::kV3;
   }
 
+  if (given_layout) ESCPOD_RETURN_IF_ERROR(check_given_layout(*given_layout, n_batches));
   read_batch_first.push_back(0);
   ScanRelease release(*this);
   for (int b = 0; b < n_batches; ++b) {
+    // A given row count spares reading the batch now (it is read, and checked, when used); the
+    // last batch is always read: its dictionaries are the file's.
+    if (given_layout && b + 1 < n_batches) {
+      read_batch_first.push_back(read_batch_first.back() + given_layout->read_batch_rows[static_cast<size_t>(b)]);
+      read_batches.push_back(nullptr);
+      continue;
+    }
     auto batch = get_batch(b);
     const std::string ctx = where() + ": reads batch " + std::to_string(b);
     if (!batch.ok()) return from_arrow(batch.status(), ctx);
-    // The last batch holds the complete dictionaries the string tables come from: always checked.
-    if (validated_at_open || b + 1 == n_batches) {
+    if (given_layout && static_cast<uint64_t>((*batch)->num_rows()) != given_layout->read_batch_rows.back()) {
+      return Status::corrupt(ctx + " holds " + std::to_string((*batch)->num_rows()) + " rows, " +
+                             std::to_string(given_layout->read_batch_rows.back()) + " expected (" +
+                             read_rows_source + ")");
+    }
+    // The last batch holds the complete dictionaries the string tables come from: always checked
+    // (without validate_all_batches only its dictionaries: the batch is checked when decoded).
+    if (validated_at_open) {
       ESCPOD_RETURN_IF_ERROR(from_arrow((*batch)->ValidateFull(), ctx));
+    } else if (b + 1 == n_batches) {
+      for (const auto& column : (*batch)->columns()) {
+        if (column->type_id() != arrow::Type::DICTIONARY) continue;
+        const auto& values = static_cast<const arrow::DictionaryArray&>(*column).dictionary();
+        ESCPOD_RETURN_IF_ERROR(from_arrow(values->ValidateFull(), ctx + " dictionary"));
+      }
     }
     // Validation read the whole batch: release what it read as the scan goes, so opening a
     // huge file keeps a small resident set too.
@@ -1015,6 +1109,27 @@ Status FileReader::Impl::decode_rows(size_t batch_idx, const arrow::RecordBatch&
       out->num_samples[i] = total;
     }
   }
+  // Row counts given at open are trusted for the batches not loaded; a wrong one would shift
+  // signal rows onto other reads' chunks. The signal table names each chunk's read: check it.
+  if (!given_signal_first.empty()) ESCPOD_RETURN_IF_ERROR(check_signal_owners(*out));
+  return Status::ok();
+}
+
+Status FileReader::Impl::check_signal_owners(const ReadBatch& batch) const {
+  ESCPOD_RETURN_IF_ERROR(ensure_signal());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (uint64_t row : batch.rows_of(i)) {
+      int64_t in_batch = 0;
+      Status located;
+      const SignalBatchView* v = locate(row, &in_batch, &located);
+      ESCPOD_RETURN_IF_ERROR(located);
+      if (!v || std::memcmp(v->read_ids + 16 * in_batch, batch.read_id[i].bytes.data(), 16) != 0) {
+        return Status::corrupt(where() + ": read " + batch.read_id[i].to_string() + ": signal row " +
+                               std::to_string(row) + (v ? " belongs to another read" : " is out of range") +
+                               " by " + signal_rows_source + " (it does not describe this file)");
+      }
+    }
+  }
   return Status::ok();
 }
 
@@ -1044,6 +1159,15 @@ Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path
   impl->info.path = path;
   impl->validated_at_open = options.validate_all_batches;
   impl->lazy_signal = !options.validate_all_batches;
+  if (options.layout && !options.validate_all_batches) {
+    impl->given_layout = options.layout;
+    impl->read_rows_source = impl->signal_rows_source = "the given batch layout";
+    impl->given_signal_first.reserve(options.layout->signal_batch_rows.size() + 1);
+    impl->given_signal_first.push_back(0);
+    for (uint32_t rows : options.layout->signal_batch_rows) {
+      impl->given_signal_first.push_back(impl->given_signal_first.back() + rows);
+    }
+  }
   ESCPOD_ASSIGN_OR_RETURN(detail::Footer footer, detail::read_footer(path, &impl->info.file_size));
   impl->info.file_identifier = footer.file_identifier;
   impl->info.software = footer.software;
@@ -1054,15 +1178,21 @@ Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path
   if (!mapped.ok()) return from_arrow(mapped.status(), path.string() + ": cannot map");
   impl->file = *mapped;
   {
-    // The mapping's base (ReadAt on a memory-mapped file is a zero-copy slice of the map).
-    auto whole = impl->file->ReadAt(0, static_cast<int64_t>(impl->info.file_size));
-    if (!whole.ok()) return from_arrow(whole.status(), path.string() + ": cannot map");
-    impl->map_begin = (*whole)->data();
-    impl->map_size = static_cast<size_t>((*whole)->size());
+    // The mapping's base: ReadAt on a memory-mapped file is a zero-copy slice of the map (one
+    // byte: a whole-file ReadAt would advise reading all of it ahead, see table_bytes).
+    auto size = impl->file->GetSize();
+    if (!size.ok() || static_cast<uint64_t>(*size) != impl->info.file_size) {
+      return Status::io_error(path.string() + ": changed while being opened (size)");
+    }
+    auto first = impl->file->ReadAt(0, 1);
+    if (!first.ok()) return from_arrow(first.status(), path.string() + ": cannot map");
+    impl->map_begin = (*first)->data();
+    impl->map_size = impl->info.file_size;
   }
 
   ESCPOD_RETURN_IF_ERROR(impl->open_signal(footer.signal));
   ESCPOD_RETURN_IF_ERROR(impl->load_reads(footer.reads));
+  impl->given_layout = nullptr;  // the caller's; the signal counts were copied
   if (footer.run_info.present() && !impl->legacy_struct_columns) {
     ESCPOD_RETURN_IF_ERROR(impl->load_run_info(footer.run_info));
   } else if (!impl->legacy_struct_columns) {
@@ -1137,6 +1267,26 @@ Result<SignalTableInfo> FileReader::signal_table_info() const {
   return m_impl->signal_info;
 }
 
+Result<BatchLayout> FileReader::batch_layout() const {
+  ESCPOD_RETURN_IF_ERROR(m_impl->ensure_signal());
+  BatchLayout out;
+  auto counts = [this](const std::vector<uint64_t>& first, const char* table,
+                       std::vector<uint32_t>* rows) -> Status {
+    for (size_t b = 0; b + 1 < first.size(); ++b) {
+      const uint64_t n = first[b + 1] - first[b];
+      if (n > UINT32_MAX) {
+        return Status::unsupported(m_impl->where() + ": " + table + " batch " + std::to_string(b) + " holds " +
+                                   std::to_string(n) + " rows (more than 2^32)");
+      }
+      rows->push_back(static_cast<uint32_t>(n));
+    }
+    return Status::ok();
+  };
+  ESCPOD_RETURN_IF_ERROR(counts(m_impl->read_batch_first, "reads", &out.read_batch_rows));
+  ESCPOD_RETURN_IF_ERROR(counts(m_impl->signal_batch_first, "signal", &out.signal_batch_rows));
+  return out;
+}
+
 Result<ReadBatch> FileReader::read_batch(size_t batch_idx) const {
   if (batch_idx >= m_impl->read_batches.size()) {
     return Status::invalid_argument(m_impl->where() + ": reads batch " + std::to_string(batch_idx) +
@@ -1163,7 +1313,7 @@ Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row
   ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<arrow::RecordBatch> held, m_impl->reads_batch(batch_idx));
   auto slice = held->Slice(static_cast<int64_t>(first_row),
                                                       static_cast<int64_t>(n_rows));
-  ESCPOD_RETURN_IF_ERROR(m_impl->check_batch(*slice, batch_idx));
+  ESCPOD_RETURN_IF_ERROR(m_impl->check_slice(*slice, batch_idx));
   ReadBatch batch;
   ESCPOD_RETURN_IF_ERROR(
       m_impl->decode_rows(batch_idx, *slice, m_impl->read_batch_first[batch_idx] + first_row, &batch));

@@ -61,6 +61,23 @@ def test_filter_with_index_equals_without(escpod, shared_data, tmp_path):
     assert res.returncode == 1 and "in no input" in res.stderr
 
 
+def test_filter_with_index_opens_only_files_holding_the_ids(escpod, shared_data, tmp_path):
+    root = tmp_path / "data"
+    files = make_collection(shared_data, root)
+    run([escpod, "index", root])
+    wanted = ordered_ids(files[2])[::7]
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(wanted) + "\n")
+    indexed = tmp_path / "indexed.pod5"
+    res = run([escpod, "filter", root, "--ids", ids, "-o", indexed])
+    assert "5 of 5 inputs located through the read-id index (4 holding none of the ids not opened)" \
+        in res.stderr, res.stderr
+    plain = tmp_path / "plain.pod5"
+    run([escpod, "filter", root, "--ids", ids, "-o", plain, "--no-index"])
+    assert ordered_ids(indexed) == ordered_ids(plain) == wanted
+    assert_rows_equal(official_rows(plain), official_rows(indexed), "filter with index, one file")
+
+
 def test_stale_and_damaged_index_never_give_wrong_reads(escpod, shared_data, tmp_path):
     root = tmp_path / "data"
     files = make_collection(shared_data, root)

@@ -93,16 +93,31 @@ struct SignalChunk {
   ReadId read_id;  // the owner recorded in the signal table
 };
 
+// Row counts of a file's table batches, in batch order: what opening learns by reading every
+// reads batch and every signal batch's IPC metadata. The read-id index stores it per file
+// (pod5/read_index.hpp), so that a lookup opens a file without touching those pages.
+struct BatchLayout {
+  std::vector<uint32_t> read_batch_rows;
+  std::vector<uint32_t> signal_batch_rows;
+  bool operator==(const BatchLayout&) const = default;
+};
+
 // How much FileReader::open checks up front.
 struct OpenOptions {
   // true: every reads batch is validated at open (a damaged reads table fails the open).
-  // false: only the footer, the schemas and the last reads batch (dictionaries) are checked at
-  // open; each other batch is validated when it is decoded (read_batch, read_batch_rows,
+  // false: only the footer, the schemas and the last reads batch's dictionaries are checked at
+  // open; each batch is validated when it is decoded (read_batch, read_batch_rows,
   // read_batch_ids). The signal batches' row counts are then taken from the Arrow IPC metadata
   // alone and each signal batch is loaded and validated on first use (signal_table_info loads
   // them all; drop_signal_pages does nothing), so pulling a few reads costs the same whatever
   // the file size. Random access by id (the read-id index) opens files this way.
   bool validate_all_batches = true;
+  // With validate_all_batches false only: the batch row counts, known beforehand (from the
+  // read-id index; must outlive open()). Open then reads no reads batch but the last (the
+  // dictionaries) and no signal metadata; the batch counts must equal the file's and every batch
+  // is checked against its row count when loaded (kCorrupt, naming the file and batch, when the
+  // layout does not describe this file).
+  const BatchLayout* layout = nullptr;
 };
 
 class FileReader {
@@ -128,6 +143,9 @@ class FileReader {
   // (kCorrupt naming the batch if one is damaged). Thread-safe.
   Result<SignalTableInfo> signal_table_info() const;
   const std::filesystem::path& path() const;
+  // The row count of every reads and signal batch (signal: from the IPC metadata, or the batches
+  // loaded, as signal_table_info). Thread-safe.
+  Result<BatchLayout> batch_layout() const;
 
   // Run infos, de-duplicated by acquisition id, in file order.
   const std::vector<RunInfo>& run_infos() const;

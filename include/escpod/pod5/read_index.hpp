@@ -4,11 +4,17 @@
 //
 // Layout, in `ROOT/.escpod-index/` (ROOT: the folder indexed; every *.pod5 below it, recursively):
 //   manifest        text, one record a line (paths last, relative to ROOT, may hold spaces):
-//                     escpod-read-index 1
+//                     escpod-read-index 2
 //                     next_slot N
 //                     segment NAME N_RECORDS
-//                     file SLOT SIZE MTIME_NS FILE_IDENTIFIER N_READS N_BATCHES SEGMENT PATH
+//                     file SLOT SIZE MTIME_NS FILE_IDENTIFIER N_READS N_BATCHES SEGMENT LAYOUT PATH
 //                     end CRC32   (of every byte before this line; a damaged manifest is refused)
+//                   LAYOUT: the file's batch row counts (BatchLayout), run-length coded: the reads
+//                   table's, '/', the signal table's, each "COUNTxROWS" runs joined by ',' or
+//                   "-" when empty (e.g. "20x1000/1999x100,1x37"); lookups open a file with it
+//                   instead of reading every reads batch and signal batch header. Version 1
+//                   manifests (no LAYOUT) are still read: their files open the slower way until
+//                   the next `escpod index`, which reads them again.
 //   seg-NNNNNN.idx  binary, little-endian, one sorted run of records:
 //                     0  "ESCPIDX\0"   8  u32 version (1)   12 u32 record size (28)
 //                     16 u64 n_records  24 u32 bucket_bits  28 u32 CRC32 of bytes 0..27
@@ -44,6 +50,7 @@
 #include <vector>
 
 #include "escpod/core/status.hpp"
+#include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/read_id.hpp"
 
 namespace escpod::pod5 {
@@ -59,7 +66,14 @@ struct IndexedFile {
   uint64_t n_reads = 0;
   uint64_t n_batches = 0;
   std::string segment;
+  std::string layout;  // the batch layout as stored (see above); empty from a version-1 manifest
 };
+
+// The manifest coding of a batch layout, and back. decode_batch_layout checks the layout against
+// its entry (as many reads batches and reads as the entry says) and fails with kCorrupt naming
+// the file when it does not match or cannot be read, or kNotFound when the entry has none.
+std::string encode_batch_layout(const BatchLayout& layout);
+Result<BatchLayout> decode_batch_layout(const IndexedFile& entry);
 
 struct IndexBuildOptions {
   size_t memory_bytes = size_t{256} << 20;  // records held before a sorted run spills (>= 64 records)
@@ -111,6 +125,10 @@ class ReadIndex {
   // The entry of `file` (any path naming a file under root()) when its size and mtime still
   // match the index; nullptr when it is not indexed or has changed (stale).
   const IndexedFile* fresh_entry(const std::filesystem::path& file) const;
+  // fresh_entry's entry when, in addition, the file's footer still names the indexed file
+  // identifier (one small read at the file's end; no table is opened): enough to trust that the
+  // file holds none of the ids the index does not place in it. nullptr otherwise.
+  const IndexedFile* verified_entry(const std::filesystem::path& file) const;
   // Appends every place `id` is stored in a file the manifest lists. kCorrupt when a bucket it
   // reads fails its checksum.
   Status lookup(const ReadId& id, std::vector<IndexHit>* out) const;

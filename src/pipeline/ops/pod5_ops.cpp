@@ -251,6 +251,7 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   };
   if (plan) {
     rep.n_files_indexed = plan->n_indexed;
+    rep.n_files_not_opened = plan->n_not_opened;
     ESCPOD_RETURN_IF_ERROR(stream_read_slices(readers, plan->slices, options.n_threads, select, consume,
                                               &rep.n_reads_seen, copy_borrowed_by(*writer)));
     // Never trust an index that disagrees with its file: scan such files for what is missing.
@@ -258,7 +259,7 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
     for (size_t k = 0; k < readers.size(); ++k) {
       if (!index_wrong[k]) continue;
       log::warn("read-id index of {} names rows holding other reads (stale or damaged); scanning "
-                "the file; run `escpod index` again", inputs[k].string());
+                "the file; run `escpod index` again", readers[k]->path().string());
       for (size_t b = 0; b < readers[k]->n_read_batches(); ++b) rescan.push_back({k, b, 0, ReadSlice::kWholeBatch});
     }
     std::unordered_set<pod5::ReadId, pod5::ReadIdHash> missing_now;

@@ -55,7 +55,9 @@ struct FilterOptions {
   bool missing_ok = false;  // listed ids absent from every input are a warning, not an error
   bool skip_bad = false;  // leave out inputs that fail to open or validate (report.skipped)
   // With ids: use read-id indexes beside the inputs (plan_id_lookup in read_lookup.hpp), so that
-  // only the rows holding listed ids are decoded. The output is the same either way.
+  // only the rows holding listed ids are decoded. The reads written are the same either way; an
+  // indexed input holding none of the ids is not opened, so the run infos only it holds (which
+  // no read written refers to) are left out of the output.
   bool use_index = true;
 };
 
@@ -65,6 +67,7 @@ struct FilterReport {
   std::vector<pod5::ReadId> missing_ids;  // listed but not found
   SkippedInputs skipped;  // skip_bad: inputs left out, with the reason
   size_t n_files_indexed = 0;  // inputs located through a read-id index (not scanned)
+  size_t n_files_not_opened = 0;  // of those, inputs holding none of the ids (not opened)
 };
 
 // Writes the reads of `inputs` that meet every criterion to `output`, in input order. Fails (and

@@ -13,21 +13,25 @@
 
 namespace escpod::pipeline {
 
-// Where the reads with given ids are in `inputs`: the opened readers and the reads-table slices
-// that hold them, in input order (file, batch, row).
+// Where the reads with given ids are in `inputs`: the readers of the inputs that may hold them
+// and the reads-table slices that do, in input order (file, batch, row).
 struct IdLookupPlan {
-  std::vector<std::unique_ptr<pod5::FileReader>> readers;  // one per input
-  std::vector<ReadSlice> slices;
-  std::vector<bool> indexed;  // per input: located through a fresh index (else scanned in full)
-  size_t n_indexed = 0;
+  std::vector<std::unique_ptr<pod5::FileReader>> readers;  // the inputs opened, in input order
+  std::vector<size_t> input_of;  // per reader: its index in `inputs`
+  std::vector<ReadSlice> slices; // ReadSlice::file is an index into `readers`
+  std::vector<bool> indexed;     // per reader: located through a fresh index (else scanned in full)
+  size_t n_indexed = 0;          // inputs located through the index (opened or not)
+  size_t n_not_opened = 0;       // of those, inputs the index places none of the ids in
 };
 
 // Plans pulling `ids` out of `inputs`. With use_index, an input below a folder holding a read-id
 // index (ReadIndex::find_root) whose entry is fresh (size, mtime and footer file identifier
-// match) is opened without validating every batch and contributes only the rows the index names
-// (one slice per run of consecutive rows); every other input contributes all its batches. A
-// stale or damaged index is never answered from: its inputs are scanned, with a log line.
-// Without use_index: every batch of every input (inputs opened as usual).
+// match) is located through the index: it is not opened at all when the index places none of
+// the ids in it, else opened with the batch layout the index stores (no reads batch but the last
+// and no signal metadata read; batches validated when decoded) and contributes only the rows the
+// index names (one slice per run of consecutive rows). Every other input is opened as usual and
+// contributes all its batches. A stale or damaged index is never answered from: its inputs are
+// scanned, with a log line. Without use_index: every batch of every input.
 Result<IdLookupPlan> plan_id_lookup(const std::vector<std::filesystem::path>& inputs,
                                     const std::vector<pod5::ReadId>& ids, bool use_index,
                                     int n_threads);

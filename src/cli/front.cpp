@@ -1,0 +1,40 @@
+#include "cli/front.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "cli/command.hpp"
+
+namespace escpod::cli {
+
+bool runs_in_front(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return false;
+  const std::string first = argv[1];
+  if (first == "--version") return true;
+  return !app.get_subcommands([&first](const CLI::App* sub) { return sub->check_name(first); }).empty();
+}
+
+int exec_full(char** argv) {
+  std::string path;
+  if (const char* env = std::getenv("ESCPOD_FULL"); env && *env) {
+    path = env;
+  } else {
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    path = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "escpod-full";
+  }
+  ::execv(path.c_str(), argv);
+  std::fprintf(stderr,
+               "escpod: cannot run %s (%s): every command but the POD5 ones runs there; keep it "
+               "beside escpod or name it in ESCPOD_FULL\n",
+               path.c_str(), std::strerror(errno));
+  return kExitFailure;
+}
+
+}  // namespace escpod::cli

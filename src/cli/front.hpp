@@ -1,0 +1,23 @@
+// `escpod` is two programs. The front, `escpod`, runs the POD5 commands (inspect, view, filter,
+// index, ...) and links only what they need; every other command line (demux, model, convert,
+// bam-filter, report, simulate, `--help`, none) it hands unchanged to `escpod-full`, which links
+// every layer and runs every command. Why (measured, bench/results/index.md): loading and
+// relocating oneDNN, protobuf, HDF5, htslib, Parquet and the libraries they pull in cost ~20 ms
+// of CPU at every start, as much as the whole of pulling 100 reads by id through the index.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace escpod::cli {
+
+// True when `app` (holding the front's commands) runs this command line itself: argv[1] names
+// one of its subcommands, or is --version.
+bool runs_in_front(const CLI::App& app, int argc, char** argv);
+
+// Replaces this process with escpod-full (the ESCPOD_FULL environment variable, else the file
+// `escpod-full` beside this executable), same arguments, same process id, so exit status,
+// signals and resource use are the command's own. Returns only when that fails: the exit
+// status to leave with, after printing why on stderr.
+int exec_full(char** argv);
+
+}  // namespace escpod::cli

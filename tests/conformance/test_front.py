@@ -1,0 +1,55 @@
+"""`escpod` is a lean front that runs the POD5 commands and hands every other command line to
+`escpod-full` beside it (src/cli/front.hpp): the front must not load the heavy libraries, must
+run its own commands without escpod-full, and must hand over everything else unchanged (same
+process, same exit status, same output)."""
+import os
+import re
+import subprocess
+
+from conftest import run
+
+# Libraries only the other commands need: none may be loaded at the front's start.
+HEAVY = ["libdnnl", "libprotobuf", "libonnx_proto", "libhdf5", "libhts", "libparquet", "libcurl",
+         "libsvm", "libtomlplusplus", "libgomp", "libOpenCL", "libcrypto"]
+
+
+def needed_libraries(binary):
+    out = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+def test_front_links_only_what_pod5_commands_need(escpod):
+    needed = needed_libraries(escpod)
+    assert any(n.startswith("libarrow") for n in needed), needed
+    assert not [n for n in needed if any(n.startswith(h) for h in HEAVY)], needed
+    full = escpod.parent / "escpod-full"
+    assert full.is_file(), full
+    # escpod-full does link the heavy ones (else the split would not be worth its complexity).
+    assert any(n.startswith("libdnnl") for n in needed_libraries(full)), needed_libraries(full)
+
+
+def test_other_commands_run_in_escpod_full(escpod, shared_data, tmp_path):
+    # --help lists every command, as escpod-full's does.
+    top = run([escpod, "--help"]).stdout
+    assert top == run([escpod.parent / "escpod-full", "--help"]).stdout.replace(
+        str(escpod.parent / "escpod-full"), str(escpod))
+    for name in ["inspect", "view", "filter", "index", "demux", "model", "bam-filter", "simulate"]:
+        assert re.search(rf"^\s+{name}\s", top, re.M), (name, top)
+    # A handed-over command: its output and exit status are escpod-full's.
+    r = run([escpod, "demux", "evaluate", "--calls", tmp_path / "none.csv", "--truth", tmp_path / "none.csv"],
+            check=False)
+    assert r.returncode == 1 and "none.csv" in r.stderr, r.stderr
+    r = run([escpod, "demux", "--nonsense"], check=False)
+    assert r.returncode == 2, r.stderr
+
+
+def test_front_commands_need_no_escpod_full(escpod, shared_data, tmp_path):
+    env = dict(os.environ, ESCPOD_FULL=str(tmp_path / "missing-escpod-full"))
+    src = shared_data / "escapepod/drna/yeast_trna_reads.pod5"
+    r = run([escpod, "view", src, "--include", "read_id", "--no-header"], env=env)
+    assert len(r.stdout.split()) == 180
+    assert run([escpod, "--version"], env=env).stdout.startswith("escpod ")
+    # Anything else fails clearly, naming where escpod-full was looked for.
+    r = run([escpod, "simulate", "--help"], check=False, env=env)
+    assert r.returncode == 1
+    assert "missing-escpod-full" in r.stderr and "ESCPOD_FULL" in r.stderr, r.stderr
