@@ -133,7 +133,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   shape[0] = o.batch;
   for (size_t d = 1; d < shape.size(); ++d) {
     if (shape[d] < 0) {
-      if (o.length <= 0) {
+      if (o.length <= 0 && o.input.empty()) {
         return Status::usage(fmt::format("input dimension {} ('{}') is symbolic: give --length", d, in.dim_params[d]));
       }
       shape[d] = o.length;
