@@ -85,7 +85,8 @@ def main():
     print("|---|---|---|---|---|")
     for name, t in times.items():
         med = {e: [statistics.median(v[i] for v in t[e]) for i in (0, 1)] for e in t}
-        print(f"| {name} | {med['ours'][0]:.2f} / {med['ours'][1]:.2f} | {med['torch'][0]:.2f} / {med['torch'][1]:.2f} | "
+        print(f"| {name} | {med['ours'][0]:.2f} / {med['ours'][1]:.2f} | "
+              f"{med['torch'][0]:.2f} / {med['torch'][1]:.2f} | "
               f"{med['ours'][0] / med['torch'][0]:.2f} | {med['ours'][1] / med['torch'][1]:.2f} |")
     return 0
 

@@ -145,7 +145,8 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   if (!o.input.empty()) {
     ESCPOD_ASSIGN_OR_RETURN(given, nn::read_npy(o.input));
     if (given.shape.size() != shape.size() || given.shape[0] < o.batch) {
-      return Status::invalid_argument(fmt::format("{}: expected [N >= {}, ...] with {} dimensions", o.input, o.batch, shape.size()));
+      return Status::invalid_argument(
+          fmt::format("{}: expected [N >= {}, ...] with {} dimensions", o.input, o.batch, shape.size()));
     }
     for (size_t d = 1; d < shape.size(); ++d) shape[d] = given.shape[d];
   }
