@@ -49,6 +49,8 @@
 #   official pod5 (conformance), escapepod (bench),     requirements.txt, in .venv
 #   pytest, numpy, h5py, pysam (bam-filter tests),
 #   onnx, onnxruntime (CRF bundle fixture, parity and benchmark)
+#   torch (the torch_crf_reference.npz fixture,         requirements-torch.txt, in a separate
+#   PyTorch benchmark; never installed by this script)  venv made by hand (GBs of nvidia-*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -132,21 +133,41 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   shape[0] = o.batch;
   for (size_t d = 1; d < shape.size(); ++d) {
     if (shape[d] < 0) {
-      if (o.length <= 0) {
+      if (o.length <= 0 && o.input.empty()) {
         return Status::usage(fmt::format("input dimension {} ('{}') is symbolic: give --length", d, in.dim_params[d]));
       }
       shape[d] = o.length;
     }
+  }
+  // --input: real windows [N, ...] from a .npy; calls take `batch` of them in turn (cycling), so
+  // a comparison with another engine can run on the same data. Otherwise one random N(0, 1) batch.
+  nn::NpyArray given;
+  if (!o.input.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(given, nn::read_npy(o.input));
+    if (given.shape.size() != shape.size() || given.shape[0] < o.batch) {
+      return Status::invalid_argument(
+          fmt::format("{}: expected [N >= {}, ...] with {} dimensions", o.input, o.batch, shape.size()));
+    }
+    for (size_t d = 1; d < shape.size(); ++d) shape[d] = given.shape[d];
   }
   ESCPOD_ASSIGN_OR_RETURN(auto out_shape, model.output_shape(shape));
   ESCPOD_ASSIGN_OR_RETURN(double flops, model.flops(shape));
   int64_t n_in = 1, n_out = 1;
   for (int64_t d : shape) n_in *= d;
   for (int64_t d : out_shape) n_out *= d;
-  std::vector<float> input(static_cast<size_t>(n_in));
-  std::mt19937 rng(12345);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (float& v : input) v = dist(rng);
+  std::vector<float> input = std::move(given.data);
+  if (o.input.empty()) {
+    input.resize(static_cast<size_t>(n_in));
+    std::mt19937 rng(12345);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& v : input) v = dist(rng);
+  }
+  // The batch of call k: windows [k*batch, (k+1)*batch) of the file, wrapping to the start.
+  const size_t n_batches = input.size() / static_cast<size_t>(n_in);
+  auto batch_of = [&](long call) {
+    const size_t b = static_cast<size_t>(call) % n_batches;
+    return std::span<const float>(input).subspan(b * static_cast<size_t>(n_in), static_cast<size_t>(n_in));
+  };
 
   if (o.profile) {
     nn::Workspace ws(o.mode == "intra" ? n_threads : 1);
@@ -183,7 +204,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
     Tally& t = tally[static_cast<size_t>(w)];
     nn::Workspace ws(intra ? n_threads : 1);
     std::vector<float> out(static_cast<size_t>(n_out));
-    t.status = model.run(ws, input, shape, out);  // warm-up: plan binding, arena
+    t.status = model.run(ws, batch_of(0), shape, out);  // warm-up: plan binding, arena
     warmed.fetch_add(1);
     if (!t.status.is_ok()) {
       stop = true;
@@ -193,7 +214,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
     const auto t0 = std::chrono::steady_clock::now();
     const double cpu0 = thread_cpu();
     while (!stop.load(std::memory_order_relaxed)) {
-      t.status = model.run(ws, input, shape, out);
+      t.status = model.run(ws, batch_of(t.calls), shape, out);
       if (!t.status.is_ok()) {
         stop = true;
         return;
@@ -273,6 +294,9 @@ void register_model(CLI::App& app, GlobalOptions& global) {
   bench->add_option("--batch", opts->batch, "Windows per call")->check(CLI::PositiveNumber);
   bench->add_option("--length", opts->length, "Value of a symbolic input length (e.g. 2000)")
       ->check(CLI::PositiveNumber);
+  bench->add_option("--input", opts->input,
+                    "Time on these windows (.npy [N, ...], float32): each call takes the next --batch of them")
+      ->check(CLI::ExistingFile);
   bench->add_option("--seconds", opts->seconds, "Measured interval (default 3)")->check(CLI::PositiveNumber);
   bench->add_option("--mode", opts->mode,
                     "workers: one Workspace per thread (throughput); intra: one call at a time "

@@ -238,3 +238,20 @@ def test_bundle_load_checks(escpod, bundle, tmp_path, case, mutate, expected):
 def test_bundle_without_boundary_and_with_llr_loads(escpod, bundle, tmp_path):
     d = _mutated(bundle, tmp_path, _set(["boundary"], {"method": "llr", "margin": 300}))
     run([escpod, "model", "info", d])
+
+
+def test_model_bench_times_given_windows(escpod, seqtagger_dir, rna_pod5, tmp_path):
+    # --input: the windows' shape replaces --batch/--length's random input (no --length needed);
+    # a file with fewer windows than --batch or the wrong rank is refused naming the file.
+    x = crf_reference.real_windows(rna_pod5, 2, 2345, [6000], None)
+    npy = tmp_path / "w.npy"
+    np.save(npy, x[:, None, :])
+    out = run([escpod, "model", "bench", seqtagger_dir / "b04_RNA004", "--input", npy, "--batch", "1", "-t", "1",
+               "--seconds", "0.2"]).stdout
+    assert "batch=1 length=2345 " in out, out
+    assert float(out.split(" calls=")[1].split()[0]) >= 2
+    r = run([escpod, "model", "bench", seqtagger_dir / "b04_RNA004", "--input", npy, "--batch", "3"], check=False)
+    assert r.returncode != 0 and f"{npy}: expected [N >= 3, ...] with 3 dimensions" in r.stderr, r.stderr
+    np.save(npy, x)
+    r = run([escpod, "model", "bench", seqtagger_dir / "b04_RNA004", "--input", npy], check=False)
+    assert r.returncode != 0 and "with 3 dimensions" in r.stderr, r.stderr
