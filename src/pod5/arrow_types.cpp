@@ -84,6 +84,14 @@ void create_shared_arrow_types() {
       (void)t->fingerprint();
       (void)t->metadata_fingerprint();
     }
+    // Our extension types' storage types are instances of their own (fixed_size_binary(16),
+    // large_binary held by the extension), compared with every file's parsed storage type when a
+    // schema is read (arrow::TypeEquals): their cached fingerprints are shared the same way.
+    for (const auto& t : {uuid_type(), vbz_type()}) {
+      const auto& storage = static_cast<const arrow::ExtensionType&>(*t).storage_type();
+      (void)storage->fingerprint();
+      (void)storage->metadata_fingerprint();
+    }
     // The CPU device, its memory manager (every buffer, a memory map's included, points to it)
     // and the default memory pool: singletons made on first use in the same way.
     (void)arrow::CPUDevice::Instance();
