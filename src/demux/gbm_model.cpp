@@ -242,12 +242,7 @@ Status GbmModel::predict_proba(std::span<const double> x, std::span<double> p) c
 void GbmModel::classify(std::span<const double> features, Classification& out) const {
   out.probabilities.resize(n_classes());
   if (!predict_proba(features, out.probabilities).is_ok()) {
-    out.status = CallStatus::kInvalidInput;
-    out.label = out.best_label = kUnclassifiedLabel;
-    out.class_index = -1;
-    out.confidence = 0.0;
-    out.threshold = 0.0;
-    out.probabilities.clear();
+    out.set_invalid_input();
     return;
   }
   apply_decision_rule(m_labels, m_thresholds, /*noise_index=*/-1, TieRule::kLastMax, out);

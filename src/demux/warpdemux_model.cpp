@@ -745,12 +745,7 @@ void WarpDemuxModel::classify(std::span<const double> fingerprint, Scratch& s, C
   bool usable = fingerprint.size() == n_features();
   for (size_t i = 0; usable && i < fingerprint.size(); ++i) usable = std::isfinite(fingerprint[i]);
   if (!usable) {
-    out.status = CallStatus::kInvalidInput;
-    out.label = out.best_label = kUnclassifiedLabel;
-    out.class_index = -1;
-    out.confidence = 0.0;
-    out.threshold = 0.0;
-    out.probabilities.clear();
+    out.set_invalid_input();
     return;
   }
   if (s.distances.size() != n_training() || s.kernel_arg.size() != n_training() || s.r.size() != k * k ||

@@ -40,6 +40,15 @@ def real_pod5_files(shared_data):
     return files
 
 
+@pytest.fixture(scope="session")
+def rna_pod5(shared_data):
+    """180 real RNA004 reads (escapepod's dRNA fixture), used by the CRF tests for real windows."""
+    path = shared_data / "escapepod" / "drna" / "yeast_trna_reads.pod5"
+    if not path.is_file():
+        pytest.fail(f"real RNA004 reads missing: {path}")
+    return path
+
+
 def run(cmd, check=True, **kwargs):
     """Runs a command, returning CompletedProcess with text output."""
     result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)

@@ -40,14 +40,6 @@ def seqtagger_dir(shared_data):
     return path
 
 
-@pytest.fixture(scope="module")
-def rna_pod5(shared_data):
-    path = shared_data / "escapepod" / "drna" / "yeast_trna_reads.pod5"
-    if not path.is_file():
-        pytest.fail(f"real RNA004 reads missing: {path}")
-    return path
-
-
 def _weights(folder):
     return max(folder.glob("weights_*.tar"), key=lambda p: int(p.stem.split("_")[1]))
 

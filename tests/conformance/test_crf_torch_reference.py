@@ -24,6 +24,7 @@ import pod5
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import crf_reference  # noqa: E402
 from conftest import run  # noqa: E402
 
 FIXTURE = pathlib.Path(__file__).parents[1] / "fixtures" / "torch_crf_reference.npz"
@@ -38,22 +39,13 @@ def reference():
         return {k: z[k] for k in z.files}
 
 
-@pytest.fixture(scope="module")
-def rna_pod5(shared_data):
-    path = shared_data / "escapepod" / "drna" / "yeast_trna_reads.pod5"
-    if not path.is_file():
-        pytest.fail(f"real RNA004 reads missing: {path}")
-    return path
-
-
 def _normalise(w, cfg):
     """As the fixture script: v2 configs' [standardisation] constants, else med/MAD of the window."""
     w = w.astype(np.float64)
     s = cfg.get("standardisation")
     if s:
         return (w - float(s["mean"])) / float(s["stdev"])
-    med = np.median(w)
-    return (w - med) / (1.4826 * np.median(np.abs(w - med)))
+    return crf_reference.med_mad(w)
 
 
 def _windows(reference, name, pod5_path, cfg):

@@ -40,6 +40,18 @@ struct Classification {
   // are swapped between reads and scratch, and copying it would allocate per read. Empty = none.
   std::string_view detail;
 
+  // The call for an unusable input: kInvalidInput, unclassified, no probabilities, no detail.
+  // Keeps the probabilities' capacity (no allocation on reuse).
+  void set_invalid_input() {
+    status = CallStatus::kInvalidInput;
+    label = best_label = kUnclassifiedLabel;
+    class_index = -1;
+    confidence = 0.0;
+    threshold = 0.0;
+    probabilities.clear();
+    detail = {};
+  }
+
   bool is_classified() const { return status == CallStatus::kClassified; }
   std::string_view reason() const {
     return detail.empty() || is_classified() ? call_status_reason(status) : detail;
