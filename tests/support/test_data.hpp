@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_paths.hpp"
+
 #include <filesystem>
 #include <string>
 
@@ -12,7 +14,7 @@ namespace escpod::test {
 // Fails the calling test, naming where it looked, when the file is missing: tests that need real
 // data must not pass silently without it.
 inline std::filesystem::path shared_data(const std::string& relative) {
-  std::filesystem::path path = std::filesystem::path(ESCPOD_SHARED_DATA_DIR) / relative;
+  std::filesystem::path path = std::filesystem::path(shared_data_dir()) / relative;
   if (!std::filesystem::exists(path)) {
     ADD_FAILURE() << "shared test data missing: " << path
                   << " (set -DESCPOD_SHARED_DATA=<folder> to where ../shared/data lives)";
@@ -23,7 +25,7 @@ inline std::filesystem::path shared_data(const std::string& relative) {
 // A fresh, empty scratch folder for one test, under the build tree.
 inline std::filesystem::path scratch_dir(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir = std::filesystem::path(ESCPOD_TEST_TMP_DIR) /
+  std::filesystem::path dir = std::filesystem::path(test_tmp_dir()) /
                               (std::string(info ? info->test_suite_name() : "t") + "." +
                                (info ? info->name() : "x") + "." + name);
   std::filesystem::remove_all(dir);

@@ -1,31 +1,14 @@
 // A run allocates nothing on the host: check_run and the host interpreter are on every step's
-// dispatch path. Counts calls of the replaceable global operator new in this test binary.
-// The replacement operators below pair malloc with free by design; GCC 12 with ASan at -O2
-// cannot see that and warns about a mismatch.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
+// dispatch path. Counts calls of the global operator new (tests/support/alloc_counter.hpp).
 #include "escpod/gpu/prep_tape.hpp"
 
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include "alloc_counter.hpp"
+
 #include <cstdint>
 #include <cstdlib>
-#include <new>
 #include <vector>
-
-namespace {
-std::atomic<std::int64_t> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace escpod::gpu {
 namespace {
@@ -44,14 +27,14 @@ TEST(PrepTapeAllocations, RunsAllocateNothing) {
   ASSERT_TRUE(tape.finalize().is_ok());
   Registers regs;
   ASSERT_TRUE(regs.set(0, 4096).is_ok());
-  const std::int64_t before = g_allocations.load();
+  const std::int64_t before = static_cast<std::int64_t>(escpod::test::allocation_count());
   ASSERT_GT(before, 0) << "the counting operator new is not in use";
   for (int i = 0; i < 1000; ++i) {
     if (!regs.set(1, i).is_ok() || !tape.check_run(regs).is_ok() || !run_on_host(tape, regs).is_ok()) {
       FAIL() << "run " << i << " failed";
     }
   }
-  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(static_cast<std::int64_t>(escpod::test::allocation_count()) - before, 0);
 }
 
 }  // namespace

@@ -16,10 +16,10 @@
 
 #include "escpod/nn/model.hpp"
 #include "escpod/nn/npy.hpp"
+#include "alloc_counter.hpp"
 #include "test_data.hpp"
 
 // Every operator-new call is counted (new_counter.cpp), for the allocation-free test.
-long escpod_test_new_count();
 
 namespace escpod::nn {
 namespace {
@@ -27,7 +27,7 @@ namespace {
 constexpr double kTolerance = 1e-4;
 
 std::filesystem::path fixture(const std::string& name) {
-  return std::filesystem::path(ESCPOD_NN_TEST_DATA) / name;
+  return std::filesystem::path(escpod::test::source_dir()) / "tests/data/nn" / name;
 }
 
 const char* backend_name(Backend b) { return b == Backend::kReference ? "reference" : "optimised"; }
@@ -302,9 +302,9 @@ TEST(NnRun, SteadyStateRunsDoNotAllocate) {
     std::vector<float> out(c.expected.size());
     Workspace ws;
     ASSERT_TRUE(m->run(ws, c.input, c.in_shape, out).is_ok());  // warm-up: plan, bind, arena
-    const long before = escpod_test_new_count();
+    const long before = static_cast<long>(escpod::test::allocation_count());
     for (int k = 0; k < 3; ++k) ASSERT_TRUE(m->run(ws, c.input, c.in_shape, out).is_ok());
-    EXPECT_EQ(escpod_test_new_count() - before, 0) << name;
+    EXPECT_EQ(static_cast<long>(escpod::test::allocation_count()) - before, 0) << name;
   }
 }
 
@@ -317,9 +317,9 @@ TEST(NnRun, OptimisedBackendAllocatesOnlyInsideOneDnn) {
     Workspace ws;
     ASSERT_TRUE(m->run(ws, c.input, c.in_shape, out).is_ok());
     const auto plan = m->describe_plan(c.in_shape);
-    const long before = escpod_test_new_count();
+    const long before = static_cast<long>(escpod::test::allocation_count());
     ASSERT_TRUE(m->run(ws, c.input, c.in_shape, out).is_ok());
-    const long per_run = escpod_test_new_count() - before;
+    const long per_run = static_cast<long>(escpod::test::allocation_count()) - before;
     std::printf("[ allocations ] %s optimised: %ld operator-new calls per run (inside oneDNN execute)\n", name, per_run);
     EXPECT_LE(per_run, 64 * static_cast<long>(plan->size())) << name;
   }

@@ -434,7 +434,7 @@ TEST(SimulateInputs, BarcodeCsv) {
 }
 
 TEST(SimulateInputs, ShippedBarcodeSetParses) {
-  const fs::path p = fs::path(ESCPOD_SOURCE_DIR_FOR_TESTS) / "data/barcodes/escpod_demo4.csv";
+  const fs::path p = fs::path(escpod::test::source_dir()) / "data/barcodes/escpod_demo4.csv";
   auto bcs = pipeline::load_barcodes(p.string());
   ASSERT_TRUE(bcs.is_ok()) << bcs.status().to_string();
   EXPECT_EQ(bcs->size(), 4u);

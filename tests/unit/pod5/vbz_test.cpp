@@ -4,34 +4,15 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <new>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "alloc_counter.hpp"
 #include "pod5/svb16.hpp"
-
-// Counts operator new calls so a test can show the codec stops allocating after warm-up.
-// GCC pairs the replaced new/delete by name and flags their malloc/free bodies as mismatched.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-namespace {
-std::atomic<size_t> g_news{0};
-}  // namespace
-
-void* operator new(size_t size) {
-  g_news.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace escpod::pod5 {
 namespace {
@@ -475,13 +456,13 @@ TEST(Vbz, NoHeapAllocationAfterWarmUp) {
   ASSERT_TRUE(codec.decompress(frame, out).is_ok());
   ASSERT_TRUE(codec.decompress_prefix(frame, samples.size(), head).is_ok());
 
-  const size_t before = g_news.load();
+  const size_t before = escpod::test::allocation_count();
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(codec.compress(samples, frame).is_ok());
     ASSERT_TRUE(codec.decompress(frame, out).is_ok());
     ASSERT_TRUE(codec.decompress_prefix(frame, samples.size(), head).is_ok());
   }
-  EXPECT_EQ(g_news.load() - before, 0u);
+  EXPECT_EQ(escpod::test::allocation_count() - before, 0u);
   EXPECT_EQ(out, samples);
 }
 
