@@ -17,9 +17,12 @@ trust on a loaded machine; both engines run their kernels on that one thread), a
 NumPy runs once per geometry at batch 1 (it is ~30x slower; its time is for scale only).
 With several batch sizes (`--batch 1,4,8,16`) every round runs each engine at each B in turn, and
 a second table gives ours at each B against onnxruntime's best per-window time at any B.
+`--variant NAME=VALUE` adds ours with that environment variable set (e.g. ESCPOD_NN_LSTM_INT8=1)
+as a third engine in the same rounds, with its own rows.
 
     .venv/bin/python bench/tools/crf_encoder_bench.py --escpod build/src/cli/escpod \
-        [--rounds 5] [--seconds 2] [--batch 1,4,8,16] [--geometries bundle3000,bundle2000,b04] [--markdown OUT.md]
+        [--rounds 5] [--seconds 2] [--batch 1,4,8,16] [--geometries bundle3000,bundle2000,b04] \
+        [--variant NAME=VALUE] [--markdown OUT.md]
 """
 import os
 
@@ -44,10 +47,10 @@ import crf_reference  # noqa: E402
 import make_crf_bundle  # noqa: E402
 
 
-def ours_ms(escpod, model, length, seconds, batch):
+def ours_ms(escpod, model, length, seconds, batch, env=None):
     """(wall ms, thread CPU ms) per window: a call of `batch` windows, divided by `batch`."""
     out = subprocess.run([escpod, "model", "bench", model, "--length", str(length), "--batch", str(batch), "-t", "1",
-                          "--seconds", str(seconds)], capture_output=True, text=True, check=True).stdout
+                          "--seconds", str(seconds)], capture_output=True, text=True, check=True, env=env).stdout
     return (float(re.search(r" ms_per_call=([0-9.]+)", out).group(1)) / batch,
             float(re.search(r"cpu_ms_per_call=([0-9.]+)", out).group(1)) / batch)
 
@@ -109,14 +112,21 @@ GEOMETRIES = {
 
 
 def measure(a, model, length, has_onnx):
-    """{batch: ([ours (wall, cpu)] per round, [onnxruntime ...])}, engines alternating per batch."""
+    """{batch: ([ours (wall, cpu)] per round, [onnxruntime ...], [ours with --variant ...])}, engines
+    alternating per batch."""
     sess = ort_session(os.path.join(model, "crf_encoder.onnx")) if has_onnx else None
-    times = {b: ([], []) for b in a.batch}
+    variant_env = None
+    if a.variant:
+        name, value = a.variant.split("=", 1)
+        variant_env = dict(os.environ, **{name: value})
+    times = {b: ([], [], []) for b in a.batch}
     for _ in range(a.rounds):
         for b in a.batch:
             times[b][0].append(ours_ms(a.escpod, model, length, a.seconds, b))
             if sess:
                 times[b][1].append(ort_ms(sess, length, a.seconds, b))
+            if variant_env:
+                times[b][2].append(ours_ms(a.escpod, model, length, a.seconds, b, variant_env))
     return times
 
 
@@ -153,6 +163,8 @@ def main():
                     help="windows per call, comma-separated (default 1)")
     ap.add_argument("--geometries", type=lambda t: t.split(","), default=list(GEOMETRIES),
                     help="comma-separated subset of " + ",".join(GEOMETRIES))
+    ap.add_argument("--variant", help="NAME=VALUE: also time ours with this environment variable set, in the "
+                    "same rounds (e.g. ESCPOD_NN_LSTM_INT8=1)")
     ap.add_argument("--markdown")
     a = ap.parse_args()
     if any(b < 1 for b in a.batch) or any(g not in GEOMETRIES for g in a.geometries):
@@ -171,9 +183,13 @@ def main():
                 crf_reference.load_state_dict(os.path.join(model, "weights_39.tar"))
             ref = numpy_ms(sd, length)
             med = lambda xs, i: statistics.median(x[i] for x in xs) if xs else None  # noqa: E731
-            per_b = {b: (med(o, 0), med(o, 1), med(t, 0), med(t, 1)) for b, (o, t) in times.items()}
+            per_b = {b: (med(o, 0), med(o, 1), med(t, 0), med(t, 1)) for b, (o, t, _) in times.items()}
             rows.append((label, per_b, ref))
             print(rows[-1], flush=True)
+            if a.variant:
+                per_b = {b: (med(v, 0), med(v, 1), med(t, 0), med(t, 1)) for b, (_, t, v) in times.items()}
+                rows.append((f"{label}, ours with {a.variant}", per_b, ref))
+                print(rows[-1], flush=True)
     text = tables(rows, a.batch)
     print(text)
     if a.markdown:
