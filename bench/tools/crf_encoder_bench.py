@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """CTC-CRF encoder time per read per core: escapepod's native encoder against onnxruntime and the
-NumPy reference, one thread each, batch 1 (one window per call, as the CPU pipeline runs it).
+NumPy reference, one thread each, B windows per call (`--batch`, default 1: one window per call)
+and times per window (a call's time / B), so batch sizes compare per read per core.
 
 Geometries:
   - SeqTagger b04_RNA004 (real weights, built from weights_39.tar), window 2000: ours vs NumPy
@@ -13,10 +14,15 @@ Engines are measured in interleaved rounds (ours, onnxruntime, ours, ...) so tha
 a shared machine hit both; the table gives the medians over rounds of wall ms and of the calling
 thread's CPU ms per window (CPU time does not count waiting for a core, so it is the figure to
 trust on a loaded machine; both engines run their kernels on that one thread), and the ratios.
-NumPy runs once per geometry (it is ~30x slower; its time is for scale only).
+NumPy runs once per geometry at batch 1 (it is ~30x slower; its time is for scale only).
+With several batch sizes (`--batch 1,4,8,16`) every round runs each engine at each B in turn, and
+a second table gives ours at each B against onnxruntime's best per-window time at any B.
+`--variant NAME=VALUE` adds ours with that environment variable set (e.g. ESCPOD_NN_LSTM_INT8=1)
+as a third engine in the same rounds, with its own rows.
 
     .venv/bin/python bench/tools/crf_encoder_bench.py --escpod build/src/cli/escpod \
-        [--rounds 5] [--seconds 2] [--markdown OUT.md]
+        [--rounds 5] [--seconds 2] [--batch 1,4,8,16] [--geometries bundle3000,bundle2000,b04] \
+        [--variant NAME=VALUE] [--markdown OUT.md]
 """
 import os
 
@@ -41,28 +47,32 @@ import crf_reference  # noqa: E402
 import make_crf_bundle  # noqa: E402
 
 
-def ours_ms(escpod, model, length, seconds):
-    """(wall ms, thread CPU ms) per call."""
-    out = subprocess.run([escpod, "model", "bench", model, "--length", str(length), "--batch", "1", "-t", "1",
-                          "--seconds", str(seconds)], capture_output=True, text=True, check=True).stdout
-    return (float(re.search(r" ms_per_call=([0-9.]+)", out).group(1)),
-            float(re.search(r"cpu_ms_per_call=([0-9.]+)", out).group(1)))
+def ours_ms(escpod, model, length, seconds, batch, env=None):
+    """(wall ms, thread CPU ms) per window: a call of `batch` windows, divided by `batch`."""
+    out = subprocess.run([escpod, "model", "bench", model, "--length", str(length), "--batch", str(batch), "-t", "1",
+                          "--seconds", str(seconds)], capture_output=True, text=True, check=True, env=env).stdout
+    return (float(re.search(r" ms_per_call=([0-9.]+)", out).group(1)) / batch,
+            float(re.search(r"cpu_ms_per_call=([0-9.]+)", out).group(1)) / batch)
 
 
-def ort_ms(path, length, seconds):
+def ort_session(path):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(1).standard_normal((1, 1, length)).astype(np.float32)
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def ort_ms(sess, length, seconds, batch):
+    """(wall ms, thread CPU ms) per window, as ours_ms."""
+    x = np.random.default_rng(1).standard_normal((batch, 1, length)).astype(np.float32)
     for _ in range(3):
         sess.run(None, {"signal": x})
     n, t0, c0 = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - t0 < seconds:
         sess.run(None, {"signal": x})  # one intra-op thread: runs on this thread
         n += 1
-    return (time.perf_counter() - t0) / n * 1e3, (time.thread_time() - c0) / n * 1e3
+    return (time.perf_counter() - t0) / n / batch * 1e3, (time.thread_time() - c0) / n / batch * 1e3
 
 
 def numpy_ms(sd, length, reps=3):
@@ -94,51 +104,93 @@ def onnx_state_dict(path):
     return sd
 
 
+GEOMETRIES = {
+    "bundle3000": ("bundle geometry: chunk 3000, stride 10, 5 LSTM x 96 (random weights)", 3000, True),
+    "bundle2000": ("same architecture, chunk 2000 (random weights)", 2000, True),
+    "b04": ("SeqTagger b04_RNA004 (real weights), window 2000", 2000, False),
+}
+
+
+def measure(a, model, length, has_onnx):
+    """{batch: ([ours (wall, cpu)] per round, [onnxruntime ...], [ours with --variant ...])}, engines
+    alternating per batch."""
+    sess = ort_session(os.path.join(model, "crf_encoder.onnx")) if has_onnx else None
+    variant_env = None
+    if a.variant:
+        name, value = a.variant.split("=", 1)
+        variant_env = dict(os.environ, **{name: value})
+    times = {b: ([], [], []) for b in a.batch}
+    for _ in range(a.rounds):
+        for b in a.batch:
+            times[b][0].append(ours_ms(a.escpod, model, length, a.seconds, b))
+            if sess:
+                times[b][1].append(ort_ms(sess, length, a.seconds, b))
+            if variant_env:
+                times[b][2].append(ours_ms(a.escpod, model, length, a.seconds, b, variant_env))
+    return times
+
+
+def tables(rows, batches):
+    """The per-batch table (same B for both engines) and, with several B, ours against onnxruntime's
+    best per-window CPU time at any B."""
+    lines = ["| geometry | B | ours wall / CPU ms per window | onnxruntime wall / CPU ms per window | "
+             "ours / ort (wall) | ours / ort (CPU) | NumPy ref CPU ms (B 1) | ours / NumPy (CPU) |",
+             "|---|---|---|---|---|---|---|---|"]
+    best_lines = ["| geometry | B | ours CPU ms per window | onnxruntime best CPU ms per window (at B) | "
+                  "ours / ort best (CPU) |", "|---|---|---|---|---|"]
+    for label, per_b, ref in rows:
+        ort_best = min(((tc, b) for b, (_, _, _, tc) in per_b.items() if tc), default=None)
+        for b, (ow, oc, tw, tc) in per_b.items():
+            theirs = f"{tw:.2f} / {tc:.2f} | {ow / tw:.2f} | {oc / tc:.2f}" if tw else \
+                "n/a (no ONNX of these weights) | n/a | n/a"
+            lines.append(f"| {label} | {b} | {ow:.2f} / {oc:.2f} | {theirs} | {ref:.1f} | {oc / ref:.3f} |")
+            if ort_best:
+                best_lines.append(f"| {label} | {b} | {oc:.3f} | {ort_best[0]:.3f} (B {ort_best[1]}) | "
+                                  f"{oc / ort_best[0]:.2f} |")
+    text = "\n".join(lines)
+    if len(batches) > 1:
+        text += "\n\n" + "\n".join(best_lines)
+    return text
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--escpod", required=True)
     ap.add_argument("--shared", default=os.path.normpath(os.path.join(ROOT, "..", "shared", "data")))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--batch", type=lambda t: [int(v) for v in t.split(",")], default=[1],
+                    help="windows per call, comma-separated (default 1)")
+    ap.add_argument("--geometries", type=lambda t: t.split(","), default=list(GEOMETRIES),
+                    help="comma-separated subset of " + ",".join(GEOMETRIES))
+    ap.add_argument("--variant", help="NAME=VALUE: also time ours with this environment variable set, in the "
+                    "same rounds (e.g. ESCPOD_NN_LSTM_INT8=1)")
     ap.add_argument("--markdown")
     a = ap.parse_args()
+    if any(b < 1 for b in a.batch) or any(g not in GEOMETRIES for g in a.geometries):
+        ap.error(f"--batch takes positive integers, --geometries names from {','.join(GEOMETRIES)}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        bundles = {}
-        for chunk in (3000, 2000):
-            d = os.path.join(tmp, f"bundle{chunk}")
-            make_crf_bundle.write_bundle(d, chunk=chunk, boundary=False)
-            bundles[chunk] = d
-        b04 = os.path.join(a.shared, "seqtagger", "b04_RNA004")
-        cases = [
-            ("bundle geometry: chunk 3000, stride 10, 5 LSTM x 96 (random weights)", bundles[3000], 3000, True),
-            ("same architecture, chunk 2000 (random weights)", bundles[2000], 2000, True),
-            ("SeqTagger b04_RNA004 (real weights), window 2000", b04, 2000, False),
-        ]
-        for label, model, length, has_onnx in cases:
-            ours, theirs = [], []
-            for _ in range(a.rounds):
-                ours.append(ours_ms(a.escpod, model, length, a.seconds))
-                if has_onnx:
-                    theirs.append(ort_ms(os.path.join(model, "crf_encoder.onnx"), length, a.seconds))
+        for key in a.geometries:
+            label, length, has_onnx = GEOMETRIES[key]
+            if has_onnx:
+                model = os.path.join(tmp, f"bundle{length}")
+                make_crf_bundle.write_bundle(model, chunk=length, boundary=False)
+            else:
+                model = os.path.join(a.shared, "seqtagger", "b04_RNA004")
+            times = measure(a, model, length, has_onnx)
             sd = onnx_state_dict(os.path.join(model, "crf_encoder.onnx")) if has_onnx else \
                 crf_reference.load_state_dict(os.path.join(model, "weights_39.tar"))
             ref = numpy_ms(sd, length)
-            med = lambda xs, i: statistics.median(x[i] for x in xs)  # noqa: E731
-            row = (label, med(ours, 0), med(ours, 1), med(theirs, 0) if theirs else None,
-                   med(theirs, 1) if theirs else None, ref)
-            rows.append(row)
-            print(row, flush=True)
-    lines = ["| geometry | ours wall / CPU ms | onnxruntime wall / CPU ms | ours / ort (wall) | ours / ort (CPU) | "
-             "NumPy ref CPU ms | ours / NumPy (CPU) |", "|---|---|---|---|---|---|---|"]
-    for label, ow, oc, tw, tc, ref in rows:
-        if tw:
-            lines.append(f"| {label} | {ow:.2f} / {oc:.2f} | {tw:.2f} / {tc:.2f} | {ow / tw:.2f} | {oc / tc:.2f} | "
-                         f"{ref:.1f} | {oc / ref:.3f} |")
-        else:
-            lines.append(f"| {label} | {ow:.2f} / {oc:.2f} | n/a (no ONNX of these weights) | n/a | n/a | "
-                         f"{ref:.1f} | {oc / ref:.3f} |")
-    text = "\n".join(lines)
+            med = lambda xs, i: statistics.median(x[i] for x in xs) if xs else None  # noqa: E731
+            per_b = {b: (med(o, 0), med(o, 1), med(t, 0), med(t, 1)) for b, (o, t, _) in times.items()}
+            rows.append((label, per_b, ref))
+            print(rows[-1], flush=True)
+            if a.variant:
+                per_b = {b: (med(v, 0), med(v, 1), med(t, 0), med(t, 1)) for b, (_, t, v) in times.items()}
+                rows.append((f"{label}, ours with {a.variant}", per_b, ref))
+                print(rows[-1], flush=True)
+    text = tables(rows, a.batch)
     print(text)
     if a.markdown:
         with open(a.markdown, "w") as f:

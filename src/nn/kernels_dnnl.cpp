@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "nn/lstm_int8.hpp"
 #include "nn/plan.hpp"
 #include "nn/simd.hpp"
 
@@ -257,6 +258,7 @@ class GemmLstm final : public Step {
     m_rt = shared_transposed(p.r, 4 * p.h, p.h);
     m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
     m_block_steps = gate_block_steps(p);
+    if (p.int8_recurrent) m_r_int8 = quantise_recurrent(p.r, 4 * p.h, p.h);
   }
   std::size_t scratch_bytes() const override {
     return static_cast<std::size_t>(m_block_steps * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
@@ -280,7 +282,11 @@ class GemmLstm final : public Step {
         float* g = gx + (t - lo) * N * G;
         if (step > 0) {
           const int64_t prev = p.reverse ? t + 1 : t - 1;
-          m_gemm(y + prev * N * H, H, rt, G, g, G, N, G, H);
+          if (m_p.int8_recurrent) {
+            gemv_acc_int8(m_r_int8, y + prev * N * H, H, g, G, N);
+          } else {
+            m_gemm(y + prev * N * H, H, rt, G, g, G, N, G, H);
+          }
         }
         m_cell(g, bias, c, y + t * N * H, N, H, H);
       }
@@ -323,6 +329,7 @@ class GemmLstm final : public Step {
   LstmCellFn m_cell;
   GemmAccFn m_gemm;
   Buffer m_rt, m_bias;
+  Int8Recurrent m_r_int8;  // R quantised when p.int8_recurrent (then m_rt goes unused)
   int64_t m_block_steps = 1;
 };
 

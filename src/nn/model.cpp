@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -23,6 +24,7 @@ namespace detail {
 struct ModelImpl {
   Graph graph;
   Backend backend = Backend::kOptimised;
+  bool lstm_int8 = false;
   mutable std::mutex mu;
   mutable std::vector<std::shared_ptr<const Plan>> plans;  // guarded by mu
 
@@ -51,7 +53,7 @@ struct ModelImpl {
     // here would linger (spinning) beside the workers.
     const int saved_threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    auto built = build_plan(graph, shape, backend);
+    auto built = build_plan(graph, shape, backend, lstm_int8);
     omp_set_num_threads(saved_threads);
     ESCPOD_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, std::move(built));
     plans.push_back(std::shared_ptr<const Plan>(std::move(plan)));
@@ -151,6 +153,8 @@ Result<Model> make_model(Graph graph, const LoadOptions& options) {
   impl->graph = std::move(graph);
   ESCPOD_RETURN_IF_ERROR(prepare_graph(impl->graph));
   impl->backend = options.backend;
+  const char* int8_env = std::getenv("ESCPOD_NN_LSTM_INT8");
+  impl->lstm_int8 = options.lstm_int8 || (int8_env != nullptr && std::string_view(int8_env) == "1");
   // When only the batch dimension is free, build the batch-1 plan now: unsupported attributes
   // are then reported at load, not at the first run.
   const ValueInfo& in = impl->graph.info.inputs[0];

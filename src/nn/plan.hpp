@@ -112,6 +112,10 @@ struct LstmParams {
   const float* r = nullptr;     // [4H][H]
   const float* bias = nullptr;  // [4H] = Wb + Rb
   Loc src, dst;
+  // Run h x R^T with int8 R (LoadOptions::lstm_int8; the planner sets it only where
+  // lstm_int8_available()). The reference kernel and oneDNN's LSTM primitive
+  // (ESCPOD_NN_LSTM=onednn) ignore it.
+  bool int8_recurrent = false;
 };
 
 // Reference (scalar) kernels and the data-movement steps both backends share.
@@ -180,7 +184,8 @@ Result<bool> fold_node(const Node& node, const std::vector<const Tensor*>& in,
                        std::vector<Tensor>& out);
 
 // Builds the plan for `input_shape`.
+// `lstm_int8`: LoadOptions::lstm_int8 (optimised backend only).
 Result<std::unique_ptr<Plan>> build_plan(const Graph& graph, std::span<const int64_t> input_shape,
-                                         Backend backend);
+                                         Backend backend, bool lstm_int8);
 
 }  // namespace escpod::nn::detail

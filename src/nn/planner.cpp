@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "nn/lstm_int8.hpp"
 #include "nn/plan.hpp"
 #include "nn/planner_ir.hpp"
 #include "nn/shape_ops.hpp"
@@ -29,8 +30,9 @@ class ConcatPart final : public Step {
 // plan.
 class StepBuilder {
  public:
-  StepBuilder(const Graph& g, Backend backend, const PlanIr& ir, const ArenaAssignment& arena, Plan& plan)
-      : m_g(g), m_backend(backend), m_ir(ir), m_arena(arena), m_plan(plan) {}
+  StepBuilder(const Graph& g, Backend backend, bool lstm_int8, const PlanIr& ir, const ArenaAssignment& arena,
+              Plan& plan)
+      : m_g(g), m_backend(backend), m_lstm_int8(lstm_int8), m_ir(ir), m_arena(arena), m_plan(plan) {}
 
   Status run() {
     for (const RtNode* r : m_arena.order) {
@@ -123,7 +125,9 @@ class StepBuilder {
     LstmParams p = r.lstm;
     p.src = loc(r.in[0]);
     p.dst = loc(r.out);
-    text = fmt::format("lstm{} T{} N{} C{} H{}", p.reverse ? "(reverse)" : "", p.t, p.n, p.c, p.h);
+    p.int8_recurrent = m_lstm_int8 && !reference() && lstm_int8_available() && lstm_int8_shape_ok(4 * p.h, p.h);
+    text = fmt::format("lstm{} T{} N{} C{} H{}{}", p.reverse ? "(reverse)" : "", p.t, p.n, p.c, p.h,
+                       p.int8_recurrent ? " R int8" : "");
     std::unique_ptr<Step> step = reference() ? make_ref_lstm(p) : make_dnnl_lstm(p, &error);
     if (step) step->flops = 2.0 * static_cast<double>(p.t) * static_cast<double>(p.n) * 4.0 * static_cast<double>(p.h) * static_cast<double>(p.c + p.h);
     return step;
@@ -184,6 +188,7 @@ class StepBuilder {
 
   const Graph& m_g;
   Backend m_backend;
+  bool m_lstm_int8;
   const PlanIr& m_ir;
   const ArenaAssignment& m_arena;
   Plan& m_plan;
@@ -191,7 +196,8 @@ class StepBuilder {
 
 }  // namespace
 
-Result<std::unique_ptr<Plan>> build_plan(const Graph& graph, std::span<const int64_t> input_shape, Backend backend) {
+Result<std::unique_ptr<Plan>> build_plan(const Graph& graph, std::span<const int64_t> input_shape, Backend backend,
+                                         bool lstm_int8) {
   auto plan = std::make_unique<Plan>();
   plan->input_shape.assign(input_shape.begin(), input_shape.end());
   PlanIr ir;
@@ -201,7 +207,7 @@ Result<std::unique_ptr<Plan>> build_plan(const Graph& graph, std::span<const int
   assign_layouts(ir, backend);
   const ArenaAssignment arena = assign_arena(ir, graph.input);
   plan->arena_floats = arena.arena_floats;
-  ESCPOD_RETURN_IF_ERROR(StepBuilder(graph, backend, ir, arena, *plan).run());
+  ESCPOD_RETURN_IF_ERROR(StepBuilder(graph, backend, lstm_int8, ir, arena, *plan).run());
   plan->owned = std::move(ir.owned);
   return plan;
 }

@@ -44,6 +44,13 @@ enum class Backend {
 // Options for Model::load.
 struct LoadOptions {
   Backend backend = Backend::kOptimised;
+  // int8 recurrent weights in the LSTM steps (per-gate-row scales, h rounded to u8 each step;
+  // src/nn/lstm_int8.hpp): ~4x fewer bytes per step than float32, but the outputs move (not
+  // within float32 tolerance), so off by default. Taken only by the optimised backend on a CPU
+  // with AVX-512 VNNI (and oneDNN's ISA cap at AVX-512); elsewhere float32 runs. The environment
+  // variable ESCPOD_NN_LSTM_INT8=1 turns it on for every model loaded (for the CLI's commands);
+  // `describe_plan` marks the LSTM steps that use it ("R int8").
+  bool lstm_int8 = false;
 };
 
 // One graph input or output as declared in the file. `dims[i]` is -1 where the dimension is
