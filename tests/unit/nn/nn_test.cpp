@@ -334,13 +334,13 @@ TEST(NnRun, Int8RecurrentWeightsStayNearFloat32OrFallBack) {
     EXPECT_LT(worst, 0.03) << name;
     // After warm-up the int8 kernel adds no allocation: a run costs what float32's costs (the
     // calls inside oneDNN's execute).
-    long before = escpod_test_new_count();
+    long before = static_cast<long>(escpod::test::allocation_count());
     ASSERT_TRUE(f32->run(ws_f32, c.input, c.in_shape, want).is_ok());
-    const long f32_allocs = escpod_test_new_count() - before;
-    before = escpod_test_new_count();
+    const long f32_allocs = static_cast<long>(escpod::test::allocation_count()) - before;
+    before = static_cast<long>(escpod::test::allocation_count());
     ASSERT_TRUE(i8->run(ws_i8, c.input, c.in_shape, got).is_ok());
     std::printf("%s: %ld operator-new calls per run in float32 and int8 (inside oneDNN execute)\n", name, f32_allocs);
-    EXPECT_EQ(escpod_test_new_count() - before, f32_allocs) << name;
+    EXPECT_EQ(static_cast<long>(escpod::test::allocation_count()) - before, f32_allocs) << name;
   }
 }
 
