@@ -76,8 +76,9 @@ struct ModelInfo {
 class Model;
 
 // Per-worker scratch: activation arena (one allocation, activations ping-pong inside it), kernel
-// scratchpad and the bindings of the last plan used. Built empty; sized on first use of a shape
-// and reused afterwards, so steady-state runs allocate nothing. Not thread-safe: one worker each.
+// scratchpad and the bindings of the plans used (up to 16 input shapes, so a worker alternating
+// between a few batch sizes binds each once). Built empty; sized on first use of a shape and
+// reused afterwards, so steady-state runs allocate nothing. Not thread-safe: one worker each.
 class Workspace {
  public:
   // `n_threads` OpenMP threads are used by the kernels of each call (1 = the calling thread only,
