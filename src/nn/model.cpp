@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -250,12 +251,19 @@ Result<std::vector<std::pair<std::string, double>>> Model::profile(Workspace& wo
   std::vector<std::pair<std::string, double>> times;
   for (const auto& step : plan.steps) times.emplace_back(step->text, 0.0);
   if (plan.needs_dnnl) omp_set_num_threads(ws.n_threads);
+  const bool cpu_time = ws.n_threads == 1;
+  const auto now = [cpu_time] {
+    if (!cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
   for (int r = 0; r < n_runs; ++r) {
     for (size_t i = 0; i < plan.steps.size(); ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = now();
       plan.steps[i]->run(ctx, ws.states()[i].get());
       if (plan.needs_dnnl) detail::dnnl_wait(ctx.dnnl_stream);
-      times[i].second += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      times[i].second += now() - t0;
     }
   }
   for (auto& t : times) t.second /= std::max(1, n_runs);

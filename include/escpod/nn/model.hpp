@@ -137,8 +137,10 @@ class Model {
   Status run(Workspace& workspace, std::span<const float> input,
              std::span<const int64_t> input_shape, std::span<float> output) const;
 
-  // Mean wall time of each plan step over `n_runs` runs on zero input at `input_shape`, in the
-  // order of describe_plan(), as (description, seconds) pairs. Uses `workspace`.
+  // Mean time of each plan step over `n_runs` runs on zero input at `input_shape`, in the order
+  // of describe_plan(), as (description, seconds) pairs. Uses `workspace`. With a one-thread
+  // workspace the time is the calling thread's CPU time (every kernel then runs on it, and a
+  // shared machine's time slicing does not count); with more threads, wall time.
   Result<std::vector<std::pair<std::string, double>>> profile(Workspace& workspace,
                                                              std::span<const int64_t> input_shape,
                                                              int n_runs) const;
