@@ -238,6 +238,8 @@ class CrfHead final : public Head {
                  CrfScratch& s, float* dst) const;
   bool decode_current(CrfScratch& s) const;
   bool decode_view(const CrfScoresView& view, CrfScratch& s) const;
+  size_t fill_batch(const PreparedRead& r, int64_t step, int64_t limit, int64_t& begin, CrfScratch& s) const;
+  void rank_batch(const float* out, size_t n, CrfScratch& s, bool& found) const;
   void keep_best_scores(CrfScratch& s) const;
   void fill_call(const BarcodeMatch& m, CrfGateResult gate, bool mean_post_failed,
                  const std::optional<CrfRefReport>& lattice, CrfScratch& s, Classification& out) const;
@@ -330,33 +332,46 @@ bool CrfHead::rolling_windows(const PreparedRead& r, CrfScratch& s) const {
   const CrfConfig& cfg = m_model.config;
   const int64_t c = chunk(), step = std::max<int64_t>(1, cfg.step.value_or(c));
   const int64_t limit = std::min<int64_t>(cfg.max_chunk.value_or(c), static_cast<int64_t>(r.pa.size()));
-  const auto len = static_cast<size_t>(c);
-  const int64_t n_scores = s.encoder.n_scores(), steps = s.encoder.steps(len);
   bool found = false;
   for (int64_t begin = 0; begin + c <= limit;) {
-    size_t n = 0;  // windows normalised into this batch
-    for (; n < s.batch && begin + c <= limit; begin += step) {
-      const auto samples = r.pa.subspan(static_cast<size_t>(begin), len);
-      if (!normalise(samples, samples, 0, s, s.window.data() + n * len)) continue;
-      s.starts[n++] = begin;
-    }
+    const size_t n = fill_batch(r, step, limit, begin, s);
     if (n == 0) break;
     if (found) keep_best_scores(s);  // the batch output is about to be overwritten
     float* out = s.batch > 1 ? s.batch_scores.data() : s.current.scores.data();
-    if (!s.encoder.run_batch(s.window.data(), n, len, out).is_ok()) continue;
-    // Output [T, n, n_scores]: window i's step t at (t * n + i) * n_scores.
-    for (size_t i = 0; i < n; ++i) {
-      const CrfScoresView view{out + static_cast<int64_t>(i) * n_scores, steps, static_cast<int64_t>(n) * n_scores};
-      s.current.start = s.starts[i];
-      if (!decode_view(view, s)) continue;
-      if (!found || s.current.rank > s.best.rank) {
-        std::swap(s.current, s.best);
-        found = true;
-      }
-    }
+    if (!s.encoder.run_batch(s.window.data(), n, static_cast<size_t>(c), out).is_ok()) continue;
+    rank_batch(out, n, s, found);
   }
   if (found) std::swap(s.current, s.best);
   return found;
+}
+
+// Normalises the next windows from `begin` (advanced past them) into the scratch's batch, up to
+// s.batch of them (a window with no usable normalisation is skipped); returns how many.
+size_t CrfHead::fill_batch(const PreparedRead& r, int64_t step, int64_t limit, int64_t& begin,
+                           CrfScratch& s) const {
+  const auto len = static_cast<size_t>(chunk());
+  size_t n = 0;
+  for (; n < s.batch && begin + chunk() <= limit; begin += step) {
+    const auto samples = r.pa.subspan(static_cast<size_t>(begin), len);
+    if (!normalise(samples, samples, 0, s, s.window.data() + n * len)) continue;
+    s.starts[n++] = begin;
+  }
+  return n;
+}
+
+// Decodes the `n` windows of one encoder output `out` ([T, n, n_scores]: window i's step t at
+// (t * n + i) * n_scores) in window order, keeping the best-ranked in s.best (ties to the earlier).
+void CrfHead::rank_batch(const float* out, size_t n, CrfScratch& s, bool& found) const {
+  const int64_t n_scores = s.encoder.n_scores(), steps = s.encoder.steps(static_cast<size_t>(chunk()));
+  for (size_t i = 0; i < n; ++i) {
+    const CrfScoresView view{out + static_cast<int64_t>(i) * n_scores, steps, static_cast<int64_t>(n) * n_scores};
+    s.current.start = s.starts[i];
+    if (!decode_view(view, s)) continue;
+    if (!found || s.current.rank > s.best.rank) {
+      std::swap(s.current, s.best);
+      found = true;
+    }
+  }
 }
 
 // When s.best's scores lie in the batch output (or, at batch 1, in the buffer the next window
