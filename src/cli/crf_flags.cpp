@@ -29,6 +29,9 @@ void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
   sub->add_option("--min-crf-prob", o.min_crf_prob, "Lattice probability gate (implies --ref-scores)")->group(g);
   sub->add_option("--boundary-margin", o.boundary_margin, "Bundles: samples required beyond the chunk")->group(g);
   sub->add_option("--clamp-max-shift", o.clamp_max_shift, "Bundles: window clamping allowance")->group(g);
+  sub->add_option("--crf-batch", o.window_batch,
+                  "SeqTagger v2: rolling windows of a read per encoder call, 1..16 (default 16; calls do not "
+                  "depend on it)")->group(g);
 }
 
 Result<demux::CrfHeadOptions> crf_head_options(const CrfCliFlags& o) {
@@ -56,6 +59,8 @@ Result<demux::CrfHeadOptions> crf_head_options(const CrfCliFlags& o) {
   c.barcodes_csv = o.barcodes;
   c.boundary_margin = set_or_none(o.boundary_margin);
   c.clamp_max_shift = set_or_none(o.clamp_max_shift);
+  if (o.window_batch < 1 || o.window_batch > 16) return Status::usage("--crf-batch must be 1..16");
+  c.max_window_batch = o.window_batch;
   return c;
 }
 

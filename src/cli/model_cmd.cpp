@@ -302,7 +302,7 @@ void register_model(CLI::App& app, GlobalOptions& global) {
                     "workers: one Workspace per thread (throughput); intra: one call at a time "
                     "using all threads")
       ->check(CLI::IsMember({"workers", "intra"}));
-  bench->add_flag("--profile", opts->profile, "Also print the mean time of each plan step");
+  bench->add_flag("--profile", opts->profile, "Also print the mean time of each plan step (thread CPU time with one thread per call)");
   add_model_flags(bench, *opts);
   add_common_flags(bench, global);
   set_body(bench, [opts, &global] { return run_bench(*opts, resolve_threads(global)); });

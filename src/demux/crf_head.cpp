@@ -80,11 +80,13 @@ struct CrfSettings {
   bool ref_scores = false;
   int64_t margin = 200;  // bundles
   int64_t clamp = 0;     // bundles
+  int64_t window_batch = 1;  // rolling windows per encoder call (1 for the one-window placements)
 };
 
 // One decoded window: its scores and both decodes (kept while a better window may come).
 struct WindowCall {
-  std::vector<float> scores;
+  std::vector<float> scores;  // [T, n_scores]: the one-window placements' encoder output
+  CrfScoresView view;         // the scores decoded: into `scores` or into CrfScratch::batch_scores
   PosteriorCall posterior;
   BeamCall beam;
   int64_t start = 0;
@@ -94,24 +96,31 @@ struct WindowCall {
 class CrfScratch final : public HeadScratch {
  public:
   CrfScratch(const CrfModel& model, CrfPosteriorDecoder posterior_decoder,
-             std::optional<CrfBeamSearch> beam_search, std::optional<CrfRefScorer> ref_scorer, size_t n_refs)
+             std::optional<CrfBeamSearch> beam_search, std::optional<CrfRefScorer> ref_scorer, size_t n_refs,
+             size_t window_batch)
       : encoder(model, 1),
         posterior(std::move(posterior_decoder)),
         beam(std::move(beam_search)),
-        scorer(std::move(ref_scorer)) {
+        scorer(std::move(ref_scorer)),
+        batch(window_batch) {
     const auto chunk = static_cast<size_t>(model.config.chunk);
-    window.resize(chunk);
+    window.resize(chunk * batch);
+    starts.resize(batch);
     sorted.reserve(chunk);
     const auto n_scores = static_cast<size_t>(encoder.steps(chunk) * encoder.n_scores());
     current.scores.resize(n_scores);
     best.scores.resize(n_scores);
+    if (batch > 1) batch_scores.resize(n_scores * batch);
     logp.resize(n_refs);
   }
   CrfEncoder encoder;
   CrfPosteriorDecoder posterior;
   std::optional<CrfBeamSearch> beam;
   std::optional<CrfRefScorer> scorer;
-  std::vector<float> window;  // the normalised window, `chunk` samples
+  size_t batch;                     // windows per encoder call (CrfSettings::window_batch)
+  std::vector<float> window;        // `batch` normalised windows of `chunk` samples, one after another
+  std::vector<int64_t> starts;      // their first samples in the read
+  std::vector<float> batch_scores;  // [T, batch, n_scores], the encoder's output for them
   std::vector<float> sorted;  // median/MAD work space
   WindowCall current, best;
   std::vector<float> logp;
@@ -192,7 +201,7 @@ class CrfHead final : public Head {
     std::optional<CrfRefScorer> scorer;
     if (m_settings.ref_scores) scorer = CrfRefScorer::create(m_geometry, m_panel.refs()).value();
     auto s = std::make_unique<CrfScratch>(m_model, std::move(posterior), std::move(beam), std::move(scorer),
-                                          m_panel.size());
+                                          m_panel.size(), static_cast<size_t>(m_settings.window_batch));
     s->panel = &m_panel;
     return s;
   }
@@ -226,8 +235,12 @@ class CrfHead final : public Head {
   bool boundary_window(const PreparedRead& r, CrfScratch& s) const;
   bool rolling_windows(const PreparedRead& r, CrfScratch& s) const;
   bool normalise(std::span<const float> samples, std::span<const float> norm_span, size_t pad,
-                 CrfScratch& s) const;
+                 CrfScratch& s, float* dst) const;
   bool decode_current(CrfScratch& s) const;
+  bool decode_view(const CrfScoresView& view, CrfScratch& s) const;
+  size_t fill_batch(const PreparedRead& r, int64_t step, int64_t limit, int64_t& begin, CrfScratch& s) const;
+  void rank_batch(const float* out, size_t n, CrfScratch& s, bool& found) const;
+  void keep_best_scores(CrfScratch& s) const;
   void fill_call(const BarcodeMatch& m, CrfGateResult gate, bool mean_post_failed,
                  const std::optional<CrfRefReport>& lattice, CrfScratch& s, Classification& out) const;
 
@@ -241,10 +254,11 @@ class CrfHead final : public Head {
   std::vector<ColumnKind> m_column_kinds;
 };
 
-// Copies `samples` into the scratch window after `pad` zeros, normalised: standardised with the
-// model's constants, or med/MAD over `norm_span` (SeqTagger v1). False: no usable normalisation.
+// Copies `samples` into `dst` (`chunk` floats of the scratch's windows) after `pad` zeros,
+// normalised: standardised with the model's constants, or med/MAD over `norm_span` (SeqTagger
+// v1). False: no usable normalisation.
 bool CrfHead::normalise(std::span<const float> samples, std::span<const float> norm_span, size_t pad,
-                        CrfScratch& s) const {
+                        CrfScratch& s, float* dst) const {
   float shift = 0.0f, scale = 1.0f;
   const CrfConfig& c = m_model.config;
   if (c.standardise) {
@@ -253,17 +267,23 @@ bool CrfHead::normalise(std::span<const float> samples, std::span<const float> n
   } else if (!med_mad(norm_span, s.sorted, shift, scale)) {
     return false;
   }
-  std::fill(s.window.begin(), s.window.begin() + static_cast<std::ptrdiff_t>(pad), 0.0f);
-  for (size_t i = 0; i < samples.size(); ++i) s.window[pad + i] = (samples[i] - shift) * scale;
+  std::fill(dst, dst + pad, 0.0f);
+  for (size_t i = 0; i < samples.size(); ++i) dst[pad + i] = (samples[i] - shift) * scale;
   return true;
 }
 
-// Encodes and decodes the scratch window into s.current; false if a kernel failed.
+// Encodes and decodes the scratch's first window into s.current; false if a kernel failed.
 bool CrfHead::decode_current(CrfScratch& s) const {
   WindowCall& w = s.current;
   const auto n = static_cast<size_t>(chunk());
   if (!s.encoder.run(s.window.data(), n, w.scores.data()).is_ok()) return false;
-  const CrfScoresView view{w.scores.data(), s.encoder.steps(n), s.encoder.n_scores()};
+  return decode_view(CrfScoresView{w.scores.data(), s.encoder.steps(n), s.encoder.n_scores()}, s);
+}
+
+// Decodes `view` into s.current (which then refers to it); false if a decoder failed.
+bool CrfHead::decode_view(const CrfScoresView& view, CrfScratch& s) const {
+  WindowCall& w = s.current;
+  w.view = view;
   if (!s.posterior.decode(view, w.posterior).is_ok()) return false;
   w.rank = w.posterior.mean_logpost;
   if (s.beam) {
@@ -285,7 +305,7 @@ bool CrfHead::bundle_window(const PreparedRead& r, CrfScratch& s) const {
   }
   if (begin + c > static_cast<int64_t>(r.pa.size())) return false;  // beyond the decoded prefix
   const auto samples = r.pa.subspan(static_cast<size_t>(begin), static_cast<size_t>(c));
-  if (!normalise(samples, samples, 0, s)) return false;
+  if (!normalise(samples, samples, 0, s, s.window.data())) return false;
   s.current.start = begin;
   return decode_current(s);
 }
@@ -298,31 +318,72 @@ bool CrfHead::boundary_window(const PreparedRead& r, CrfScratch& s) const {
   const auto samples = r.pa.subspan(static_cast<size_t>(begin), static_cast<size_t>(ae - begin));
   const auto span = m_settings.norm_span == CrfNormSpan::kPrefix
                         ? r.pa.subspan(0, static_cast<size_t>(ae)) : samples;
-  if (!normalise(samples, span, static_cast<size_t>(c - (ae - begin)), s)) return false;
+  if (!normalise(samples, span, static_cast<size_t>(c - (ae - begin)), s, s.window.data())) return false;
   s.current.start = ae - c;
   return decode_current(s);
 }
 
 // SeqTagger v2 convention (our reading): `chunk`-sample windows at 0, step, 2 step, ... that end
 // within max_chunksize samples (and the decoded prefix); the best-ranked call wins, ties to the
-// earlier window.
+// earlier window. The windows go through the encoder s.batch at a time (one call for a read's
+// nine windows at b13's geometry) and are decoded in order, so the winner is the same as with
+// one window per call.
 bool CrfHead::rolling_windows(const PreparedRead& r, CrfScratch& s) const {
   const CrfConfig& cfg = m_model.config;
   const int64_t c = chunk(), step = std::max<int64_t>(1, cfg.step.value_or(c));
   const int64_t limit = std::min<int64_t>(cfg.max_chunk.value_or(c), static_cast<int64_t>(r.pa.size()));
   bool found = false;
-  for (int64_t begin = 0; begin + c <= limit; begin += step) {
-    const auto samples = r.pa.subspan(static_cast<size_t>(begin), static_cast<size_t>(c));
-    if (!normalise(samples, samples, 0, s)) continue;
-    s.current.start = begin;
-    if (!decode_current(s)) continue;
+  for (int64_t begin = 0; begin + c <= limit;) {
+    const size_t n = fill_batch(r, step, limit, begin, s);
+    if (n == 0) break;
+    if (found) keep_best_scores(s);  // the batch output is about to be overwritten
+    float* out = s.batch > 1 ? s.batch_scores.data() : s.current.scores.data();
+    if (!s.encoder.run_batch(s.window.data(), n, static_cast<size_t>(c), out).is_ok()) continue;
+    rank_batch(out, n, s, found);
+  }
+  if (found) std::swap(s.current, s.best);
+  return found;
+}
+
+// Normalises the next windows from `begin` (advanced past them) into the scratch's batch, up to
+// s.batch of them (a window with no usable normalisation is skipped); returns how many.
+size_t CrfHead::fill_batch(const PreparedRead& r, int64_t step, int64_t limit, int64_t& begin,
+                           CrfScratch& s) const {
+  const auto len = static_cast<size_t>(chunk());
+  size_t n = 0;
+  for (; n < s.batch && begin + chunk() <= limit; begin += step) {
+    const auto samples = r.pa.subspan(static_cast<size_t>(begin), len);
+    if (!normalise(samples, samples, 0, s, s.window.data() + n * len)) continue;
+    s.starts[n++] = begin;
+  }
+  return n;
+}
+
+// Decodes the `n` windows of one encoder output `out` ([T, n, n_scores]: window i's step t at
+// (t * n + i) * n_scores) in window order, keeping the best-ranked in s.best (ties to the earlier).
+void CrfHead::rank_batch(const float* out, size_t n, CrfScratch& s, bool& found) const {
+  const int64_t n_scores = s.encoder.n_scores(), steps = s.encoder.steps(static_cast<size_t>(chunk()));
+  for (size_t i = 0; i < n; ++i) {
+    const CrfScoresView view{out + static_cast<int64_t>(i) * n_scores, steps, static_cast<int64_t>(n) * n_scores};
+    s.current.start = s.starts[i];
+    if (!decode_view(view, s)) continue;
     if (!found || s.current.rank > s.best.rank) {
       std::swap(s.current, s.best);
       found = true;
     }
   }
-  if (found) std::swap(s.current, s.best);
-  return found;
+}
+
+// When s.best's scores lie in the batch output (or, at batch 1, in the buffer the next window
+// is encoded into), copies them into s.best.scores so the next encoder call cannot overwrite them.
+void CrfHead::keep_best_scores(CrfScratch& s) const {
+  WindowCall& b = s.best;
+  if (b.view.data == b.scores.data()) return;
+  const auto row = static_cast<size_t>(s.encoder.n_scores());
+  for (int64_t t = 0; t < b.view.n_steps; ++t) {
+    std::copy_n(b.view.data + t * b.view.step_stride, row, b.scores.data() + static_cast<size_t>(t) * row);
+  }
+  b.view = CrfScoresView{b.scores.data(), b.view.n_steps, static_cast<int64_t>(row)};
 }
 
 bool CrfHead::best_window(const PreparedRead& r, CrfScratch& s) const {
@@ -350,10 +411,8 @@ void CrfHead::classify_one(const PreparedRead& r, CrfScratch& s, Classification&
   const BarcodeMatch m = m_panel.match(seq);
   std::optional<CrfRefReport> lattice;
   if (s.scorer) {
-    const auto n = static_cast<size_t>(chunk());
-    const CrfScoresView view{w.scores.data(), s.encoder.steps(n), s.encoder.n_scores()};
     const float log_z = s.beam ? w.beam.log_partition : w.posterior.log_partition;
-    if (s.scorer->score(view, log_z, s.logp).is_ok()) lattice = crf_ref_report(s.logp, m.best_idx);
+    if (s.scorer->score(w.view, log_z, s.logp).is_ok()) lattice = crf_ref_report(s.logp, m.best_idx);
   }
   const std::optional<float> baseq = s.beam ? std::optional<float>(w.beam.baseq) : std::nullopt;
   s.last_ref = m.best_idx;
@@ -411,8 +470,8 @@ std::string CrfHead::describe() const {
   if (seqtagger()) {
     out += fmt::format("window: {} ({} samples", crf_window_placement_name(m_settings.placement), c.chunk);
     if (m_settings.placement == CrfWindowPlacement::kRollingStart) {
-      out += fmt::format(", step {}, up to {} samples from the read start, best call kept",
-                         c.step.value_or(c.chunk), c.max_chunk.value_or(c.chunk));
+      out += fmt::format(", step {}, up to {} samples from the read start, best call kept; {} per encoder call",
+                         c.step.value_or(c.chunk), c.max_chunk.value_or(c.chunk), m_settings.window_batch);
     }
     out += ")\n";
   } else {
@@ -477,6 +536,13 @@ CrfSettings resolve_settings(const CrfModel& model, const CrfHeadOptions& o) {
   s.ref_scores = o.ref_scores || s.gates.needs_ref_scores();
   s.margin = o.boundary_margin.value_or(model.boundary.margin);
   s.clamp = o.clamp_max_shift.value_or(model.boundary.clamp_max_shift);
+  if (st && s.placement == CrfWindowPlacement::kRollingStart) {
+    // No more than the read can have: windows at 0, step, ... ending within max_chunksize.
+    const CrfConfig& c = model.config;
+    const int64_t step = std::max<int64_t>(1, c.step.value_or(c.chunk));
+    const int64_t most = std::max<int64_t>(1, (c.max_chunk.value_or(c.chunk) - c.chunk) / step + 1);
+    s.window_batch = std::min<int64_t>(o.max_window_batch, most);
+  }
   return s;
 }
 
@@ -597,6 +663,10 @@ int64_t crf_samples_needed(const Head& head, int64_t adapter_end) {
 }
 
 Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options) {
+  if (options.max_window_batch < 1 || options.max_window_batch > 16) {
+    return Status::invalid_argument(fmt::format("CRF head: windows per encoder call must be 1..16, got {}",
+                                                options.max_window_batch));
+  }
   ESCPOD_ASSIGN_OR_RETURN(CrfModel model, load_crf_model(folder, options.load));
   if (model.config.chunk <= 0) {
     return Status::invalid_argument(folder.string() + ": the model's chunk length must be positive");

@@ -286,17 +286,54 @@ class Pad final : public Step {
   explicit Pad(PadParams p) : m_p(std::move(p)), m_place(m_p) {
     m_out_total = 1;
     for (int64_t d : m_p.out_shape) m_out_total *= d;
+    const size_t rank = m_p.in_shape.size();
+    m_last_axis_only = rank > 0 && m_p.in_shape.back() > 0;  // an empty row: the general path fills
+    for (size_t d = 0; d + 1 < rank; ++d) {
+      m_last_axis_only = m_last_axis_only && m_p.in_shape[d] == m_p.out_shape[d];
+    }
+    if (m_last_axis_only) {
+      m_before = m_p.pads_begin.back();
+      m_after = m_p.out_shape.back() - m_p.in_shape.back() - m_before;
+    }
   }
   void run(const ExecContext& ctx, StepState*) const override {
     float* y = resolve(ctx, m_p.dst);
+    if (m_last_axis_only) {
+      pad_rows(resolve(ctx, m_p.src), y);
+      return;
+    }
     std::fill(y, y + m_out_total, m_p.value);
     m_place.copy_block(m_p, resolve(ctx, m_p.src), y);
   }
 
  private:
+  // Only the innermost axis grows (the CRF head's blank column: [T, N, S, 4] -> [T, N, S, 5]):
+  // every output row is written once, padding and data in one pass, instead of a fill of the
+  // whole output followed by a strided copy (two passes over it, the second through the general
+  // odometer).
+  void pad_rows(const float* x, float* y) const {
+    const int64_t run = m_place.run, rows = m_place.rows, before = m_before, after = m_after;
+    const float v = m_p.value;
+    if (run == 4 && before == 1 && after == 0) {  // bonito's CRF scores: blank, then 4 bases
+      for (int64_t i = 0; i < rows; ++i, x += 4, y += 5) {
+        y[0] = v;
+        std::memcpy(y + 1, x, 4 * sizeof(float));  // one 16-byte move
+      }
+      return;
+    }
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < before; ++j) *y++ = v;
+      for (int64_t j = 0; j < run; ++j) *y++ = x[j];
+      for (int64_t j = 0; j < after; ++j) *y++ = v;
+      x += run;
+    }
+  }
+
   PadParams m_p;
   PadPlacement m_place;
   int64_t m_out_total = 0;
+  bool m_last_axis_only = false;  // every axis but the innermost keeps its size
+  int64_t m_before = 0, m_after = 0;
 };
 
 }  // namespace

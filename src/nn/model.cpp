@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -65,20 +66,49 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-struct WorkspaceState {
-  int n_threads = 1;
-  const ModelImpl* owner = nullptr;
+// One plan bound to a workspace: the per-step states (oneDNN primitives and their memories).
+struct Binding {
   std::shared_ptr<const Plan> plan;
   std::vector<std::unique_ptr<StepState>> states;
-  std::unique_ptr<float, FreeDeleter> arena;
+};
+
+struct WorkspaceState {
+  // Bindings kept per workspace: a worker that alternates between a few input shapes (the CRF
+  // head's batches of one read's windows, 1..max) binds each once and then allocates nothing;
+  // beyond this many shapes the oldest binding is replaced.
+  static constexpr size_t kMaxBindings = 16;
+
+  int n_threads = 1;
+  const ModelImpl* owner = nullptr;
+  std::vector<Binding> bindings;  // in binding order; all of `owner`'s plans
+  size_t current = 0;             // index into bindings of the plan in use
+  size_t next_evict = 0;
+  std::unique_ptr<float, FreeDeleter> arena;  // shared: sized for the largest plan bound
   std::size_t arena_floats = 0;
   std::unique_ptr<void, FreeDeleter> scratch;
   std::size_t scratch_bytes = 0;
   std::shared_ptr<void> stream;
 
+  const Plan* plan() const { return bindings.empty() ? nullptr : bindings[current].plan.get(); }
+  std::vector<std::unique_ptr<StepState>>& states() { return bindings[current].states; }
+
+  // Makes the binding of `shape` current; false when none is held (bind() then adds it).
+  bool select(const ModelImpl* model, std::span<const int64_t> shape) {
+    if (owner != model) return false;
+    for (size_t i = 0; i < bindings.size(); ++i) {
+      const Shape& in = bindings[i].plan->input_shape;
+      if (std::equal(in.begin(), in.end(), shape.begin(), shape.end())) {
+        current = i;
+        return true;
+      }
+    }
+    return false;
+  }
+
   void bind(const ModelImpl* model, std::shared_ptr<const Plan> p) {
-    states.clear();
-    for (const auto& step : p->steps) states.push_back(step->bind());
+    if (owner != model) bindings.clear();
+    Binding b;
+    for (const auto& step : p->steps) b.states.push_back(step->bind());
     if (p->arena_floats > arena_floats) {
       arena.reset(static_cast<float*>(std::aligned_alloc(64, p->arena_floats * sizeof(float))));
       arena_floats = p->arena_floats;
@@ -89,7 +119,15 @@ struct WorkspaceState {
     }
     if (p->needs_dnnl && !stream) stream = make_dnnl_stream();
     owner = model;
-    plan = std::move(p);
+    b.plan = std::move(p);
+    if (bindings.size() < kMaxBindings) {
+      bindings.push_back(std::move(b));
+      current = bindings.size() - 1;
+    } else {
+      current = next_evict;
+      next_evict = (next_evict + 1) % kMaxBindings;
+      bindings[current] = std::move(b);
+    }
   }
 };
 
@@ -203,7 +241,7 @@ Result<std::vector<std::pair<std::string, double>>> Model::profile(Workspace& wo
   std::vector<float> in(static_cast<size_t>(n_in), 0.0f), out(static_cast<size_t>(n_out));
   ESCPOD_RETURN_IF_ERROR(run(workspace, in, input_shape, out));  // binds the plan
   detail::WorkspaceState& ws = *workspace.m_state;
-  const detail::Plan& plan = *ws.plan;
+  const detail::Plan& plan = *ws.plan();
   detail::ExecContext ctx;
   ctx.arena = ws.arena.get();
   ctx.input = in.data();
@@ -213,12 +251,19 @@ Result<std::vector<std::pair<std::string, double>>> Model::profile(Workspace& wo
   std::vector<std::pair<std::string, double>> times;
   for (const auto& step : plan.steps) times.emplace_back(step->text, 0.0);
   if (plan.needs_dnnl) omp_set_num_threads(ws.n_threads);
+  const bool cpu_time = ws.n_threads == 1;
+  const auto now = [cpu_time] {
+    if (!cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
   for (int r = 0; r < n_runs; ++r) {
     for (size_t i = 0; i < plan.steps.size(); ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      plan.steps[i]->run(ctx, ws.states[i].get());
+      const double t0 = now();
+      plan.steps[i]->run(ctx, ws.states()[i].get());
       if (plan.needs_dnnl) detail::dnnl_wait(ctx.dnnl_stream);
-      times[i].second += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      times[i].second += now() - t0;
     }
   }
   for (auto& t : times) t.second /= std::max(1, n_runs);
@@ -229,12 +274,11 @@ Status Model::run(Workspace& workspace, std::span<const float> input, std::span<
                   std::span<float> output) const {
   detail::WorkspaceState& ws = *workspace.m_state;
   omp_set_num_threads(ws.n_threads);
-  if (ws.owner != m_impl.get() || !ws.plan ||
-      !std::equal(ws.plan->input_shape.begin(), ws.plan->input_shape.end(), input_shape.begin(), input_shape.end())) {
+  if (!ws.select(m_impl.get(), input_shape)) {
     ESCPOD_ASSIGN_OR_RETURN(auto plan, m_impl->plan_for(input_shape));
     ws.bind(m_impl.get(), std::move(plan));
   }
-  const detail::Plan& plan = *ws.plan;
+  const detail::Plan& plan = *ws.plan();
   int64_t n_in = 1, n_out = 1;
   for (int64_t d : plan.input_shape) n_in *= d;
   for (int64_t d : plan.output_shape) n_out *= d;
@@ -248,7 +292,7 @@ Status Model::run(Workspace& workspace, std::span<const float> input, std::span<
   ctx.output = output.data();
   ctx.scratchpad = ws.scratch.get();
   ctx.dnnl_stream = ws.stream.get();
-  for (size_t i = 0; i < plan.steps.size(); ++i) plan.steps[i]->run(ctx, ws.states[i].get());
+  for (size_t i = 0; i < plan.steps.size(); ++i) plan.steps[i]->run(ctx, ws.states()[i].get());
   if (plan.needs_dnnl) detail::dnnl_wait(ctx.dnnl_stream);
   return Status::ok();
 }

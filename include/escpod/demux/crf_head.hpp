@@ -81,6 +81,11 @@ struct CrfHeadOptions {
   std::optional<int64_t> boundary_margin;   // bundles: overrides the bundle's margin
   std::optional<int64_t> clamp_max_shift;   // bundles: overrides the bundle's clamp allowance
   CrfLoadOptions load;                      // encoder backend, bundle pin check
+  // SeqTagger v2 rolling windows of one read run through the encoder together, this many per
+  // call (1..16; 1: one window per call). Batched scores are bitwise those of one window per
+  // call (the encoder's kernels treat batch rows independently), so the calls do not depend
+  // on it; it trades ~1 MB of scratch per window (b13: 200 steps x 1280 scores) for speed.
+  int32_t max_window_batch = 16;
   // --barcodes: references from a CSV (read_barcode_csv) instead of the model's, matched as given
   // (the CSV holds what the model emits). Empty: the model's references.
   std::filesystem::path barcodes_csv;

@@ -76,8 +76,9 @@ struct ModelInfo {
 class Model;
 
 // Per-worker scratch: activation arena (one allocation, activations ping-pong inside it), kernel
-// scratchpad and the bindings of the last plan used. Built empty; sized on first use of a shape
-// and reused afterwards, so steady-state runs allocate nothing. Not thread-safe: one worker each.
+// scratchpad and the bindings of the plans used (up to 16 input shapes, so a worker alternating
+// between a few batch sizes binds each once). Built empty; sized on first use of a shape and
+// reused afterwards, so steady-state runs allocate nothing. Not thread-safe: one worker each.
 class Workspace {
  public:
   // `n_threads` OpenMP threads are used by the kernels of each call (1 = the calling thread only,
@@ -136,8 +137,10 @@ class Model {
   Status run(Workspace& workspace, std::span<const float> input,
              std::span<const int64_t> input_shape, std::span<float> output) const;
 
-  // Mean wall time of each plan step over `n_runs` runs on zero input at `input_shape`, in the
-  // order of describe_plan(), as (description, seconds) pairs. Uses `workspace`.
+  // Mean time of each plan step over `n_runs` runs on zero input at `input_shape`, in the order
+  // of describe_plan(), as (description, seconds) pairs. Uses `workspace`. With a one-thread
+  // workspace the time is the calling thread's CPU time (every kernel then runs on it, and a
+  // shared machine's time slicing does not count); with more threads, wall time.
   Result<std::vector<std::pair<std::string, double>>> profile(Workspace& workspace,
                                                              std::span<const int64_t> input_shape,
                                                              int n_runs) const;

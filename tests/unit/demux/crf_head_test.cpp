@@ -150,6 +150,60 @@ TEST(CrfHead, V2RollingWindowsStartOnTheStepGridWithinMaxChunk) {
   EXPECT_EQ(classify(*h.head, *scratch, synthetic_signal(1500, 9), 1000).status, CallStatus::kNoWindow);
 }
 
+// A v2 read's rolling windows go through the encoder together (CrfHeadOptions::max_window_batch):
+// every column (window start, distances, mean posterior, baseq, lattice scores) is the same as
+// with one window per call, for a full read (nine windows: one batch of 9, or 4 + 4 + 1, where the
+// best window's scores are copied out of the batch output before the next call) and shorter reads
+// (2 and 5 windows); and alternating window counts allocate nothing once each has run.
+TEST(CrfHead, BatchedRollingWindowsGiveTheCallsOfOneWindowPerCall) {
+  for (CrfDecoderChoice decoder : {CrfDecoderChoice::kBeam, CrfDecoderChoice::kPosterior}) {
+    CrfHeadOptions o;
+    o.decoder = decoder;
+    o.ref_scores = true;
+    o.min_baseq = 0.0;
+    o.min_mean_post = 0.0;
+    o.max_window_batch = 1;
+    LoadedHead single = load("b13_RNA004_mRNA", o);
+    o.max_window_batch = 4;
+    LoadedHead four = load("b13_RNA004_mRNA", o);
+    o.max_window_batch = 16;
+    LoadedHead all = load("b13_RNA004_mRNA", o);
+    auto s1 = single.head->make_scratch(), s4 = four.head->make_scratch(), s16 = all.head->make_scratch();
+    int compared = 0;
+    for (uint32_t seed = 20; seed < 26; ++seed) {
+      for (size_t len : {size_t{9000}, size_t{4200}, size_t{2600}}) {
+        const std::vector<float> pa = synthetic_signal(len, seed);
+        const Classification a = classify(*single.head, *s1, pa, 1000);
+        const Classification b = classify(*four.head, *s4, pa, 1000);
+        const Classification c = classify(*all.head, *s16, pa, 1000);
+        ASSERT_EQ(a.status, CallStatus::kClassified) << seed << " " << len;
+        EXPECT_EQ(b.probabilities, a.probabilities) << seed << " " << len << " " << crf_decoder_name(decoder);
+        EXPECT_EQ(c.probabilities, a.probabilities) << seed << " " << len << " " << crf_decoder_name(decoder);
+        EXPECT_EQ(crf_last_call(*s16)->sequence, crf_last_call(*s1)->sequence);
+        ++compared;
+      }
+    }
+    EXPECT_EQ(compared, 18);
+  }
+  CrfHeadOptions ref;
+  ref.load.backend = nn::Backend::kReference;
+  LoadedHead h = load("b13_RNA004_mRNA", ref);
+  auto scratch = h.head->make_scratch();
+  const std::vector<float> full = synthetic_signal(9000, 30), two = synthetic_signal(2600, 31);
+  Classification c;
+  classify_into(*h.head, *scratch, full, 1000, c);
+  classify_into(*h.head, *scratch, two, 1000, c);
+  const size_t before = test::allocation_count();
+  classify_into(*h.head, *scratch, full, 1000, c);
+  classify_into(*h.head, *scratch, two, 1000, c);
+  EXPECT_EQ(test::allocation_count(), before);
+  CrfHeadOptions bad;
+  bad.max_window_batch = 17;
+  auto refused = load_crf_head(test::shared_data("seqtagger/b13_RNA004_mRNA"), bad);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("1..16"), std::string::npos) << refused.status().message();
+}
+
 TEST(CrfHead, GatesDecideTheStatusAndTheGateColumnNamesTheFirstFailure) {
   const std::vector<float> pa = synthetic_signal(5000, 10);
   CrfHeadOptions open;

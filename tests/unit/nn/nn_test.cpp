@@ -361,6 +361,46 @@ TEST(NnRun, SteadyStateRunsDoNotAllocate) {
   }
 }
 
+// A workspace keeps the binding of every shape it has run (up to 16): a worker alternating
+// between batch sizes (the CRF head's windows of one read) allocates nothing once each size has
+// run, and each size still gives its own plan's result.
+TEST(NnRun, AlternatingBatchSizesAllocateNothingOnceBound) {
+  auto m = Model::load(fixture("crf_h96_s10.onnx.gz"), LoadOptions{Backend::kReference});
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  Case c = npy_case("crf_h96_s10", 1);
+  ASSERT_GE(c.in_shape[0], 1);
+  const int64_t len = c.in_shape[2];
+  const std::vector<int64_t> one{1, 1, len}, three{3, 1, len};
+  std::vector<float> in3 = tile_rows(c.input, c.in_shape, 0, 3);
+  auto out1_shape = m->output_shape(one);
+  auto out3_shape = m->output_shape(three);
+  ASSERT_TRUE(out1_shape.is_ok() && out3_shape.is_ok());
+  auto count = [](const std::vector<int64_t>& sh) {
+    size_t n = 1;
+    for (int64_t d : sh) n *= static_cast<size_t>(d);
+    return n;
+  };
+  std::vector<float> out1(count(*out1_shape)), out3(count(*out3_shape)), first3(out3.size());
+  Workspace ws;
+  ASSERT_TRUE(m->run(ws, std::span<const float>(in3.data(), static_cast<size_t>(len)), one, out1).is_ok());
+  ASSERT_TRUE(m->run(ws, in3, three, first3).is_ok());
+  const long before = escpod_test_new_count();
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_TRUE(m->run(ws, std::span<const float>(in3.data(), static_cast<size_t>(len)), one, out1).is_ok());
+    ASSERT_TRUE(m->run(ws, in3, three, out3).is_ok());
+  }
+  EXPECT_EQ(escpod_test_new_count() - before, 0);
+  EXPECT_EQ(out3, first3);
+  // Batch row 0 of the batch-3 output ([T, 3, S], time-major) is the batch-1 output.
+  const size_t steps = static_cast<size_t>((*out1_shape)[0]), per_step = out1.size() / steps;
+  ASSERT_EQ((*out3_shape)[1], 3);
+  size_t differ = 0;
+  for (size_t t = 0; t < steps; ++t) {
+    for (size_t k = 0; k < per_step; ++k) differ += out3[t * 3 * per_step + k] != out1[t * per_step + k];
+  }
+  EXPECT_EQ(differ, 0u);
+}
+
 TEST(NnRun, OptimisedBackendAllocatesOnlyInsideOneDnn) {
   for (const char* name : {"crf_h96_s10", "tcn_boundary"}) {
     auto m = Model::load(fixture(std::string(name) + ".onnx.gz"));
