@@ -384,12 +384,12 @@ TEST(NnRun, AlternatingBatchSizesAllocateNothingOnceBound) {
   Workspace ws;
   ASSERT_TRUE(m->run(ws, std::span<const float>(in3.data(), static_cast<size_t>(len)), one, out1).is_ok());
   ASSERT_TRUE(m->run(ws, in3, three, first3).is_ok());
-  const long before = escpod_test_new_count();
+  const long before = static_cast<long>(escpod::test::allocation_count());
   for (int k = 0; k < 3; ++k) {
     ASSERT_TRUE(m->run(ws, std::span<const float>(in3.data(), static_cast<size_t>(len)), one, out1).is_ok());
     ASSERT_TRUE(m->run(ws, in3, three, out3).is_ok());
   }
-  EXPECT_EQ(escpod_test_new_count() - before, 0);
+  EXPECT_EQ(static_cast<long>(escpod::test::allocation_count()) - before, 0);
   EXPECT_EQ(out3, first3);
   // Batch row 0 of the batch-3 output ([T, 3, S], time-major) is the batch-1 output.
   const size_t steps = static_cast<size_t>((*out1_shape)[0]), per_step = out1.size() / steps;
