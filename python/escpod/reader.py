@@ -1,4 +1,5 @@
 """Reader, ReadRecord and ReadRecordBatch: pod5.reader's API over escpod._core."""
+import datetime
 from pathlib import Path
 from typing import Dict, Generator, Iterable, List, Optional, Set
 from uuid import UUID
@@ -22,16 +23,24 @@ from .pod5_types import (
 # The logical (post-migration) file version the official reader reports for files written by
 # older libraries: every layout is presented as the newest it knows.
 _LOGICAL_FILE_VERSION = packaging.version.Version("0.3.48")
-_TIMESTAMP = pa.timestamp("ms", tz="UTC")
+try:
+    # pyarrow (and so pod5) gives tz-aware timestamps pytz's UTC object; the same one here.
+    import pytz
+
+    _UTC = pytz.utc
+except ImportError:  # pragma: no cover - pytz comes with pandas, which pod5 needs
+    _UTC = datetime.timezone.utc
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
 
 
 class Pod5ApiException(Exception):
     """Generic API exception (same name as pod5.api_utils.Pod5ApiException)."""
 
 
-def _timestamp(ms: int):
-    # Through pyarrow, so the datetime (and its tzinfo object) is what pod5 returns.
-    return pa.scalar(ms, type=_TIMESTAMP).as_py()
+def _timestamp(ms: int) -> datetime.datetime:
+    # What pyarrow's as_py() returns for a timestamp("ms", tz="UTC"), built without it: its first
+    # tz-aware conversion imports pandas (~0.5 s, paid by the first run_info access).
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
 def _run_info(d: dict) -> RunInfo:
