@@ -269,7 +269,17 @@ class ReadRecord:
 
     @property
     def signal_pa(self) -> np.ndarray:
-        return self.calibrate_signal_array(self.signal)
+        # Decoded and calibrated in one pass (same float32 formula as calibrate_signal_array).
+        c = self._batch._cols
+        try:
+            return self._reader._file_handle().signal_pa(
+                self._signal_rows(),
+                self.num_samples,
+                c["calibration_offset"][self._row],
+                c["calibration_scale"][self._row],
+            )
+        except RuntimeError as exc:
+            raise RuntimeError(f"read {self.read_id}: {exc}") from None
 
     def calibrate_signal_array(self, signal_array_adc: np.ndarray) -> np.ndarray:
         offset = np.float32(self.calibration.offset)
@@ -459,7 +469,7 @@ class Reader:
 
     def _file_index(self):
         if self._index is None:
-            self._index = _core.Index([self._file_handle()], 1)
+            self._index = _core.Index([self._file_handle()], 1, use_read_index=False)
         return self._index
 
     def _locate(self, ids: np.ndarray):
@@ -492,13 +502,41 @@ class Reader:
         buf, offsets = self.get_signals_buffer(ids, pa=pa, threads=threads)[:2]
         return [buf[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
 
-    def get_signals_buffer(self, ids=None, pa: bool = True, threads: int = 0):
-        """Like get_signals, as (buffer, offsets[, read ids]): read i is buffer[offsets[i]:offsets[i+1]]."""
+    def iter_signals(
+        self, ids=None, pa: bool = True, threads: int = 0, chunk_samples: int = 1 << 22
+    ) -> Generator[np.ndarray, None, None]:
+        """The signals of `ids` (all reads in file order when None; KeyError naming the first id
+        absent), one array per read, decoded chunk by chunk (about `chunk_samples` samples) on
+        `threads` cores (0: all). The streaming form of get_signals, for loops that use each
+        signal and drop it: a chunk's buffer is reused once its arrays are freed, so the memory
+        held and first touched stays a few chunks whatever the file size. Arrays of one chunk
+        are views of one buffer."""
         if ids is None:
-            return _core.all_signals(self._file_handle(), pa, threads)
-        packed = pack_read_ids(list(ids))
+            stream = _core.all_signal_stream(self._file_handle(), pa, threads, chunk_samples)
+        else:
+            batches, rows = self._locate_all(list(ids))
+            stream = _core.file_signal_stream(self._file_handle(), batches, rows, pa, threads, chunk_samples)
+        while True:
+            chunk = stream.next()
+            if chunk is None:
+                return
+            buf, offsets = chunk[0], chunk[1].tolist()
+            del chunk
+            for i in range(len(offsets) - 1):
+                yield buf[offsets[i] : offsets[i + 1]]
+            del buf  # the caller's last array still holds it; the pool keeps the others
+
+    def _locate_all(self, ids: List[str]):
+        packed = pack_read_ids(ids)
         batches, rows = self._locate(packed)
         if (batches < 0).any():
             missing = format_read_ids(packed[batches < 0][:1])[0]
             raise KeyError(f"read {missing} is not in {self._path}")
+        return batches, rows
+
+    def get_signals_buffer(self, ids=None, pa: bool = True, threads: int = 0):
+        """Like get_signals, as (buffer, offsets[, read ids]): read i is buffer[offsets[i]:offsets[i+1]]."""
+        if ids is None:
+            return _core.all_signals(self._file_handle(), pa, threads)
+        batches, rows = self._locate_all(list(ids))
         return _core.file_signals(self._file_handle(), batches, rows, pa, threads)
