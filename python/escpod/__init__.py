@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 from .pod5_types import (
     BaseRead,
     Calibration,
+    CompressedRead,
     EndReason,
     EndReasonEnum,
     Pore,
@@ -21,8 +22,17 @@ from .reader import (
     Reader,
     ReadRecord,
     ReadRecordBatch,
+    SignalRowInfo,
     format_read_ids,
     pack_read_ids,
+)
+from . import signal_tools
+from .signal_tools import (
+    vbz_compress_signal,
+    vbz_compress_signal_chunked,
+    vbz_decompress_signal,
+    vbz_decompress_signal_chunked,
+    vbz_decompress_signal_into,
 )
 from .dataset import DatasetReader
 from .writer import SignalType, Writer
@@ -32,6 +42,7 @@ __all__ = (
     "__version__",
     "BaseRead",
     "Calibration",
+    "CompressedRead",
     "DatasetReader",
     "EndReason",
     "EndReasonEnum",
@@ -43,9 +54,16 @@ __all__ = (
     "Reader",
     "RunInfo",
     "ShiftScalePair",
+    "SignalRowInfo",
     "SignalType",
     "Writer",
     "demux",
     "format_read_ids",
     "pack_read_ids",
+    "signal_tools",
+    "vbz_compress_signal",
+    "vbz_compress_signal_chunked",
+    "vbz_decompress_signal",
+    "vbz_decompress_signal_chunked",
+    "vbz_decompress_signal_into",
 )

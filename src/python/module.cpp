@@ -238,6 +238,10 @@ class File {
     d["is_vbz"] = i.is_vbz;
     d["n_reads"] = i.n_reads;
     d["n_read_batches"] = i.n_read_batches;
+    auto span = [](const pod5::FileInfo::TableSpan& t) { return nb::make_tuple(t.offset, t.length); };
+    d["reads_table"] = span(i.reads_table);
+    d["run_info_table"] = span(i.run_info_table);
+    d["signal_table"] = span(i.signal_table);
     nb::list warnings;
     for (const auto& w : i.warnings) warnings.append(w);
     d["warnings"] = warnings;
@@ -813,9 +817,78 @@ class Writer {
   }
 
   // fields: the ReadRecord fields in declaration order up to selected_read_level (see
-  // python/escpod/_writer.py); signal: int16 ADC samples.
+  // python/escpod/writer.py); signal: int16 ADC samples.
   void add_read(nb::bytes read_id, const nb::tuple& f,
                 const nb::ndarray<const int16_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>& signal) {
+    const pod5::ReadRecord r = record_from(read_id, f);
+    pod5::FileWriter& w = writer();
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = w.add_read(r, std::span<const int16_t>(signal.data(), signal.shape(0)));
+    }
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  // A read whose signal is already VBZ-compressed (pod5's CompressedRead): `chunks` are the
+  // VBZ cells (uint8 arrays), `chunk_samples` their sample counts; stored as they are (copied).
+  // A writer of uncompressed signal refuses them (the caller decompresses first).
+  void add_read_chunks(nb::bytes read_id, const nb::tuple& f, const nb::list& chunks,
+                       const std::vector<uint32_t>& chunk_samples) {
+    const pod5::ReadRecord r = record_from(read_id, f);
+    if (chunks.size() != chunk_samples.size()) throw nb::value_error("signal_chunks and signal_chunk_lengths differ in length");
+    pod5::FileWriter& w = writer();
+    if (!w.is_vbz()) throw nb::value_error("compressed chunks need a VBZ writer");
+    std::vector<pod5::SignalChunk> stored(chunks.size());
+    for (size_t i = 0; i < stored.size(); ++i) {
+      auto bytes = nb::cast<nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(chunks[i]);
+      stored[i].bytes = {bytes.data(), bytes.shape(0)};
+      stored[i].n_samples = chunk_samples[i];
+      stored[i].read_id = r.read_id;
+    }
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = check_cells(stored);
+      if (s.is_ok()) s = w.add_read_chunks(r, stored, pod5::ChunkBytes::kCopy);
+    }
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  void close() {
+    if (!m_writer) return;
+    pod5::FileWriter& w = *m_writer;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = w.close();
+    }
+    m_writer.reset();
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  // Drops the staging file: nothing appears at the destination.
+  void abort() { m_writer.reset(); }
+  bool closed() const { return !m_writer; }
+
+ private:
+  // Every cell decodes to exactly its stated sample count (a wrong count or a damaged cell
+  // would be stored as is and fail only when read back): kInvalidArgument naming the chunk.
+  static Status check_cells(std::span<const pod5::SignalChunk> cells) {
+    thread_local pod5::VbzCodec codec;
+    thread_local std::vector<int16_t> scratch;  // reused across reads
+    for (size_t i = 0; i < cells.size(); ++i) {
+      scratch.resize(cells[i].n_samples);
+      Status s = codec.decompress(cells[i].bytes, scratch);
+      if (!s.is_ok()) {
+        return Status::invalid_argument("signal chunk " + std::to_string(i) + " (" + std::to_string(cells[i].n_samples) +
+                                        " samples stated): " + s.message());
+      }
+    }
+    return Status::ok();
+  }
+
+  static pod5::ReadRecord record_from(const nb::bytes& read_id, const nb::tuple& f) {
     if (read_id.size() != 16) throw nb::value_error("read_id must be 16 bytes");
     pod5::ReadRecord r;
     std::memcpy(r.read_id.bytes.data(), read_id.c_str(), 16);
@@ -841,34 +914,43 @@ class Writer {
     r.open_pore_level = nb::cast<float>(f[k++]);
     r.expected_open_pore_level = nb::cast<float>(f[k++]);
     r.selected_read_level = nb::cast<float>(f[k++]);
-    pod5::FileWriter& w = writer();
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = w.add_read(r, std::span<const int16_t>(signal.data(), signal.shape(0)));
-    }
-    if (!s.is_ok()) raise_status(s);
+    return r;
   }
 
-  void close() {
-    if (!m_writer) return;
-    pod5::FileWriter& w = *m_writer;
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = w.close();
-    }
-    m_writer.reset();
-    if (!s.is_ok()) raise_status(s);
-  }
-
-  // Drops the staging file: nothing appears at the destination.
-  void abort() { m_writer.reset(); }
-  bool closed() const { return !m_writer; }
-
- private:
   std::unique_ptr<pod5::FileWriter> m_writer;
 };
+
+using I16Array = nb::ndarray<const int16_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using U8Array = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// One VBZ cell (zstd level 1, as the official writer) of `samples`.
+nb::object vbz_compress(const I16Array& samples) {
+  std::vector<uint8_t> out;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    thread_local pod5::VbzCodec codec;
+    s = codec.compress({samples.data(), samples.shape(0)}, out);
+  }
+  if (!s.is_ok()) raise_status(s);
+  return vector_to_numpy(std::move(out));
+}
+
+// The n_samples samples of one VBZ cell; ValueError when the cell does not hold exactly that.
+nb::object vbz_decompress(const U8Array& cell, uint64_t n_samples) {
+  RawBuffer<int16_t> out(n_samples);
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    thread_local pod5::VbzCodec codec;
+    s = codec.decompress({cell.data(), cell.shape(0)}, out.span());
+  }
+  if (!s.is_ok()) {
+    PyErr_SetString(PyExc_ValueError, s.message().c_str());
+    throw nb::python_error();
+  }
+  return raw_to_numpy(std::move(out));
+}
 
 nb::object pack_ids(const nb::list& texts, bool invalid_ok) {
   std::vector<ReadId> out;
@@ -946,12 +1028,15 @@ NB_MODULE(_core, m) {
     return SignalStream(file_job(f, batches, rows), pa, n_threads, chunk_samples);
   }, "file"_a, "batches"_a, "rows"_a, "pa"_a, "n_threads"_a, "chunk_samples"_a);
   m.def("pack_ids", &pack_ids, "texts"_a, "invalid_ok"_a = false);
+  m.def("vbz_compress", &vbz_compress, "samples"_a);
+  m.def("vbz_decompress", &vbz_decompress, "cell"_a, "n_samples"_a);
   m.def("format_ids", &format_ids, "ids"_a);
 
   nb::class_<Writer>(m, "Writer")
       .def(nb::init<const std::string&, const std::string&, bool>(), "path"_a, "software"_a, "vbz"_a)
       .def("add_run_info", &Writer::add_run_info)
       .def("add_read", &Writer::add_read)
+      .def("add_read_chunks", &Writer::add_read_chunks)
       .def("close", &Writer::close)
       .def("abort", &Writer::abort)
       .def_prop_ro("closed", &Writer::closed);
