@@ -1,8 +1,9 @@
 """escpod: POD5 files through the official pod5 Python API on the escapepod C++ engine.
 
 `import escpod as pod5` runs scripts written for the official package (see docs/python.md for
-what is covered). Beyond pod5: Reader.get_signals / DatasetReader.get_signals (many reads on all
-cores), DatasetReader's in-memory read-id index, and escpod.demux (the demultiplexer).
+what is covered). Beyond pod5: Reader.iter_signals / get_signals and DatasetReader.get_signals
+(many reads on all cores), DatasetReader's read-id index (an `escpod index` where one covers the
+files, else their read-id columns), and escpod.demux (the demultiplexer).
 """
 __version__ = "0.1.0"
 

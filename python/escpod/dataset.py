@@ -1,4 +1,5 @@
-"""DatasetReader: pod5.DatasetReader's API, with an in-memory read-id index built in parallel."""
+"""DatasetReader: pod5.DatasetReader's API, with a read-id index from `escpod index` or from the
+files' read-id columns scanned in parallel."""
 import glob
 import os
 import warnings
@@ -32,7 +33,8 @@ class DatasetReader:
 
     Differences from pod5: readers stay open until clear_readers()/the with block ends (no LRU
     of 16), reads() yields files in path order (pod5 yields them as its threads finish), and the
-    read-id index maps ids to (file, batch, row), so get_read() needs no scan of the file.
+    read-id index maps ids to (file, batch, row) (see index_read_ids), so get_read() decodes only
+    the reads batch holding the read.
     """
 
     def __init__(
