@@ -62,6 +62,7 @@ class DatasetReader:
         self.use_read_index = use_read_index
         self._readers: Dict[Path, Reader] = {}
         self._index = None
+        self._scanned_has_duplicate: Optional[bool] = None
         self._num_reads: Optional[int] = None
         if index:
             self.index_read_ids()
@@ -104,6 +105,7 @@ class DatasetReader:
 
     def clear_index(self) -> None:
         self._index = None
+        self._scanned_has_duplicate = None
 
     @property
     def num_reads(self) -> int:
@@ -139,9 +141,11 @@ class DatasetReader:
             return True
         if self._index.complete:
             return False
-        # Files answered by a persistent index: their ids are not all in memory; scan them.
-        files = [self.get_reader(p)._file_handle() for p in self._paths]
-        return _core.Index(files, self.threads, False).n_duplicates > 0
+        # Files answered by a persistent index: their ids are not all in memory; scan them once.
+        if self._scanned_has_duplicate is None:
+            files = [self.get_reader(p)._file_handle() for p in self._paths]
+            self._scanned_has_duplicate = _core.Index(files, self.threads, False).n_duplicates > 0
+        return self._scanned_has_duplicate
 
     def _lookup(self, read_ids: List[str]):
         self.index_read_ids()
