@@ -383,6 +383,23 @@ struct SignalJob {
     if (!s.is_ok()) raise_status(s);
   }
 
+  // decode() for a short run of reads (one chunk of a stream, a few ms): on the calling thread
+  // with the GIL released, without the helper thread and signal polling of run_interruptible
+  // (a stream is interruptible between chunks), and without the pool for one thread.
+  void decode_short(size_t first, size_t last, bool pa, int n_threads, void* out) const {
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      auto one = [&](size_t k) { return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first]); };
+      if (resolve_threads(n_threads) == 1) {
+        for (size_t k = 0; k < last - first && s.is_ok(); ++k) s = one(k);
+      } else {
+        s = parallel_for(Executor::for_threads(resolve_threads(n_threads)), last - first, one);
+      }
+    }
+    if (!s.is_ok()) raise_status(s);
+  }
+
   // Every read into one buffer: (buffer, offsets).
   nb::tuple run(bool pa, int n_threads) {
     const uint64_t total = sample_offsets.back();
@@ -479,7 +496,7 @@ class SignalStream {
     // Every buffer holds at least a full chunk, so any later chunk but an outsized read fits one.
     const size_t elem = m_pa ? sizeof(float) : sizeof(int16_t);
     BufferPool::Buffer buffer = m_pool->take(std::max<uint64_t>(n, m_chunk_samples) * elem);
-    m_job.decode(first, last, m_pa, m_threads, buffer.data.get());
+    m_job.decode_short(first, last, m_pa, m_threads, buffer.data.get());
     m_next = last;
     std::vector<uint64_t> offsets(off.begin() + static_cast<ptrdiff_t>(first), off.begin() + static_cast<ptrdiff_t>(last) + 1);
     for (uint64_t& o : offsets) o -= off[first];
