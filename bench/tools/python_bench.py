@@ -6,12 +6,15 @@
 Uses the POD5 benchmark data set of run_pod5_bench.py (real RNA004 reads re-identified into 10
 files; built with build/bench/tools/make_dataset if missing; --reads N makes a smaller one) and
 measures, each library in a fresh process, the median of --repeat runs:
-  signal_pa    all signals of one file in picoamps (1 thread, and all cores where a library can)
+  signal_pa    all signals of one file in picoamps (1 thread, and all cores where a library can;
+               escpod: per record, get_signals (all at once) and iter_signals (streamed))
   records      iterating every record of one file reading its fields
   random_ids   1,000 random reads (record + picoamp signal) by id from the 10-file collection,
-               opening the collection included
+               opening the collection included (escpod also through a prebuilt `escpod index` of
+               hard links to the same files, and with get_signals(ids) for all ids at once)
   write        writing 20,000 reads (signal from the data set) to a new file
-Prints a Markdown table of seconds and ratios; writes JSON to --json.
+Prints a Markdown table of seconds (wall) and CPU seconds (user + system, all threads) and
+ratios; writes JSON to --json.
 """
 import argparse
 import json
@@ -27,24 +30,31 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PY = str(ROOT / ".venv" / "bin" / "python")
 
 TASK = r'''
-import json, sys, time, os
-task, lib, threads, arg = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-files = sys.argv[5:]
+import json, sys, time, os, resource
+task, lib, threads, variant, arg = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+files = sys.argv[6:]
 if lib == "escpod":
     import escpod as mod
 elif lib == "pod5":
     import pod5 as mod
 else:
     import escapepod as mod
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 t0 = time.perf_counter()
+c0 = cpu_seconds()
 n = 0
 if task == "signal_pa":
     f = files[0]
     if lib == "escpod":
         with mod.Reader(f) as r:
-            if arg == "records":
+            if variant == "records":
                 for rec in r.reads():
                     n += len(rec.signal_pa)
+            elif variant == "iter":
+                for s in r.iter_signals(pa=True, threads=threads):
+                    n += len(s)
             else:
                 n = sum(len(s) for s in r.get_signals(pa=True, threads=threads))
     elif lib == "pod5":
@@ -78,7 +88,10 @@ elif task == "records":
                 n += 1
 elif task == "random_ids":
     ids = open(arg).read().split()
-    if lib in ("escpod", "pod5"):
+    if lib == "escpod" and variant == "bulk":
+        with mod.DatasetReader(files, threads=max(threads, 1)) as ds:
+            n = sum(len(s) for s in ds.get_signals(ids, pa=True, threads=threads))
+    elif lib in ("escpod", "pod5"):
         with mod.DatasetReader(files, threads=max(threads, 1)) as ds:
             for rid in ids:
                 rec = ds.get_read(rid)
@@ -109,6 +122,7 @@ elif task == "write":
                 num_minknow_events=x.num_minknow_events, signal=x.signal)
         reads = [conv(x) for x in reads]
         t0 = time.perf_counter()
+        c0 = cpu_seconds()
         with mod.Writer(out) as w:
             w.add_reads(reads)
         n = len(reads)
@@ -121,28 +135,45 @@ elif task == "write":
                     recs.append(x); sigs.append(r.get_signal(x))
                 ri = r.run_infos[0]
         t0 = time.perf_counter()
+        c0 = cpu_seconds()
         with mod.Writer(out) as w:
             w.add_run_info(ri)
             w.add_reads(recs, sigs)
         n = len(recs)
 secs = time.perf_counter() - t0
-print(json.dumps({"seconds": secs, "n": n}))
+print(json.dumps({"seconds": secs, "cpu_seconds": cpu_seconds() - c0, "n": n}))
 '''
 
 
-def run_task(task, lib, threads, arg, files, repeat):
+def run_task(task, lib, threads, variant, arg, files, repeat):
     runs = []
     for _ in range(repeat):
         if task == "write" and os.path.exists(arg):
             os.unlink(arg)
-        out = subprocess.run([PY, "-c", TASK, task, lib, str(threads), str(arg), *map(str, files)],
+        out = subprocess.run([PY, "-c", TASK, task, lib, str(threads), variant or "-", str(arg), *map(str, files)],
                              capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"{task} {lib} failed:\n{out.stderr[-3000:]}")
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     secs = statistics.median(r["seconds"] for r in runs)
-    return {"task": task, "lib": lib, "threads": threads, "variant": "" if task != "signal_pa" else str(arg),
-            "seconds": secs, "n": runs[0]["n"], "runs": [r["seconds"] for r in runs]}
+    cpu = statistics.median(r["cpu_seconds"] for r in runs)
+    return {"task": task, "lib": lib, "threads": threads, "variant": variant, "seconds": secs,
+            "cpu_seconds": cpu, "n": runs[0]["n"], "runs": [r["seconds"] for r in runs]}
+
+
+def indexed_copy(build, files):
+    """Hard links to `files` in a folder indexed by `escpod index` (the files themselves stay
+    outside any index, so the other rows scan them)."""
+    folder = files[0].parent / f"indexed-{files[0].name.rsplit('_', 1)[0]}"
+    folder.mkdir(exist_ok=True)
+    links = []
+    for f in files:
+        link = folder / f.name
+        if not link.exists():
+            os.link(f, link)
+        links.append(link)
+    subprocess.run([build / "src/cli/escpod", "index", folder, "-q"], check=True)
+    return links
 
 
 def ensure_dataset(build, data, n_reads):
@@ -177,20 +208,23 @@ def main():
     (work / "ids.txt").write_text("\n".join(ids) + "\n")
     rows = []
     one = files[:1]
+    indexed = indexed_copy(pathlib.Path(args.build).resolve(), files)
+    ids_file = work / "ids.txt"
     plan = [
         ("signal_pa", "pod5", 1, "records", one), ("signal_pa", "escapepod", 1, "", one),
         ("signal_pa", "escapepod", n_cpu, "", one), ("signal_pa", "escpod", 1, "records", one),
         ("signal_pa", "escpod", 1, "bulk", one), ("signal_pa", "escpod", n_cpu, "bulk", one),
+        ("signal_pa", "escpod", 1, "iter", one), ("signal_pa", "escpod", n_cpu, "iter", one),
         ("records", "pod5", 1, "", one), ("records", "escapepod", 1, "", one), ("records", "escpod", 1, "", one),
-        ("random_ids", "pod5", 1, work / "ids.txt", files), ("random_ids", "escapepod", 1, work / "ids.txt", files),
-        ("random_ids", "escpod", 1, work / "ids.txt", files), ("random_ids", "escpod", n_cpu, work / "ids.txt", files),
-        ("write", "pod5", 1, work / "out.pod5", files), ("write", "escapepod", 1, work / "out.pod5", files),
-        ("write", "escpod", 1, work / "out.pod5", files),
+        ("random_ids", "pod5", 1, "", files), ("random_ids", "escapepod", 1, "", files),
+        ("random_ids", "escpod", 1, "", files), ("random_ids", "escpod", n_cpu, "", files),
+        ("random_ids", "escpod", 1, "indexed", indexed), ("random_ids", "escpod", n_cpu, "bulk", files),
+        ("write", "pod5", 1, "", files), ("write", "escapepod", 1, "", files),
+        ("write", "escpod", 1, "", files),
     ]
-    for task, lib, t, arg, fs in plan:
-        r = run_task(task, lib, t, arg, fs, args.repeat)
-        if task == "random_ids":
-            r["variant"] = ""
+    for task, lib, t, variant, fs in plan:
+        arg = {"random_ids": ids_file, "write": work / "out.pod5"}.get(task, "-")
+        r = run_task(task, lib, t, variant, arg, fs, args.repeat)
         rows.append(r)
         print(json.dumps(r), file=sys.stderr)
     if (work / "out.pod5").exists():
@@ -201,14 +235,14 @@ def main():
               "file_bytes": files[0].stat().st_size}
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
-    print(f"| task | library | threads | variant | seconds | vs escpod |")
-    print("|---|---|---:|---|---:|---:|")
+    print(f"| task | library | threads | variant | seconds | CPU seconds | vs escpod |")
+    print("|---|---|---:|---|---:|---:|---:|")
     for task in ("signal_pa", "records", "random_ids", "write"):
         group = [r for r in rows if r["task"] == task]
         best = min(r["seconds"] for r in group if r["lib"] == "escpod")
         for r in group:
             print(f"| {task} | {r['lib']} | {r['threads']} | {r['variant']} | {r['seconds']:.3f} | "
-                  f"{r['seconds'] / best:.2f}x |")
+                  f"{r['cpu_seconds']:.3f} | {r['seconds'] / best:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""DatasetReader: pod5.DatasetReader's API, with an in-memory read-id index built in parallel."""
+"""DatasetReader: pod5.DatasetReader's API, with a read-id index from `escpod index` or from the
+files' read-id columns scanned in parallel."""
 import glob
 import os
 import warnings
@@ -32,7 +33,8 @@ class DatasetReader:
 
     Differences from pod5: readers stay open until clear_readers()/the with block ends (no LRU
     of 16), reads() yields files in path order (pod5 yields them as its threads finish), and the
-    read-id index maps ids to (file, batch, row), so get_read() needs no scan of the file.
+    read-id index maps ids to (file, batch, row) (see index_read_ids), so get_read() decodes only
+    the reads batch holding the read.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class DatasetReader:
         threads: int = DEFAULT_CPUS,
         max_cached_readers: Optional[int] = 2**4,
         warn_duplicate_indexing: bool = True,
+        use_read_index: bool = True,
     ) -> None:
         if isinstance(paths, (str, Path, os.PathLike)):
             paths = [paths]
@@ -56,8 +59,10 @@ class DatasetReader:
         self._path_pos = {p: i for i, p in enumerate(self._paths)}
         self.threads = threads
         self.warn_duplicate_indexing = warn_duplicate_indexing
+        self.use_read_index = use_read_index
         self._readers: Dict[Path, Reader] = {}
         self._index = None
+        self._scanned_has_duplicate: Optional[bool] = None
         self._num_reads: Optional[int] = None
         if index:
             self.index_read_ids()
@@ -100,6 +105,7 @@ class DatasetReader:
 
     def clear_index(self) -> None:
         self._index = None
+        self._scanned_has_duplicate = None
 
     @property
     def num_reads(self) -> int:
@@ -121,19 +127,32 @@ class DatasetReader:
             yield from self.get_reader(p).reads(selection=selection, missing_ok=True)
 
     def index_read_ids(self) -> None:
+        """Builds the read-id index: files covered by an `escpod index` (a `.escpod-index`
+        folder at or above theirs, fresh for the file) are looked up there; the read-id column
+        of every other file is scanned, batches in parallel on `threads` cores. No other column
+        is decoded until a read is asked for."""
         if self._index is None:
             files = [self.get_reader(p)._file_handle() for p in self._paths]
-            self._index = _core.Index(files, self.threads)
+            self._index = _core.Index(files, self.threads, self.use_read_index)
 
     def has_duplicate(self) -> bool:
         self.index_read_ids()
-        return self._index.n_duplicates > 0
+        if self._index.n_duplicates > 0:
+            return True
+        if self._index.complete:
+            return False
+        # Files answered by a persistent index: their ids are not all in memory; scan them once.
+        if self._scanned_has_duplicate is None:
+            files = [self.get_reader(p)._file_handle() for p in self._paths]
+            self._scanned_has_duplicate = _core.Index(files, self.threads, False).n_duplicates > 0
+        return self._scanned_has_duplicate
 
     def _lookup(self, read_ids: List[str]):
         self.index_read_ids()
-        if self.has_duplicate() and self.warn_duplicate_indexing:
+        found = self._index.lookup(pack_read_ids(read_ids))
+        if self.warn_duplicate_indexing and self._index.n_duplicates > 0:
             warnings.warn("duplicate read_ids found in dataset")
-        return self._index.lookup(pack_read_ids(read_ids))
+        return found
 
     def get_path(self, read_id: str) -> Optional[Path]:
         try:
@@ -142,16 +161,24 @@ class DatasetReader:
             return None
         return None if files[0] < 0 else self._paths[int(files[0])]
 
+    def _reader_at(self, file_idx: int) -> Reader:
+        reader = self._readers.get(self._paths[file_idx])
+        return reader if reader is not None else self.get_reader(self._paths[file_idx])
+
     def get_read(self, read_id: str) -> Optional[ReadRecord]:
-        """The read with this id, or None (an invalid id also gives None, as in pod5)."""
+        """The read with this id, or None (an invalid id also gives None, as in pod5). Decodes
+        only the reads batch holding it (kept for later reads of the same batch)."""
+        self.index_read_ids()
         try:
-            files, batches, rows = self._lookup([read_id])
-        except RuntimeError:
+            found = self._index.find(str(read_id))
+        except ValueError:
             return None
-        if files[0] < 0:
+        if self.warn_duplicate_indexing and self._index.n_duplicates > 0:
+            warnings.warn("duplicate read_ids found in dataset")
+        if found is None:
             return None
-        reader = self.get_reader(self._paths[int(files[0])])
-        return reader.get_batch(int(batches[0])).get_read(int(rows[0]))
+        file_idx, batch, row = found
+        return self._reader_at(file_idx).get_batch(batch).get_read(row)
 
     # ---- escpod extensions -------------------------------------------------------------------
 
@@ -161,7 +188,7 @@ class DatasetReader:
         files, batches, rows = self._lookup(read_ids)
         out: List[Optional[ReadRecord]] = []
         for f, b, r in zip(files.tolist(), batches.tolist(), rows.tolist()):
-            out.append(None if f < 0 else self.get_reader(self._paths[f]).get_batch(b).get_read(r))
+            out.append(None if f < 0 else self._reader_at(f).get_batch(b).get_read(r))
         return out
 
     def get_signals(self, read_ids: Iterable[str], pa: bool = True, threads: int = 0) -> List[np.ndarray]:

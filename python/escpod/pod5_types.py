@@ -131,3 +131,23 @@ class Read(BaseRead):
     @property
     def sample_count(self) -> int:
         return len(self.signal)
+
+
+@dataclass()
+class CompressedRead(BaseRead):
+    """A read with its signal already VBZ-compressed (pod5.CompressedRead): one cell per chunk
+    and each chunk's sample count before compression. Writer.add_read stores the cells as they
+    are."""
+
+    signal_chunks: List[np.ndarray] = field(default_factory=list)
+    signal_chunk_lengths: List[int] = field(default_factory=list)
+
+    @property
+    def sample_count(self) -> int:
+        return sum(self.signal_chunk_lengths)
+
+    @property
+    def decompressed_signal(self) -> np.ndarray:
+        from .signal_tools import vbz_decompress_signal_chunked
+
+        return vbz_decompress_signal_chunked(self.signal_chunks, self.signal_chunk_lengths)

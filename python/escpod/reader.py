@@ -1,4 +1,6 @@
 """Reader, ReadRecord and ReadRecordBatch: pod5.reader's API over escpod._core."""
+import datetime
+from collections import namedtuple
 from pathlib import Path
 from typing import Dict, Generator, Iterable, List, Optional, Set
 from uuid import UUID
@@ -22,16 +24,30 @@ from .pod5_types import (
 # The logical (post-migration) file version the official reader reports for files written by
 # older libraries: every layout is presented as the newest it knows.
 _LOGICAL_FILE_VERSION = packaging.version.Version("0.3.48")
-_TIMESTAMP = pa.timestamp("ms", tz="UTC")
+try:
+    # pyarrow (and so pod5) gives tz-aware timestamps pytz's UTC object; the same one here.
+    import pytz
+
+    _UTC = pytz.utc
+except ImportError:  # pragma: no cover - pytz comes with pandas, which pod5 needs
+    _UTC = datetime.timezone.utc
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
 
 
 class Pod5ApiException(Exception):
     """Generic API exception (same name as pod5.api_utils.Pod5ApiException)."""
 
 
-def _timestamp(ms: int):
-    # Through pyarrow, so the datetime (and its tzinfo object) is what pod5 returns.
-    return pa.scalar(ms, type=_TIMESTAMP).as_py()
+# Where one chunk of a read's signal is stored (pod5.reader.SignalRowInfo): signal-table batch,
+# row in that batch, samples, and stored size (bytes for VBZ; for uncompressed signal pod5 gives
+# the sample count, and so do we).
+SignalRowInfo = namedtuple("SignalRowInfo", ["batch_index", "batch_row_index", "sample_count", "byte_count"])
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    # What pyarrow's as_py() returns for a timestamp("ms", tz="UTC"), built without it: its first
+    # tz-aware conversion imports pandas (~0.5 s, paid by the first run_info access).
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
 def _run_info(d: dict) -> RunInfo:
@@ -115,6 +131,19 @@ class ReadRecordBatch:
     def columns_numpy(self) -> dict:
         """escpod extension: the batch's columns as numpy arrays (dictionary columns as indices)."""
         return self._cols
+
+    @property
+    def arrow(self) -> pa.RecordBatch:
+        """escpod extension: this reads batch as stored, a pyarrow RecordBatch of Reader.read_table
+        (the file's own layout and column names: no migration of older layouts)."""
+        return self._reader.read_table.get_batch(self._index)
+
+    @property
+    def columns(self):
+        """The batch's columns as pyarrow arrays in a namedtuple by column name (pod5's
+        ReadRecordBatch.columns for current files; older layouts keep their own columns)."""
+        batch = self.arrow
+        return namedtuple("ReadRecordColumns", batch.schema.names)(*batch.columns)
 
 
 class ReadRecord:
@@ -248,6 +277,30 @@ class ReadRecord:
         return self._reader._file_handle().byte_count(self._signal_rows())
 
     @property
+    def signal_rows(self) -> List[SignalRowInfo]:
+        """Where each chunk of this read's signal is stored (pod5's ReadRecord.signal_rows)."""
+        f = self._reader._file_handle()
+        rows = self._signal_rows()
+        batches, batch_rows = f.signal_row_positions(rows)
+        vbz = self._reader.is_vbz_compressed
+        out = []
+        for row, b, br in zip(rows.tolist(), batches.tolist(), batch_rows.tolist()):
+            stored, n_samples, _ = f.chunk(row)
+            out.append(SignalRowInfo(b, br, n_samples, len(stored) if vbz else n_samples))
+        return out
+
+    def signal_for_chunk(self, index: int) -> np.ndarray:
+        """The samples (int16) of chunk `index` of this read's signal (IndexError when the read
+        has no such chunk)."""
+        one = self._signal_rows()[[index]]  # IndexError as pod5 (a Python list index there)
+        f = self._reader._file_handle()
+        n_samples = f.chunk(int(one[0]))[1]
+        try:
+            return f.signal(one, n_samples)
+        except RuntimeError as exc:
+            raise RuntimeError(f"read {self.read_id}: {exc}") from None
+
+    @property
     def has_cached_signal(self) -> bool:
         return False
 
@@ -260,7 +313,17 @@ class ReadRecord:
 
     @property
     def signal_pa(self) -> np.ndarray:
-        return self.calibrate_signal_array(self.signal)
+        # Decoded and calibrated in one pass (same float32 formula as calibrate_signal_array).
+        c = self._batch._cols
+        try:
+            return self._reader._file_handle().signal_pa(
+                self._signal_rows(),
+                self.num_samples,
+                c["calibration_offset"][self._row],
+                c["calibration_scale"][self._row],
+            )
+        except RuntimeError as exc:
+            raise RuntimeError(f"read {self.read_id}: {exc}") from None
 
     def calibrate_signal_array(self, signal_array_adc: np.ndarray) -> np.ndarray:
         offset = np.float32(self.calibration.offset)
@@ -325,6 +388,39 @@ class Reader:
         if getattr(self, "_file", None) is not None:
             self._file.close()
         self._index = None
+        self._tables = {}
+
+    def _table(self, name: str) -> pa.ipc.RecordBatchFileReader:
+        # The embedded Arrow IPC file, opened by pyarrow over a memory map of the .pod5 (no
+        # copy), once; the same Arrow library as escpod's, so pod5's extension types apply when
+        # the official package is imported.
+        tables = self.__dict__.setdefault("_tables", {})
+        table = tables.get(name)
+        if table is None:
+            self._file_handle()
+            offset, length = self._info[name]
+            if offset < 0:
+                raise RuntimeError(f"{self._path}: the file has no {name.replace('_', ' ')}")
+            mapped = pa.memory_map(str(self._path))
+            table = pa.ipc.open_file(pa.BufferReader(mapped.read_at(length, offset)))
+            tables[name] = table
+        return table
+
+    @property
+    def read_table(self) -> pa.ipc.RecordBatchFileReader:
+        """The reads table as stored, for pyarrow (pod5's Reader.read_table; no migration of
+        older layouts: a V0-V3 file shows its own columns)."""
+        return self._table("reads_table")
+
+    @property
+    def run_info_table(self) -> pa.ipc.RecordBatchFileReader:
+        """The run-info table as stored, for pyarrow (pod5's Reader.run_info_table)."""
+        return self._table("run_info_table")
+
+    @property
+    def signal_table(self) -> pa.ipc.RecordBatchFileReader:
+        """The signal table as stored, for pyarrow (pod5's Reader.signal_table)."""
+        return self._table("signal_table")
 
     def _file_handle(self):
         if self._file is None or self._file.closed:
@@ -450,7 +546,7 @@ class Reader:
 
     def _file_index(self):
         if self._index is None:
-            self._index = _core.Index([self._file_handle()], 1)
+            self._index = _core.Index([self._file_handle()], 1, use_read_index=False)
         return self._index
 
     def _locate(self, ids: np.ndarray):
@@ -483,13 +579,41 @@ class Reader:
         buf, offsets = self.get_signals_buffer(ids, pa=pa, threads=threads)[:2]
         return [buf[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
 
-    def get_signals_buffer(self, ids=None, pa: bool = True, threads: int = 0):
-        """Like get_signals, as (buffer, offsets[, read ids]): read i is buffer[offsets[i]:offsets[i+1]]."""
+    def iter_signals(
+        self, ids=None, pa: bool = True, threads: int = 0, chunk_samples: int = 1 << 20
+    ) -> Generator[np.ndarray, None, None]:
+        """The signals of `ids` (all reads in file order when None; KeyError naming the first id
+        absent), one array per read, decoded chunk by chunk (about `chunk_samples` samples) on
+        `threads` cores (0: all). The streaming form of get_signals, for loops that use each
+        signal and drop it: a chunk's buffer is reused once its arrays are freed, so the memory
+        held and first touched stays a few chunks whatever the file size. Arrays of one chunk
+        are views of one buffer."""
         if ids is None:
-            return _core.all_signals(self._file_handle(), pa, threads)
-        packed = pack_read_ids(list(ids))
+            stream = _core.all_signal_stream(self._file_handle(), pa, threads, chunk_samples)
+        else:
+            batches, rows = self._locate_all(list(ids))
+            stream = _core.file_signal_stream(self._file_handle(), batches, rows, pa, threads, chunk_samples)
+        while True:
+            chunk = stream.next()
+            if chunk is None:
+                return
+            buf, offsets = chunk[0], chunk[1].tolist()
+            del chunk
+            for i in range(len(offsets) - 1):
+                yield buf[offsets[i] : offsets[i + 1]]
+            del buf  # the caller's last array still holds it; the pool keeps the others
+
+    def _locate_all(self, ids: List[str]):
+        packed = pack_read_ids(ids)
         batches, rows = self._locate(packed)
         if (batches < 0).any():
             missing = format_read_ids(packed[batches < 0][:1])[0]
             raise KeyError(f"read {missing} is not in {self._path}")
+        return batches, rows
+
+    def get_signals_buffer(self, ids=None, pa: bool = True, threads: int = 0):
+        """Like get_signals, as (buffer, offsets[, read ids]): read i is buffer[offsets[i]:offsets[i+1]]."""
+        if ids is None:
+            return _core.all_signals(self._file_handle(), pa, threads)
+        batches, rows = self._locate_all(list(ids))
         return _core.file_signals(self._file_handle(), batches, rows, pa, threads)

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from .pod5_types import EndReason, PathOrStr, Read, RunInfo
+from .pod5_types import CompressedRead, EndReason, PathOrStr, Read, RunInfo
 from .reader import Pod5ApiException, ReadRecord
 
 DEFAULT_SOFTWARE_NAME = "Python API"
@@ -50,6 +50,7 @@ class Writer:
         if self._path.is_file():
             raise FileExistsError(f"Input path already exists. Refusing to overwrite: {self._path}")
         vbz = getattr(signal_compression_type, "name", str(signal_compression_type)) != "UncompressedSignal"
+        self._vbz = vbz
         self._writer = _core.Writer(str(self._path), software_name, vbz)
         self._run_infos: Dict[RunInfo, int] = {}
         self._pores: Dict[str, int] = {}
@@ -123,7 +124,7 @@ class Writer:
         except KeyError as exc:
             raise KeyError(f"Could not find index of {obj} in Pod5 file writer: {self}") from exc
 
-    def add_read(self, read: Read) -> None:
+    def add_read(self, read: Union[Read, CompressedRead]) -> None:
         self.add_reads([read])
 
     def add_reads(self, reads: Sequence[Read]) -> None:
@@ -133,7 +134,7 @@ class Writer:
         for read in reads:
             if isinstance(read, ReadRecord):
                 raise TypeError("Writer.add_reads(reads) does not take ReadRecords - see ReadRecord.to_read()")
-            if not isinstance(read, Read):
+            if not isinstance(read, (Read, CompressedRead)):
                 raise TypeError(f"Writer.add_reads(reads) - unexpected type: {type(read)=}")
             self.add(read.run_info)
             self.add(read.pore.pore_type)
@@ -160,8 +161,14 @@ class Writer:
                 read.expected_open_pore_level,
                 read.selected_read_level,
             )
-            signal = np.ascontiguousarray(read.signal, dtype=np.int16)
             try:
-                w.add_read(read.read_id.bytes, fields, signal)
+                if isinstance(read, Read):
+                    w.add_read(read.read_id.bytes, fields, np.ascontiguousarray(read.signal, dtype=np.int16))
+                elif self._vbz:
+                    # VBZ cells stored as they are, once each decodes to its stated sample count.
+                    chunks = [np.ascontiguousarray(np.frombuffer(c, dtype=np.uint8)) for c in read.signal_chunks]
+                    w.add_read_chunks(read.read_id.bytes, fields, chunks, [int(n) for n in read.signal_chunk_lengths])
+                else:
+                    w.add_read(read.read_id.bytes, fields, read.decompressed_signal)
             except (RuntimeError, ValueError) as exc:
                 raise type(exc)(f"{self._path}: read {read.read_id}: {exc}") from None

@@ -1173,6 +1173,9 @@ Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path
   impl->info.software = footer.software;
   impl->info.pod5_version = footer.pod5_version;
   impl->info.warnings = footer.warnings;
+  impl->info.reads_table = {footer.reads.offset, footer.reads.length};
+  impl->info.run_info_table = {footer.run_info.offset, footer.run_info.length};
+  impl->info.signal_table = {footer.signal.offset, footer.signal.length};
 
   auto mapped = arrow::io::MemoryMappedFile::Open(path.string(), arrow::io::FileMode::READ);
   if (!mapped.ok()) return from_arrow(mapped.status(), path.string() + ": cannot map");

@@ -18,9 +18,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -33,6 +36,7 @@
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/file_writer.hpp"
 #include "escpod/pod5/read_id.hpp"
+#include "escpod/pod5/read_index.hpp"
 #include "escpod/pod5/records.hpp"
 #include "escpod/pod5/vbz.hpp"
 #include "escpod/signal/calibration.hpp"
@@ -234,6 +238,10 @@ class File {
     d["is_vbz"] = i.is_vbz;
     d["n_reads"] = i.n_reads;
     d["n_read_batches"] = i.n_read_batches;
+    auto span = [](const pod5::FileInfo::TableSpan& t) { return nb::make_tuple(t.offset, t.length); };
+    d["reads_table"] = span(i.reads_table);
+    d["run_info_table"] = span(i.run_info_table);
+    d["signal_table"] = span(i.signal_table);
     nb::list warnings;
     for (const auto& w : i.warnings) warnings.append(w);
     d["warnings"] = warnings;
@@ -272,6 +280,52 @@ class File {
     return raw_to_numpy(std::move(out));
   }
 
+  // Samples of one read in picoamps (float32): decoded and calibrated in one pass, with the one
+  // formula of signal/calibration.hpp (equal to pod5's calibrate_signal_array).
+  nb::object signal_pa(const U64Array& rows, uint64_t n_samples, float offset, float scale) const {
+    const FileReader& r = reader();
+    RawBuffer<float> out(n_samples);
+    std::span<const uint64_t> row_span(rows.data(), rows.shape(0));
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      thread_local pod5::VbzCodec codec;
+      thread_local std::vector<int16_t> adc;  // reused: no allocation per read after warm-up
+      adc.resize(n_samples);
+      s = r.read_signal(row_span, adc, codec);
+      if (s.is_ok()) signal::calibrate_to_pa(adc, {offset, scale}, out.span());
+    }
+    if (!s.is_ok()) raise_status(s);
+    return raw_to_numpy(std::move(out));
+  }
+
+  // One stored signal chunk (a signal-table row) as (bytes as stored: VBZ or raw int16, sample
+  // count, owner read id (16 bytes)); `row` is the global signal-table row.
+  nb::tuple chunk(uint64_t row) const {
+    Result<pod5::SignalChunk> c = reader().signal_chunk(row);
+    if (!c.is_ok()) raise_status(c.status());
+    return nb::make_tuple(nb::bytes(c->bytes.data(), c->bytes.size()), c->n_samples,
+                          nb::bytes(c->read_id.bytes.data(), 16));
+  }
+
+  // (signal batch, row within it) of global signal-table rows, from the signal table's batch
+  // row counts (the layout).
+  nb::tuple signal_row_positions(const U64Array& rows) const {
+    Result<pod5::BatchLayout> layout = reader().batch_layout();
+    if (!layout.is_ok()) raise_status(layout.status());
+    std::vector<uint64_t> first{0};
+    for (uint32_t n : layout->signal_batch_rows) first.push_back(first.back() + n);
+    std::vector<int64_t> batch(rows.shape(0)), row(rows.shape(0));
+    for (size_t i = 0; i < rows.shape(0); ++i) {
+      const uint64_t g = rows.data()[i];
+      const auto it = std::upper_bound(first.begin(), first.end(), g);
+      if (it == first.end()) throw nb::index_error("signal row out of range");
+      batch[i] = it - first.begin() - 1;
+      row[i] = static_cast<int64_t>(g - first[static_cast<size_t>(batch[i])]);
+    }
+    return nb::make_tuple(vector_to_numpy(std::move(batch)), vector_to_numpy(std::move(row)));
+  }
+
   uint64_t byte_count(const U64Array& rows) const {
     const FileReader& r = reader();
     uint64_t total = 0;
@@ -294,8 +348,7 @@ struct Location {
   uint32_t row = 0;
 };
 
-// Decodes the signals of reads given by (file, signal rows, sample count, calibration) on
-// n_threads, into one buffer; returns (buffer, offsets). pa: float32 picoamps, else int16.
+// The signals of a list of reads, given by (file, signal rows, sample count, calibration).
 struct SignalJob {
   std::vector<std::shared_ptr<FileReader>> files;
   std::vector<uint32_t> file_of;           // per read
@@ -303,6 +356,8 @@ struct SignalJob {
   std::vector<uint64_t> rows;
   std::vector<uint64_t> sample_offsets{0}; // per read + 1
   std::vector<signal::Calibration> calibration;
+
+  size_t size() const { return file_of.size(); }
 
   void add(uint32_t file, std::span<const uint64_t> read_rows, uint64_t n_samples,
            signal::Calibration c) {
@@ -313,97 +368,209 @@ struct SignalJob {
     calibration.push_back(c);
   }
 
+  // Decodes reads [first, last) on n_threads into `out` (float32 picoamps when pa, else int16),
+  // read i at sample sample_offsets[i] - sample_offsets[first]. Each worker writes (and so first
+  // touches) the part of `out` its reads fill. The error is the first failing read's; reads not
+  // yet started are skipped; Ctrl-C gives KeyboardInterrupt.
+  void decode(size_t first, size_t last, bool pa, int n_threads, void* out) const {
+    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
+      Executor& pool = Executor::for_threads(resolve_threads(n_threads));
+      return parallel_for(pool, last - first, [&](size_t k) -> Status {
+        if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
+        return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first]);
+      });
+    });
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  // decode() for a short run of reads (one chunk of a stream, a few ms): on the calling thread
+  // with the GIL released, without the helper thread and signal polling of run_interruptible
+  // (a stream is interruptible between chunks), and without the pool for one thread.
+  void decode_short(size_t first, size_t last, bool pa, int n_threads, void* out) const {
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      auto one = [&](size_t k) { return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first]); };
+      if (resolve_threads(n_threads) == 1) {
+        for (size_t k = 0; k < last - first && s.is_ok(); ++k) s = one(k);
+      } else {
+        s = parallel_for(Executor::for_threads(resolve_threads(n_threads)), last - first, one);
+      }
+    }
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  // Every read into one buffer: (buffer, offsets).
   nb::tuple run(bool pa, int n_threads) {
-    const size_t n = file_of.size();
     const uint64_t total = sample_offsets.back();
     RawBuffer<int16_t> adc(pa ? 0 : total);
     RawBuffer<float> picoamps(pa ? total : 0);
-    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-      // The error returned is the first failing read's; reads not yet started are skipped.
-      Executor& pool = Executor::for_threads(resolve_threads(n_threads));
-      return parallel_for(pool, n, [&](size_t i) -> Status {
-        thread_local pod5::VbzCodec codec;
-        thread_local std::vector<int16_t> scratch;
-        if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
-        std::span<const uint64_t> rr(rows.data() + row_offsets[i], row_offsets[i + 1] - row_offsets[i]);
-        const uint64_t lo = sample_offsets[i], len = sample_offsets[i + 1] - lo;
-        std::span<int16_t> out;
-        if (pa) {
-          scratch.resize(len);
-          out = scratch;
-        } else {
-          out = std::span<int16_t>(adc.data.get() + lo, len);
-        }
-        ESCPOD_RETURN_IF_ERROR(files[file_of[i]]->read_signal(rr, out, codec));
-        if (pa) signal::calibrate_to_pa(out, calibration[i], std::span<float>(picoamps.data.get() + lo, len));
-        return Status::ok();
-      });
-    });
-    if (!s.is_ok()) raise_status(s);
+    decode(0, size(), pa, n_threads, pa ? static_cast<void*>(picoamps.data.get()) : adc.data.get());
     nb::object buf = pa ? raw_to_numpy(std::move(picoamps)) : raw_to_numpy(std::move(adc));
     return nb::make_tuple(buf, vector_to_numpy(std::move(sample_offsets)));
   }
+
+ private:
+  Status decode_one(size_t i, bool pa, std::byte* out, uint64_t base) const {
+    thread_local pod5::VbzCodec codec;
+    thread_local std::vector<int16_t> scratch;  // ADC samples before calibration, reused
+    std::span<const uint64_t> rr(rows.data() + row_offsets[i], row_offsets[i + 1] - row_offsets[i]);
+    const uint64_t lo = sample_offsets[i] - base, len = sample_offsets[i + 1] - sample_offsets[i];
+    if (!pa) return files[file_of[i]]->read_signal(rr, {reinterpret_cast<int16_t*>(out) + lo, len}, codec);
+    scratch.resize(len);
+    ESCPOD_RETURN_IF_ERROR(files[file_of[i]]->read_signal(rr, scratch, codec));
+    signal::calibrate_to_pa(scratch, calibration[i], {reinterpret_cast<float*>(out) + lo, len});
+    return Status::ok();
+  }
 };
 
-// An in-memory read-id index over files: id -> (file, batch, row), built in parallel.
-// Batches it decodes are cached, so signal look-ups of many reads decode each batch once.
-class Index {
+// Output buffers recycled within one signal stream: a chunk's buffer comes back when numpy frees
+// the chunk's arrays and a later chunk reuses it, so streaming a whole file faults in the pages
+// of only the first few chunks. (First touch of fresh memory cost as much CPU as decoding into
+// it on the build VM: ~0.14 s per 384 MB, kernel page faults and memcg accounting.)
+class BufferPool {
  public:
-  Index(std::vector<File*> files, int n_threads) {
-    for (File* f : files) m_files.push_back(f->shared());
-    std::vector<size_t> first_batch{0};
-    for (const auto& f : m_files) first_batch.push_back(first_batch.back() + f->n_read_batches());
-    const size_t n_batches = first_batch.back();
-    m_batches.resize(n_batches);
-    m_batch_once = std::make_unique<std::once_flag[]>(n_batches);
-    m_first_batch = first_batch;
-    std::vector<std::vector<std::pair<ReadId, Location>>> parts(n_batches);
-    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-      Executor& pool = Executor::for_threads(resolve_threads(n_threads));
-      const Status read = parallel_for(pool, n_batches, [&](size_t g) -> Status {
-        if (cancel.load(std::memory_order_relaxed)) return Status::ok();  // reported below
-        const uint32_t fi = static_cast<uint32_t>(
-            std::upper_bound(first_batch.begin(), first_batch.end(), g) - first_batch.begin() - 1);
-        const uint32_t bi = static_cast<uint32_t>(g - first_batch[fi]);
-        ESCPOD_ASSIGN_OR_RETURN(ReadBatch b, m_files[fi]->read_batch(bi));
-        auto& part = parts[g];
-        part.reserve(b.size());
-        for (size_t r = 0; r < b.size(); ++r)
-          part.push_back({b.read_id[r], Location{fi, bi, static_cast<uint32_t>(r)}});
-        auto shared = std::make_shared<const ReadBatch>(std::move(b));
-        std::call_once(m_batch_once[g], [&] { m_batches[g] = shared; });
-        return Status::ok();
-      });
-      if (cancel) return Status::cancelled("interrupted");
-      return read;
-    });
-    if (!s.is_ok()) raise_status(s);
-    size_t total = 0;
-    for (const auto& p : parts) total += p.size();
-    m_map.reserve(total);
-    for (const auto& p : parts)
-      for (const auto& [id, loc] : p)
-        if (!m_map.emplace(id, loc).second) ++m_n_duplicates;
-    m_n_reads = total;
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    size_t bytes = 0;
+  };
+
+  Buffer take(size_t bytes) {
+    {
+      std::lock_guard lock(m_mutex);
+      for (auto it = m_free.begin(); it != m_free.end(); ++it) {
+        if (it->bytes < bytes) continue;
+        Buffer b = std::move(*it);
+        m_free.erase(it);
+        return b;
+      }
+    }
+    return Buffer{std::unique_ptr<std::byte[]>(new std::byte[bytes]), bytes};
   }
 
-  size_t size() const { return m_map.size(); }
-  size_t n_reads() const { return m_n_reads; }
-  size_t n_duplicates() const { return m_n_duplicates; }
+  // Keeps at most kMaxFree buffers (a consumer holding arrays of two chunks still finds one).
+  void give_back(Buffer b) {
+    std::lock_guard lock(m_mutex);
+    if (m_free.size() < kMaxFree) m_free.push_back(std::move(b));
+  }
 
-  // (file, batch, row) arrays, -1 where an id is absent.
-  nb::tuple lookup(const IdArray& ids) const {
+ private:
+  static constexpr size_t kMaxFree = 3;
+  std::mutex m_mutex;
+  std::vector<Buffer> m_free;
+};
+
+// A numpy array of the first n elements of a pooled buffer, which goes back to the pool when
+// numpy frees the array (and every view of it).
+template <typename T>
+nb::object pooled_to_numpy(std::shared_ptr<BufferPool> pool, BufferPool::Buffer&& buffer, size_t n) {
+  struct Owner {
+    std::shared_ptr<BufferPool> pool;
+    BufferPool::Buffer buffer;
+  };
+  auto* owner = new Owner{std::move(pool), std::move(buffer)};
+  T* data = reinterpret_cast<T*>(owner->buffer.data.get());
+  nb::capsule cap(owner, [](void* p) noexcept {
+    auto* o = static_cast<Owner*>(p);
+    o->pool->give_back(std::move(o->buffer));
+    delete o;
+  });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(data, {n}, cap).cast();
+}
+
+// The reads of a SignalJob decoded chunk by chunk (about chunk_samples samples each, at least
+// one read), each chunk on n_threads into a recycled buffer: next() gives (buffer, offsets) of
+// the next chunk, read k of it at buffer[offsets[k]:offsets[k+1]], or None after the last.
+class SignalStream {
+ public:
+  SignalStream(SignalJob&& job, bool pa, int n_threads, uint64_t chunk_samples)
+      : m_job(std::move(job)), m_pa(pa), m_threads(n_threads), m_chunk_samples(std::max<uint64_t>(1, chunk_samples)) {}
+
+  nb::object next() {
+    if (m_next >= m_job.size()) return nb::none();
+    const size_t first = m_next;
+    size_t last = first + 1;
+    const auto& off = m_job.sample_offsets;
+    while (last < m_job.size() && off[last + 1] - off[first] <= m_chunk_samples) ++last;
+    const uint64_t n = off[last] - off[first];
+    // Every buffer holds at least a full chunk, so any later chunk but an outsized read fits one.
+    const size_t elem = m_pa ? sizeof(float) : sizeof(int16_t);
+    BufferPool::Buffer buffer = m_pool->take(std::max<uint64_t>(n, m_chunk_samples) * elem);
+    m_job.decode_short(first, last, m_pa, m_threads, buffer.data.get());
+    m_next = last;
+    std::vector<uint64_t> offsets(off.begin() + static_cast<ptrdiff_t>(first), off.begin() + static_cast<ptrdiff_t>(last) + 1);
+    for (uint64_t& o : offsets) o -= off[first];
+    nb::object array = m_pa ? pooled_to_numpy<float>(m_pool, std::move(buffer), n)
+                            : pooled_to_numpy<int16_t>(m_pool, std::move(buffer), n);
+    return nb::make_tuple(array, vector_to_numpy(std::move(offsets)));
+  }
+
+  size_t n_reads() const { return m_job.size(); }
+
+ private:
+  SignalJob m_job;
+  bool m_pa;
+  int m_threads;
+  uint64_t m_chunk_samples;
+  size_t m_next = 0;
+  std::shared_ptr<BufferPool> m_pool = std::make_shared<BufferPool>();
+};
+
+// Where read ids are in a set of files. A file covered by a persistent read-id index
+// (`escpod index`, pod5/read_index.hpp) whose entry is verified (size, mtime and footer file
+// identifier match) is looked up there; every other file's read-id column is scanned (ids only,
+// batches in parallel) into a hash map. No other column is decoded to build it: batches are
+// decoded when a signal look-up needs them. Not thread-safe (called with the GIL held).
+class Index {
+ public:
+  Index(std::vector<File*> files, int n_threads, bool use_read_index) {
+    for (File* f : files) m_files.push_back(f->shared());
+    m_first_batch.push_back(0);
+    for (const auto& f : m_files) m_first_batch.push_back(m_first_batch.back() + f->n_read_batches());
+    m_batches.resize(m_first_batch.back());
+    m_batch_ids.resize(m_first_batch.back());
+    m_indexed.assign(m_files.size(), false);
+    if (use_read_index) open_read_indexes();
+    scan_ids(n_threads);
+  }
+  Index(const Index&) = delete;  // (vector<unique_ptr> claims to be copyable; nanobind asks)
+  Index& operator=(const Index&) = delete;
+
+  size_t n_reads() const {
+    size_t n = 0;
+    for (const auto& f : m_files) n += f->info().n_reads;
+    return n;
+  }
+  // Ids held more than once: exact over the scanned files; in files a persistent index covers,
+  // only those lookups found so far (complete() says whether every file was scanned).
+  size_t n_duplicates() const { return m_n_duplicates + m_n_duplicates_seen; }
+  bool complete() const { return m_n_indexed == 0; }
+  size_t n_indexed_files() const { return m_n_indexed; }
+
+  // (file, batch, row) arrays, -1 where an id is absent; the first file (in the order given)
+  // holding an id wins.
+  nb::tuple lookup(const IdArray& ids) {
     std::vector<ReadId> v = ids_from_numpy(ids);
     std::vector<int64_t> file(v.size(), -1), batch(v.size(), -1), row(v.size(), -1);
     for (size_t i = 0; i < v.size(); ++i) {
-      auto it = m_map.find(v[i]);
-      if (it == m_map.end()) continue;
-      file[i] = it->second.file;
-      batch[i] = it->second.batch;
-      row[i] = it->second.row;
+      const std::optional<Location> loc = locate(v[i]);
+      if (!loc) continue;
+      file[i] = loc->file;
+      batch[i] = loc->batch;
+      row[i] = loc->row;
     }
     return nb::make_tuple(vector_to_numpy(std::move(file)), vector_to_numpy(std::move(batch)),
                           vector_to_numpy(std::move(row)));
+  }
+
+  // One id given as text: (file, batch, row), or None when absent. ValueError when the text is
+  // not a read id. (The per-read path of DatasetReader.get_read: no numpy arrays.)
+  nb::object find(const std::string& text) {
+    Result<ReadId> id = ReadId::parse(text);
+    if (!id.is_ok()) raise_status(id.status());
+    const std::optional<Location> loc = locate(*id);
+    if (!loc) return nb::none();
+    return nb::make_tuple(loc->file, loc->batch, loc->row);
   }
 
   // Signals of the reads `ids` (all must be present): (buffer, offsets) as SignalJob::run.
@@ -412,45 +579,161 @@ class Index {
     SignalJob job;
     job.files = m_files;
     job.file_of.reserve(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      auto it = m_map.find(v[i]);
-      if (it == m_map.end()) {
-        PyErr_SetString(PyExc_KeyError, ("read " + v[i].to_string() + " is in none of the files").c_str());
+    for (const ReadId& id : v) {
+      const std::optional<Location> loc = locate(id);
+      if (!loc) {
+        PyErr_SetString(PyExc_KeyError, ("read " + id.to_string() + " is in none of the files").c_str());
         throw nb::python_error();
       }
-      const Location loc = it->second;
-      const ReadBatch& b = batch(loc.file, loc.batch);
-      job.add(loc.file, b.rows_of(loc.row), b.num_samples[loc.row],
-              {b.calibration_offset[loc.row], b.calibration_scale[loc.row]});
+      const ReadBatch& b = batch(loc->file, loc->batch);
+      job.add(loc->file, b.rows_of(loc->row), b.num_samples[loc->row],
+              {b.calibration_offset[loc->row], b.calibration_scale[loc->row]});
     }
     return job.run(pa, n_threads);
   }
 
  private:
+  struct Persistent {
+    std::unique_ptr<pod5::ReadIndex> index;
+    std::unordered_map<uint32_t, uint32_t> file_of_slot;
+  };
+
+  // Files under a folder holding a usable index, with a verified entry, are looked up there. A
+  // damaged or missing index is not used (its files are scanned).
+  void open_read_indexes() {
+    std::map<std::filesystem::path, size_t> by_root;  // root -> m_persistent index
+    for (uint32_t fi = 0; fi < m_files.size(); ++fi) {
+      const std::filesystem::path& path = m_files[fi]->path();
+      const std::filesystem::path root = pod5::ReadIndex::find_root(path);
+      if (root.empty()) continue;
+      auto it = by_root.find(root);
+      if (it == by_root.end()) {
+        Result<std::unique_ptr<pod5::ReadIndex>> opened = pod5::ReadIndex::open(root);
+        it = by_root.emplace(root, opened.is_ok() ? m_persistent.size() : SIZE_MAX).first;
+        if (opened.is_ok()) m_persistent.push_back({std::move(opened).value(), {}});
+      }
+      if (it->second == SIZE_MAX) continue;
+      Persistent& p = m_persistent[it->second];
+      const pod5::IndexedFile* entry = p.index->verified_entry(path);
+      if (!entry || entry->n_batches != m_files[fi]->n_read_batches()) continue;
+      p.file_of_slot.emplace(entry->slot, fi);
+      m_indexed[fi] = true;
+      ++m_n_indexed;
+    }
+  }
+
+  // The read ids of every batch of the files not indexed, in parallel, into the hash map.
+  void scan_ids(int n_threads) {
+    std::vector<size_t> todo;  // global batch numbers
+    for (size_t fi = 0; fi < m_files.size(); ++fi) {
+      if (m_indexed[fi]) continue;
+      for (size_t g = m_first_batch[fi]; g < m_first_batch[fi + 1]; ++g) todo.push_back(g);
+    }
+    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
+      Executor& pool = Executor::for_threads(resolve_threads(n_threads));
+      const Status read = parallel_for(pool, todo.size(), [&](size_t k) -> Status {
+        if (cancel.load(std::memory_order_relaxed)) return Status::ok();  // reported below
+        const auto [fi, bi] = file_batch(todo[k]);
+        ESCPOD_ASSIGN_OR_RETURN(m_batch_ids[todo[k]], m_files[fi]->read_batch_ids(bi));
+        return Status::ok();
+      });
+      if (cancel) return Status::cancelled("interrupted");
+      return read;
+    });
+    if (!s.is_ok()) raise_status(s);
+    size_t total = 0;
+    for (size_t g : todo) total += m_batch_ids[g].size();
+    m_map.reserve(total);
+    for (size_t g : todo) {
+      const auto [fi, bi] = file_batch(g);
+      const auto& ids = m_batch_ids[g];
+      for (size_t r = 0; r < ids.size(); ++r) {
+        if (!m_map.emplace(ids[r], Location{fi, bi, static_cast<uint32_t>(r)}).second) ++m_n_duplicates;
+      }
+    }
+  }
+
+  std::pair<uint32_t, uint32_t> file_batch(size_t g) const {
+    const auto fi = static_cast<uint32_t>(
+        std::upper_bound(m_first_batch.begin(), m_first_batch.end(), g) - m_first_batch.begin() - 1);
+    return {fi, static_cast<uint32_t>(g - m_first_batch[fi])};
+  }
+
+  // The first place `id` is held, in file order: the scanned files' map, then each persistent
+  // index; a row an index names is checked against the id it holds (an index that does not
+  // describe its file raises, naming it, rather than answer with another read).
+  std::optional<Location> locate(const ReadId& id) {
+    std::optional<Location> best;
+    size_t n_places = 0;
+    if (auto it = m_map.find(id); it != m_map.end()) {
+      best = it->second;
+      ++n_places;
+    }
+    for (const Persistent& p : m_persistent) {
+      m_hits.clear();
+      Status s = p.index->lookup(id, &m_hits);
+      if (!s.is_ok()) raise_status(s);
+      for (const pod5::IndexHit& h : m_hits) {
+        auto f = p.file_of_slot.find(h.slot);
+        if (f == p.file_of_slot.end()) continue;
+        const Location loc{f->second, h.batch, h.row};
+        check_indexed_row(loc, id);
+        ++n_places;
+        if (!best || loc.file < best->file) best = loc;
+      }
+    }
+    if (n_places > 1 && m_persistent.size() > 0) ++m_n_duplicates_seen;
+    return best;
+  }
+
+  void check_indexed_row(const Location& loc, const ReadId& id) {
+    const FileReader& f = *m_files[loc.file];
+    const size_t g = m_first_batch[loc.file] + loc.batch;
+    if (loc.batch >= f.n_read_batches() || loc.row >= f.batch_rows(loc.batch)) {
+      raise_status(Status::corrupt(f.path().string() + ": the read-id index names reads batch " +
+                                   std::to_string(loc.batch) + " row " + std::to_string(loc.row) +
+                                   ", which the file does not have (run `escpod index` again)"));
+    }
+    if (m_batch_ids[g].empty()) {
+      Result<std::vector<ReadId>> ids = f.read_batch_ids(loc.batch);
+      if (!ids.is_ok()) raise_status(ids.status());
+      m_batch_ids[g] = std::move(ids).value();
+    }
+    if (m_batch_ids[g][loc.row] != id) {
+      raise_status(Status::corrupt(f.path().string() + ": the read-id index places read " + id.to_string() +
+                                   " at reads batch " + std::to_string(loc.batch) + " row " +
+                                   std::to_string(loc.row) + ", which holds " +
+                                   m_batch_ids[g][loc.row].to_string() + " (run `escpod index` again)"));
+    }
+  }
+
   const ReadBatch& batch(uint32_t file, uint32_t batch_idx) {
     const size_t g = m_first_batch[file] + batch_idx;
     if (!m_batches[g]) {
       Result<ReadBatch> b = m_files[file]->read_batch(batch_idx);
       if (!b.is_ok()) raise_status(b.status());
-      auto shared = std::make_shared<const ReadBatch>(std::move(b).value());
-      std::call_once(m_batch_once[g], [&] { m_batches[g] = shared; });
+      m_batches[g] = std::make_unique<const ReadBatch>(std::move(b).value());
     }
     return *m_batches[g];
   }
 
   std::vector<std::shared_ptr<FileReader>> m_files;
-  std::vector<size_t> m_first_batch;
-  std::vector<std::shared_ptr<const ReadBatch>> m_batches;
-  std::unique_ptr<std::once_flag[]> m_batch_once;
+  std::vector<size_t> m_first_batch;                     // per file + 1: global batch numbers
+  std::vector<std::unique_ptr<const ReadBatch>> m_batches;  // decoded on demand
+  std::vector<std::vector<ReadId>> m_batch_ids;          // per global batch (scanned or checked)
+  std::vector<bool> m_indexed;                           // per file: a persistent index covers it
+  size_t m_n_indexed = 0;
+  std::vector<Persistent> m_persistent;
+  std::vector<pod5::IndexHit> m_hits;                    // lookup scratch
   std::unordered_map<ReadId, Location, pod5::ReadIdHash> m_map;
-  size_t m_n_reads = 0;
-  size_t m_n_duplicates = 0;
+  size_t m_n_duplicates = 0;       // in the scanned files
+  size_t m_n_duplicates_seen = 0;  // ids found in more than one place by lookups using an index
 };
 
-// Signals of reads of one file given batch and row arrays.
-nb::tuple file_signals(File& f, const nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig>& batches,
-                       const nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig>& rows, bool pa,
-                       int n_threads) {
+using I64Array = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig>;
+
+// The reads of one file given batch and row arrays.
+SignalJob file_job(File& f, const I64Array& batches, const I64Array& rows) {
   const FileReader& r = f.reader();
   if (batches.shape(0) != rows.shape(0)) throw nb::value_error("batches and rows differ in length");
   SignalJob job;
@@ -468,24 +751,34 @@ nb::tuple file_signals(File& f, const nb::ndarray<const int64_t, nb::ndim<1>, nb
     if (ri < 0 || static_cast<size_t>(ri) >= b.size()) throw nb::index_error("row index out of range");
     job.add(0, b.rows_of(ri), b.num_samples[ri], {b.calibration_offset[ri], b.calibration_scale[ri]});
   }
-  return job.run(pa, n_threads);
+  return job;
 }
 
-// Every read of a file: (buffer, offsets, read ids) in file order.
-nb::tuple all_signals(File& f, bool pa, int n_threads) {
+// Every read of a file in file order; their ids into `ids` when given.
+SignalJob all_job(File& f, std::vector<ReadId>* ids) {
   const FileReader& r = f.reader();
   SignalJob job;
   job.files = {f.shared()};
-  std::vector<ReadId> ids;
   for (size_t bi = 0; bi < r.n_read_batches(); ++bi) {
     Result<ReadBatch> b = r.read_batch(bi);
     if (!b.is_ok()) raise_status(b.status());
     for (size_t i = 0; i < b->size(); ++i) {
       job.add(0, b->rows_of(i), b->num_samples[i], {b->calibration_offset[i], b->calibration_scale[i]});
-      ids.push_back(b->read_id[i]);
+      if (ids) ids->push_back(b->read_id[i]);
     }
   }
-  nb::tuple t = job.run(pa, n_threads);
+  return job;
+}
+
+// Signals of reads of one file given batch and row arrays: (buffer, offsets).
+nb::tuple file_signals(File& f, const I64Array& batches, const I64Array& rows, bool pa, int n_threads) {
+  return file_job(f, batches, rows).run(pa, n_threads);
+}
+
+// Every read of a file: (buffer, offsets, read ids) in file order.
+nb::tuple all_signals(File& f, bool pa, int n_threads) {
+  std::vector<ReadId> ids;
+  nb::tuple t = all_job(f, &ids).run(pa, n_threads);
   return nb::make_tuple(t[0], t[1], ids_to_numpy(std::move(ids)));
 }
 
@@ -541,9 +834,78 @@ class Writer {
   }
 
   // fields: the ReadRecord fields in declaration order up to selected_read_level (see
-  // python/escpod/_writer.py); signal: int16 ADC samples.
+  // python/escpod/writer.py); signal: int16 ADC samples.
   void add_read(nb::bytes read_id, const nb::tuple& f,
                 const nb::ndarray<const int16_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>& signal) {
+    const pod5::ReadRecord r = record_from(read_id, f);
+    pod5::FileWriter& w = writer();
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = w.add_read(r, std::span<const int16_t>(signal.data(), signal.shape(0)));
+    }
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  // A read whose signal is already VBZ-compressed (pod5's CompressedRead): `chunks` are the
+  // VBZ cells (uint8 arrays), `chunk_samples` their sample counts; stored as they are (copied).
+  // A writer of uncompressed signal refuses them (the caller decompresses first).
+  void add_read_chunks(nb::bytes read_id, const nb::tuple& f, const nb::list& chunks,
+                       const std::vector<uint32_t>& chunk_samples) {
+    const pod5::ReadRecord r = record_from(read_id, f);
+    if (chunks.size() != chunk_samples.size()) throw nb::value_error("signal_chunks and signal_chunk_lengths differ in length");
+    pod5::FileWriter& w = writer();
+    if (!w.is_vbz()) throw nb::value_error("compressed chunks need a VBZ writer");
+    std::vector<pod5::SignalChunk> stored(chunks.size());
+    for (size_t i = 0; i < stored.size(); ++i) {
+      auto bytes = nb::cast<nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(chunks[i]);
+      stored[i].bytes = {bytes.data(), bytes.shape(0)};
+      stored[i].n_samples = chunk_samples[i];
+      stored[i].read_id = r.read_id;
+    }
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = check_cells(stored);
+      if (s.is_ok()) s = w.add_read_chunks(r, stored, pod5::ChunkBytes::kCopy);
+    }
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  void close() {
+    if (!m_writer) return;
+    pod5::FileWriter& w = *m_writer;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = w.close();
+    }
+    m_writer.reset();
+    if (!s.is_ok()) raise_status(s);
+  }
+
+  // Drops the staging file: nothing appears at the destination.
+  void abort() { m_writer.reset(); }
+  bool closed() const { return !m_writer; }
+
+ private:
+  // Every cell decodes to exactly its stated sample count (a wrong count or a damaged cell
+  // would be stored as is and fail only when read back): kInvalidArgument naming the chunk.
+  static Status check_cells(std::span<const pod5::SignalChunk> cells) {
+    thread_local pod5::VbzCodec codec;
+    thread_local std::vector<int16_t> scratch;  // reused across reads
+    for (size_t i = 0; i < cells.size(); ++i) {
+      scratch.resize(cells[i].n_samples);
+      Status s = codec.decompress(cells[i].bytes, scratch);
+      if (!s.is_ok()) {
+        return Status::invalid_argument("signal chunk " + std::to_string(i) + " (" + std::to_string(cells[i].n_samples) +
+                                        " samples stated): " + s.message());
+      }
+    }
+    return Status::ok();
+  }
+
+  static pod5::ReadRecord record_from(const nb::bytes& read_id, const nb::tuple& f) {
     if (read_id.size() != 16) throw nb::value_error("read_id must be 16 bytes");
     pod5::ReadRecord r;
     std::memcpy(r.read_id.bytes.data(), read_id.c_str(), 16);
@@ -569,34 +931,43 @@ class Writer {
     r.open_pore_level = nb::cast<float>(f[k++]);
     r.expected_open_pore_level = nb::cast<float>(f[k++]);
     r.selected_read_level = nb::cast<float>(f[k++]);
-    pod5::FileWriter& w = writer();
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = w.add_read(r, std::span<const int16_t>(signal.data(), signal.shape(0)));
-    }
-    if (!s.is_ok()) raise_status(s);
+    return r;
   }
 
-  void close() {
-    if (!m_writer) return;
-    pod5::FileWriter& w = *m_writer;
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      s = w.close();
-    }
-    m_writer.reset();
-    if (!s.is_ok()) raise_status(s);
-  }
-
-  // Drops the staging file: nothing appears at the destination.
-  void abort() { m_writer.reset(); }
-  bool closed() const { return !m_writer; }
-
- private:
   std::unique_ptr<pod5::FileWriter> m_writer;
 };
+
+using I16Array = nb::ndarray<const int16_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using U8Array = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// One VBZ cell (zstd level 1, as the official writer) of `samples`.
+nb::object vbz_compress(const I16Array& samples) {
+  std::vector<uint8_t> out;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    thread_local pod5::VbzCodec codec;
+    s = codec.compress({samples.data(), samples.shape(0)}, out);
+  }
+  if (!s.is_ok()) raise_status(s);
+  return vector_to_numpy(std::move(out));
+}
+
+// The n_samples samples of one VBZ cell; ValueError when the cell does not hold exactly that.
+nb::object vbz_decompress(const U8Array& cell, uint64_t n_samples) {
+  RawBuffer<int16_t> out(n_samples);
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    thread_local pod5::VbzCodec codec;
+    s = codec.decompress({cell.data(), cell.shape(0)}, out.span());
+  }
+  if (!s.is_ok()) {
+    PyErr_SetString(PyExc_ValueError, s.message().c_str());
+    throw nb::python_error();
+  }
+  return raw_to_numpy(std::move(out));
+}
 
 nb::object pack_ids(const nb::list& texts, bool invalid_ok) {
   std::vector<ReadId> out;
@@ -645,26 +1016,44 @@ NB_MODULE(_core, m) {
       .def("batch", &File::batch, "idx"_a)
       .def("signal", &File::signal, "rows"_a, "n_samples"_a)
       .def("byte_count", &File::byte_count, "rows"_a)
+      .def("signal_pa", &File::signal_pa, "rows"_a, "n_samples"_a, "offset"_a, "scale"_a)
+      .def("chunk", &File::chunk, "row"_a)
+      .def("signal_row_positions", &File::signal_row_positions, "rows"_a)
       .def("close", &File::close)
       .def_prop_ro("closed", &File::closed);
 
   nb::class_<Index>(m, "Index")
-      .def(nb::init<std::vector<File*>, int>(), "files"_a, "n_threads"_a = 0)
-      .def("__len__", &Index::size)
+      .def(nb::init<std::vector<File*>, int, bool>(), "files"_a, "n_threads"_a = 0, "use_read_index"_a = true)
       .def_prop_ro("n_reads", &Index::n_reads)
       .def_prop_ro("n_duplicates", &Index::n_duplicates)
+      .def_prop_ro("complete", &Index::complete)
+      .def_prop_ro("n_indexed_files", &Index::n_indexed_files)
       .def("lookup", &Index::lookup, "ids"_a)
+      .def("find", &Index::find, "read_id"_a)
       .def("signals", &Index::signals, "ids"_a, "pa"_a, "n_threads"_a = 0);
 
   m.def("file_signals", &file_signals, "file"_a, "batches"_a, "rows"_a, "pa"_a, "n_threads"_a = 0);
   m.def("all_signals", &all_signals, "file"_a, "pa"_a, "n_threads"_a = 0);
+  nb::class_<SignalStream>(m, "SignalStream")
+      .def("next", &SignalStream::next)
+      .def_prop_ro("n_reads", &SignalStream::n_reads);
+  m.def("all_signal_stream", [](File& f, bool pa, int n_threads, uint64_t chunk_samples) {
+    return SignalStream(all_job(f, nullptr), pa, n_threads, chunk_samples);
+  }, "file"_a, "pa"_a, "n_threads"_a, "chunk_samples"_a);
+  m.def("file_signal_stream", [](File& f, const I64Array& batches, const I64Array& rows, bool pa, int n_threads,
+                                 uint64_t chunk_samples) {
+    return SignalStream(file_job(f, batches, rows), pa, n_threads, chunk_samples);
+  }, "file"_a, "batches"_a, "rows"_a, "pa"_a, "n_threads"_a, "chunk_samples"_a);
   m.def("pack_ids", &pack_ids, "texts"_a, "invalid_ok"_a = false);
+  m.def("vbz_compress", &vbz_compress, "samples"_a);
+  m.def("vbz_decompress", &vbz_decompress, "cell"_a, "n_samples"_a);
   m.def("format_ids", &format_ids, "ids"_a);
 
   nb::class_<Writer>(m, "Writer")
       .def(nb::init<const std::string&, const std::string&, bool>(), "path"_a, "software"_a, "vbz"_a)
       .def("add_run_info", &Writer::add_run_info)
       .def("add_read", &Writer::add_read)
+      .def("add_read_chunks", &Writer::add_read_chunks)
       .def("close", &Writer::close)
       .def("abort", &Writer::abort)
       .def_prop_ro("closed", &Writer::closed);

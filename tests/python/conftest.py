@@ -14,6 +14,18 @@ import numpy as np
 import pytest
 
 
+def pytest_configure(config):
+    # scripts/python_asan.sh stages an ASan-built module first on PYTHONPATH: make sure that one,
+    # not the module installed in .venv, is the one under test.
+    expected = os.environ.get("ESCPOD_EXPECT_MODULE")
+    if expected:
+        import escpod
+
+        found = pathlib.Path(escpod.__file__).parent.resolve()
+        if found != pathlib.Path(expected).resolve():
+            raise pytest.UsageError(f"escpod imported from {found}, expected {expected}")
+
+
 def _env_path(name: str) -> pathlib.Path:
     value = os.environ.get(name)
     if not value:

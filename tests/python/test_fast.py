@@ -100,3 +100,86 @@ def test_closed_reader_raises(shared_data):
     assert rec.num_samples > 0  # fields stay readable
     with pytest.raises(RuntimeError, match="closed"):
         rec.signal
+
+
+def test_iter_signals_equal_official_and_reuses_buffers(shared_data):
+    path = shared_data / "warpdemux/sample/small_pod5_1.pod5"
+    with pod5.Reader(path) as theirs, escpod.Reader(path) as ours:
+        expected = {str(r.read_id): (r.signal, r.signal_pa) for r in theirs.reads()}
+        ids = ours.read_ids
+        # Small chunks: many chunks, each read still whole; arrays kept alive stay intact even
+        # though later chunks are decoded while they are held.
+        for pa, k in ((True, 1), (False, 0)):
+            kept = list(ours.iter_signals(pa=pa, threads=2, chunk_samples=50_000))
+            assert len(kept) == len(ids) == 200
+            for rid, a in zip(ids, kept, strict=True):
+                assert a.dtype == (np.float32 if pa else np.int16)
+                assert np.array_equal(a, expected[rid][k])
+        # Dropped arrays give their chunk buffer back: a whole-file pass cycles through a few.
+        buffers, n = set(), 0
+        for a in ours.iter_signals(pa=True, threads=2, chunk_samples=50_000):
+            buffers.add(a.base.__array_interface__["data"][0])
+            n += 1
+        assert n == 200 and 1 <= len(buffers) <= 4, len(buffers)
+        sel = ids[::-7]
+        for rid, a in zip(sel, ours.iter_signals(sel, pa=True, chunk_samples=30_000), strict=True):
+            assert np.array_equal(a, expected[rid][1])
+        with pytest.raises(KeyError, match="00000000-0000-0000-0000-000000000002"):
+            list(ours.iter_signals(sel + ["00000000-0000-0000-0000-000000000002"]))
+
+
+def _indexed_copy(shared_data, tmp_path, escpod_bin):
+    import subprocess
+
+    files = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))
+    for i, f in enumerate(files):
+        (tmp_path / f"d{i}").mkdir()
+        shutil.copy(f, tmp_path / f"d{i}" / f.name)
+    subprocess.run([str(escpod_bin), "index", str(tmp_path), "-q"], check=True)
+    return files
+
+
+def test_dataset_uses_persistent_index(shared_data, tmp_path, escpod_bin):
+    files = _indexed_copy(shared_data, tmp_path, escpod_bin)
+    expected = {}
+    for f in files:
+        with pod5.Reader(f) as r:
+            for rec in r:
+                expected[str(rec.read_id)] = (f.name, rec.signal_pa, rec.read_number)
+    ids = list(expected)
+    pick = [ids[i] for i in np.random.default_rng(2).integers(0, len(ids), 200)]
+    with escpod.DatasetReader(tmp_path, recursive=True) as ds:
+        ds.index_read_ids()
+        assert ds._index.n_indexed_files == len(files) == 4 and not ds._index.complete
+        for rid in pick:
+            rec = ds.get_read(rid)
+            assert str(rec.read_id) == rid and rec.read_number == expected[rid][2]
+            assert np.array_equal(rec.signal_pa, expected[rid][1])
+            assert ds.get_path(rid).name == expected[rid][0]
+        assert ds.get_read("00000000-0000-0000-0000-000000000003") is None
+        assert ds.get_read("not-an-id") is None
+        assert not ds.has_duplicate()
+        for rid, sig in zip(pick, ds.get_signals(pick), strict=True):
+            assert np.array_equal(sig, expected[rid][1])
+    with escpod.DatasetReader(tmp_path, recursive=True, use_read_index=False) as ds:
+        ds.index_read_ids()
+        assert ds._index.n_indexed_files == 0 and ds._index.complete
+        assert str(ds.get_read(pick[0]).read_id) == pick[0]
+
+
+def test_dataset_persistent_index_stale_file_scanned(shared_data, tmp_path, escpod_bin):
+    files = _indexed_copy(shared_data, tmp_path, escpod_bin)
+    # Replace the second file by the first's reads: the index no longer describes it (size,
+    # mtime, file identifier), so it is scanned; its ids now duplicate the first file's.
+    stale = tmp_path / "d1" / files[1].name
+    stale.unlink()
+    shutil.copy(files[0], stale)
+    with pod5.Reader(files[0]) as r:
+        first_ids = [str(x) for x in r.read_ids[:5]]
+    with escpod.DatasetReader(tmp_path, recursive=True) as ds:
+        ds.index_read_ids()
+        assert ds._index.n_indexed_files == 3
+        with pytest.warns(UserWarning, match="duplicate"):
+            rec = ds.get_read(first_ids[0])
+        assert str(rec.read_id) == first_ids[0] and ds.get_path(first_ids[0]).parent.name == "d0"
+        assert ds.has_duplicate()

@@ -43,6 +43,14 @@ struct FileInfo {
   size_t n_read_batches = 0;
   size_t n_run_info_rows = 0;      // before de-duplication by acquisition id
   std::vector<std::string> warnings;
+  // Where the footer says each embedded Arrow IPC file lies (absolute offset in the .pod5 and
+  // exact length; offset -1 when absent, and for readers of recovered tables), for callers that
+  // open a table with another Arrow reader (the Python package hands them to pyarrow).
+  struct TableSpan {
+    int64_t offset = -1;
+    int64_t length = 0;
+  };
+  TableSpan reads_table, run_info_table, signal_table;
 };
 
 // What the signal table holds; reading it touches every signal batch's metadata, so it is

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <string>
 
 #include "escpod/signal/calibration.hpp"
 #include "test_data.hpp"
@@ -145,6 +147,36 @@ TEST(FileReader, RealRna004Files) {
   });
   EXPECT_TRUE(s.is_ok()) << s.to_string();
   EXPECT_EQ(n.load(), 180u);
+}
+
+// The footer's table spans: each names an Arrow IPC file ("ARROW1" at both ends) inside the
+// .pod5, in the order the format stores them (signal, run info, reads); a V0 file has no run-info
+// table.
+TEST(FileReader, TableSpansNameTheEmbeddedArrowFiles) {
+  const auto path = test::shared_data("escapepod/drna/yeast_trna_reads.pod5");
+  auto file = FileReader::open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  const FileInfo& info = (*file)->info();
+  std::ifstream in(path, std::ios::binary);
+  auto bytes_at = [&](int64_t offset, size_t n) {
+    std::string s(n, '\0');
+    in.seekg(offset);
+    in.read(s.data(), static_cast<std::streamsize>(n));
+    return s;
+  };
+  for (const FileInfo::TableSpan* t : {&info.signal_table, &info.run_info_table, &info.reads_table}) {
+    ASSERT_GT(t->offset, 0);
+    ASSERT_GT(t->length, 12);
+    ASSERT_LE(static_cast<uint64_t>(t->offset + t->length), info.file_size);
+    EXPECT_EQ(bytes_at(t->offset, 6), "ARROW1");
+    EXPECT_EQ(bytes_at(t->offset + t->length - 6, 6), "ARROW1");
+  }
+  EXPECT_LT(info.signal_table.offset, info.run_info_table.offset);
+  EXPECT_LT(info.run_info_table.offset, info.reads_table.offset);
+  auto v0 = FileReader::open(test::shared_data("pod5/multi_fast5_zip_v0.pod5"));
+  ASSERT_TRUE(v0.is_ok());
+  EXPECT_EQ((*v0)->info().run_info_table.offset, -1);
+  EXPECT_GT((*v0)->info().reads_table.offset, 0);
 }
 
 TEST(ReadId, ParseAndFormat) {
