@@ -204,6 +204,36 @@ nb::dict batch_dict(ReadBatch&& b) {
 }
 
 // An open POD5 file. close() releases the mapping at once (Python's GC may run much later).
+// One read's samples (ADC counts) into `out`, with this thread's codec.
+Status decode_adc(const FileReader& r, std::span<const uint64_t> rows, std::span<int16_t> out) {
+  thread_local pod5::VbzCodec codec;
+  return r.read_signal(rows, out, codec);
+}
+
+// One read's samples in picoamps into `out`: decoded into this thread's ADC scratch (reused, no
+// allocation per read once warm), then calibrated with the one formula of signal/calibration.hpp
+// (equal to pod5's calibrate_signal_array).
+Status decode_pa(const FileReader& r, std::span<const uint64_t> rows, signal::Calibration c, std::span<float> out) {
+  thread_local std::vector<int16_t> adc;
+  adc.resize(out.size());
+  ESCPOD_RETURN_IF_ERROR(decode_adc(r, rows, adc));
+  signal::calibrate_to_pa(adc, c, out);
+  return Status::ok();
+}
+
+// A numpy array of n samples that `decode` fills with the GIL released; raises its error.
+template <typename T, typename Decode>
+nb::object decode_read(uint64_t n, Decode&& decode) {
+  RawBuffer<T> out(n);
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = decode(out.span());
+  }
+  if (!s.is_ok()) raise_status(s);
+  return raw_to_numpy(std::move(out));
+}
+
 class File {
  public:
   explicit File(const std::string& path) {
@@ -267,36 +297,16 @@ class File {
 
   // Samples of one read (ADC counts) given its signal rows and sample count.
   nb::object signal(const U64Array& rows, uint64_t n_samples) const {
-    const FileReader& r = reader();
-    RawBuffer<int16_t> out(n_samples);
-    std::span<const uint64_t> row_span(rows.data(), rows.shape(0));
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      thread_local pod5::VbzCodec codec;
-      s = r.read_signal(row_span, out.span(), codec);
-    }
-    if (!s.is_ok()) raise_status(s);
-    return raw_to_numpy(std::move(out));
+    const std::span<const uint64_t> row_span(rows.data(), rows.shape(0));
+    return decode_read<int16_t>(n_samples, [&](std::span<int16_t> out) { return decode_adc(reader(), row_span, out); });
   }
 
-  // Samples of one read in picoamps (float32): decoded and calibrated in one pass, with the one
-  // formula of signal/calibration.hpp (equal to pod5's calibrate_signal_array).
+  // Samples of one read in picoamps (float32), decoded and calibrated in one pass.
   nb::object signal_pa(const U64Array& rows, uint64_t n_samples, float offset, float scale) const {
-    const FileReader& r = reader();
-    RawBuffer<float> out(n_samples);
-    std::span<const uint64_t> row_span(rows.data(), rows.shape(0));
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      thread_local pod5::VbzCodec codec;
-      thread_local std::vector<int16_t> adc;  // reused: no allocation per read after warm-up
-      adc.resize(n_samples);
-      s = r.read_signal(row_span, adc, codec);
-      if (s.is_ok()) signal::calibrate_to_pa(adc, {offset, scale}, out.span());
-    }
-    if (!s.is_ok()) raise_status(s);
-    return raw_to_numpy(std::move(out));
+    const std::span<const uint64_t> row_span(rows.data(), rows.shape(0));
+    return decode_read<float>(n_samples, [&](std::span<float> out) {
+      return decode_pa(reader(), row_span, {offset, scale}, out);
+    });
   }
 
   // One stored signal chunk (a signal-table row) as (bytes as stored: VBZ or raw int16, sample
@@ -412,15 +422,11 @@ struct SignalJob {
 
  private:
   Status decode_one(size_t i, bool pa, std::byte* out, uint64_t base) const {
-    thread_local pod5::VbzCodec codec;
-    thread_local std::vector<int16_t> scratch;  // ADC samples before calibration, reused
     std::span<const uint64_t> rr(rows.data() + row_offsets[i], row_offsets[i + 1] - row_offsets[i]);
     const uint64_t lo = sample_offsets[i] - base, len = sample_offsets[i + 1] - sample_offsets[i];
-    if (!pa) return files[file_of[i]]->read_signal(rr, {reinterpret_cast<int16_t*>(out) + lo, len}, codec);
-    scratch.resize(len);
-    ESCPOD_RETURN_IF_ERROR(files[file_of[i]]->read_signal(rr, scratch, codec));
-    signal::calibrate_to_pa(scratch, calibration[i], {reinterpret_cast<float*>(out) + lo, len});
-    return Status::ok();
+    const FileReader& r = *files[file_of[i]];
+    if (!pa) return decode_adc(r, rr, {reinterpret_cast<int16_t*>(out) + lo, len});
+    return decode_pa(r, rr, calibration[i], {reinterpret_cast<float*>(out) + lo, len});
   }
 };
 
