@@ -32,11 +32,17 @@ def test_reader_get_signals_equal_official(shared_data):
         assert "00000000-0000-0000-0000-000000000001" in str(e.value)
 
 
-def test_dataset_index_and_signals(shared_data, tmp_path):
+def _sample_tree(shared_data, tmp_path):
+    """The WarpDemuX sample files copied one per folder (d0, d1, ...) under tmp_path."""
     files = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))
     for i, f in enumerate(files):
         (tmp_path / f"d{i}").mkdir()
         shutil.copy(f, tmp_path / f"d{i}" / f.name)
+    return files
+
+
+def test_dataset_index_and_signals(shared_data, tmp_path):
+    files = _sample_tree(shared_data, tmp_path)
     expected = {}
     for f in files:
         with pod5.Reader(f) as r:
@@ -131,10 +137,7 @@ def test_iter_signals_equal_official_and_reuses_buffers(shared_data):
 def _indexed_copy(shared_data, tmp_path, escpod_bin):
     import subprocess
 
-    files = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))
-    for i, f in enumerate(files):
-        (tmp_path / f"d{i}").mkdir()
-        shutil.copy(f, tmp_path / f"d{i}" / f.name)
+    files = _sample_tree(shared_data, tmp_path)
     subprocess.run([str(escpod_bin), "index", str(tmp_path), "-q"], check=True)
     return files
 
