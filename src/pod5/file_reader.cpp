@@ -6,6 +6,7 @@
 #include "escpod/core/executor.hpp"
 #include "escpod/core/parallel.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -17,6 +18,9 @@
 
 #include "pod5/arrow_types.hpp"
 #include "pod5/container.hpp"
+#include "pod5/flat_view.hpp"
+#include "pod5/ipc_layout.hpp"
+#include "pod5/reads_rows.hpp"
 #include "pod5/recovered_tables.hpp"
 
 namespace escpod::pod5 {
@@ -41,6 +45,8 @@ struct SignalBatchView {
   const uint8_t* bytes_begin = nullptr;
   const uint8_t* bytes_end = nullptr;
   const uint8_t* region_begin = nullptr;
+  // Views read with pread (random-access opens): the ids, offsets and sample counts, copied.
+  std::vector<uint64_t> owned;
 };
 
 // How a V0-V2 dictionary-of-struct entry or a V3+ dictionary entry maps to our fields.
@@ -228,6 +234,10 @@ struct FileReader::Impl {
     return std::move(*batch);
   }
   std::vector<uint64_t> read_batch_first;  // prefix sums of rows
+  // Random-access opens of V3+ files: rows of batches not held in memory are read straight from
+  // the file (pod5/reads_rows.hpp) instead of through Arrow and the mapping.
+  std::unique_ptr<detail::ReadsRowReader> row_reader;
+  Status check_dictionary_indices(const ReadBatch& batch, size_t batch_idx) const;
   // Batch row counts given at open (OpenOptions::layout): batches are then not read at open,
   // and each is checked against its count when loaded. Where the counts came from, for errors.
   const BatchLayout* given_layout = nullptr;  // only during open()
@@ -249,6 +259,18 @@ struct FileReader::Impl {
   bool lazy_signal = false;
   const uint8_t* signal_table_begin = nullptr;
   size_t signal_table_size = 0;
+  // Random-access opens: the file, read with pread (rows of reads batches, signal batch views),
+  // where faulting in pages of the mapping would cost more (pod5/reads_rows.hpp).
+  detail::UniqueFd fd;
+  uint64_t signal_table_offset = 0;
+  mutable std::vector<detail::IpcBlock> signal_blocks;  // filled when a lazy signal layout is adopted
+  // Where the signal table's columns are in a RecordBatch message (open_signal).
+  struct SignalIpcLayout {
+    int n_nodes = 0, n_buffers = 0;
+    int ids_node = -1, ids = -1, offsets = -1, data = -1, data_node = -1, samples_node = -1, samples = -1;
+  } signal_ipc;
+  bool read_signal_blocks() const;
+  Status make_signal_view_from_file(int b, SignalBatchView* v) const;
   mutable bool lazy_ready = false;
   mutable std::unique_ptr<std::once_flag[]> batch_once;
   mutable std::unique_ptr<Status[]> batch_status;
@@ -459,8 +481,28 @@ Status FileReader::Impl::open_signal(const detail::EmbeddedTable& t) {
   if (map_begin && t.offset >= 0 && static_cast<uint64_t>(t.offset) + static_cast<uint64_t>(t.length) <= map_size) {
     signal_table_begin = map_begin + t.offset;
     signal_table_size = static_cast<size_t>(t.length);
+    signal_table_offset = static_cast<uint64_t>(t.offset);
   }
-  return check_signal_schema(*signal_reader->schema());
+  ESCPOD_RETURN_IF_ERROR(check_signal_schema(*signal_reader->schema()));
+  // Buffers in schema order: validity then the type's own (read_id: values; signal VBZ:
+  // offsets, data; raw: offsets, then the int16 child's validity and values; samples: values).
+  const arrow::Schema& schema = *signal_reader->schema();
+  SignalIpcLayout& l = signal_ipc;
+  for (int c = 0; c < schema.num_fields(); ++c) {
+    const int node = l.n_nodes, buffer = l.n_buffers;
+    if (!detail::count_ipc_layout(*schema.field(c)->type(), &l.n_nodes, &l.n_buffers)) {
+      l = SignalIpcLayout{};  // not a layout views can be read from: Arrow reads them
+      break;
+    }
+    if (c == id_col) l.ids_node = node, l.ids = buffer + 1;
+    if (c == sig_col) {
+      l.offsets = buffer + 1;
+      l.data = info.is_vbz ? buffer + 2 : buffer + 3;
+      l.data_node = info.is_vbz ? node : node + 1;
+    }
+    if (c == n_col) l.samples_node = node, l.samples = buffer + 1;
+  }
+  return Status::ok();
 }
 
 Status FileReader::Impl::check_signal_schema(const arrow::Schema& schema) {
@@ -502,6 +544,7 @@ Status FileReader::Impl::ensure_signal() const {
       adopt_signal_layout(given_signal_first);
       lazy_ready = true;
       signal_status = Status::ok();
+      if (!read_signal_blocks()) signal_blocks.clear();  // views are then read through Arrow
     } else if (lazy_signal && signal_layout_from_metadata()) {
       lazy_ready = true;
       signal_status = Status::ok();
@@ -512,79 +555,15 @@ Status FileReader::Impl::ensure_signal() const {
   return signal_status;
 }
 
-namespace {
-
-// Minimal bounds-checked reading of the flatbuffers in an Arrow IPC file (footer and message
-// headers), enough to count each record batch's rows without materialising the batch.
-class FlatView {
- public:
-  FlatView(const uint8_t* data, size_t size) : m_data(data), m_size(size) {}
-  template <typename T>
-  bool read(size_t pos, T* out) const {
-    if (pos > m_size || sizeof(T) > m_size - pos) return false;
-    std::memcpy(out, m_data + pos, sizeof(T));
-    return true;
-  }
-  // The table at the root of the buffer starting at `base`.
-  bool root(size_t base, size_t* table) const {
-    uint32_t off;
-    if (!read(base, &off)) return false;
-    *table = base + off;
-    return *table < m_size;
-  }
-  // Position of field `idx` of `table` (0 when absent).
-  bool field(size_t table, int idx, size_t* pos) const {
-    int32_t soff;
-    if (!read(table, &soff)) return false;
-    const int64_t vt = static_cast<int64_t>(table) - soff;
-    uint16_t vt_size;
-    if (vt < 0 || !read(static_cast<size_t>(vt), &vt_size)) return false;
-    const size_t entry = 4 + 2 * static_cast<size_t>(idx);
-    if (entry + 2 > vt_size) {
-      *pos = 0;
-      return true;
-    }
-    uint16_t off;
-    if (!read(static_cast<size_t>(vt) + entry, &off)) return false;
-    *pos = off ? table + off : 0;
-    return true;
-  }
-  // Follows the offset stored at `pos` (a table, vector or string).
-  bool deref(size_t pos, size_t* out) const {
-    uint32_t off;
-    if (!read(pos, &off)) return false;
-    *out = pos + off;
-    return *out < m_size;
-  }
-
- private:
-  const uint8_t* m_data;
-  size_t m_size;
-};
-
-}  // namespace
-
 // Row counts of the signal batches from the IPC metadata only (footer blocks, each message's
 // RecordBatch.length). False when anything is not as expected: the caller then loads every
 // batch the usual way.
 bool FileReader::Impl::signal_layout_from_metadata() const {
-  if (!signal_table_begin || signal_table_size < 18) return false;
-  const FlatView f(signal_table_begin, signal_table_size);
-  const size_t n = signal_table_size;
-  if (std::memcmp(signal_table_begin + n - 6, "ARROW1", 6) != 0) return false;
-  int32_t footer_len;
-  if (!f.read(n - 10, &footer_len) || footer_len <= 0 || static_cast<size_t>(footer_len) > n - 10) return false;
-  const size_t footer = n - 10 - static_cast<size_t>(footer_len);
-  size_t table, pos, vec;
-  if (!f.root(footer, &table) || !f.field(table, 3, &pos) || pos == 0 || !f.deref(pos, &vec)) return false;
-  uint32_t n_blocks;
-  if (!f.read(vec, &n_blocks) || static_cast<int>(n_blocks) != signal_reader->num_record_batches()) return false;
+  if (!read_signal_blocks()) return false;
+  const detail::FlatView f(signal_table_begin, signal_table_size);
   std::vector<uint64_t> first{0};
-  for (uint32_t b = 0; b < n_blocks; ++b) {
-    const size_t block = vec + 4 + 24 * static_cast<size_t>(b);  // {int64 offset, int32 len, pad, int64 body}
-    int64_t offset;
-    if (!f.read(block, &offset) || offset < 0) return false;
-    auto msg = static_cast<size_t>(offset);
+  for (const detail::IpcBlock& block : signal_blocks) {
+    auto msg = static_cast<size_t>(block.offset);
     uint32_t word;
     if (!f.read(msg, &word)) return false;
     msg += word == 0xFFFFFFFFu ? 8 : 4;  // continuation marker (current format), then the length
@@ -607,6 +586,13 @@ bool FileReader::Impl::signal_layout_from_metadata() const {
   drop_pages(signal_table_begin, signal_table_begin + signal_table_size);
   adopt_signal_layout(std::move(first));
   return true;
+}
+
+// The signal table's record batch blocks from its IPC footer, as many as Arrow's reader counts.
+bool FileReader::Impl::read_signal_blocks() const {
+  if (!signal_table_begin || !signal_reader) return false;
+  if (!detail::read_ipc_blocks(signal_table_begin, signal_table_size, &signal_blocks)) return false;
+  return signal_blocks.size() == static_cast<size_t>(signal_reader->num_record_batches());
 }
 
 void FileReader::Impl::adopt_signal_layout(std::vector<uint64_t> first) const {
@@ -659,6 +645,9 @@ const SignalBatchView* FileReader::Impl::batch_view(size_t b, Status* status) co
 
 // Loads signal batch b and checks it (offsets, sizes) into direct pointers.
 Status FileReader::Impl::make_signal_view(int b, SignalBatchView* out) const {
+  if (lazy_ready && fd.get() >= 0 && signal_ipc.n_buffers > 0 && static_cast<size_t>(b) < signal_blocks.size()) {
+    return make_signal_view_from_file(b, out);
+  }
   auto batch = signal_reader ? signal_reader->ReadRecordBatch(b)
                              : arrow::Result<std::shared_ptr<arrow::RecordBatch>>(
                                    given_signal[static_cast<size_t>(b)]);
@@ -700,6 +689,77 @@ Status FileReader::Impl::make_signal_view(int b, SignalBatchView* out) const {
       in_mapping(v.samples, 4 * rows) && in_mapping(v.bytes_begin, static_cast<size_t>(v.bytes_end - v.bytes_begin))) {
     v.batch.reset();
   }
+  return Status::ok();
+}
+
+// Signal batch b for random access, without Arrow: its header, ids, offsets and sample counts
+// read with pread (a few KB) and checked as ValidateFull would (buffer sizes, offsets within
+// the data); the signal bytes stay in the mapping, touched only for the rows read.
+Status FileReader::Impl::make_signal_view_from_file(int b, SignalBatchView* out) const {
+  const std::string ctx = where() + ": signal batch " + std::to_string(b) + " of " + std::to_string(n_signal_batches());
+  const detail::IpcBlock& block = signal_blocks[static_cast<size_t>(b)];
+  const uint64_t at = signal_table_offset + block.offset;
+  thread_local std::vector<uint8_t> meta;
+  meta.resize(block.meta_size);
+  ESCPOD_RETURN_IF_ERROR(detail::pread_exact(fd.get(), meta.data(), meta.size(), at, where()));
+  detail::RecordBatchHeader h;
+  std::string why;
+  if (!detail::parse_record_batch_header(meta.data(), meta.size(), block.body_size, &h, &why)) {
+    return Status::corrupt(ctx + ": " + why);
+  }
+  const SignalIpcLayout& l = signal_ipc;
+  if (h.node_length.size() != static_cast<size_t>(l.n_nodes) || h.buffers.size() != static_cast<size_t>(l.n_buffers)) {
+    return Status::corrupt(ctx + ": its header does not match the signal table's schema");
+  }
+  const auto rows = static_cast<uint64_t>(h.length);
+  const auto data_values = static_cast<uint64_t>(h.node_length[static_cast<size_t>(l.data_node)]);
+  const uint64_t value_bytes = info.is_vbz ? 1 : 2;
+  auto buffer = [&](int i, uint64_t need, const char* what) -> Result<uint64_t> {
+    const auto [off, len] = h.buffers[static_cast<size_t>(i)];
+    if (len < need) return Status::corrupt(ctx + ": " + what + " buffer holds " + std::to_string(len) + " bytes, " + std::to_string(need) + " needed");
+    return off;
+  };
+  if (static_cast<uint64_t>(h.node_length[static_cast<size_t>(l.ids_node)]) != rows ||
+      static_cast<uint64_t>(h.node_length[static_cast<size_t>(l.samples_node)]) != rows) {
+    return Status::corrupt(ctx + ": columns of different lengths");
+  }
+  ESCPOD_ASSIGN_OR_RETURN(uint64_t ids_at, buffer(l.ids, 16 * rows, "read_id"));
+  ESCPOD_ASSIGN_OR_RETURN(uint64_t offsets_at, buffer(l.offsets, 8 * (rows + 1), "signal offsets"));
+  ESCPOD_ASSIGN_OR_RETURN(uint64_t samples_at, buffer(l.samples, 4 * rows, "samples"));
+  ESCPOD_ASSIGN_OR_RETURN(uint64_t data_at, buffer(l.data, info.is_vbz ? 0 : 2 * data_values, "signal data"));
+  const uint64_t data_len = info.is_vbz ? h.buffers[static_cast<size_t>(l.data)].second : data_values;
+
+  SignalBatchView& v = *out;
+  v.n_rows = h.length;
+  // One allocation, in words: ids (2 a row), offsets (rows + 1), samples (packed 2 a word).
+  v.owned.assign(2 * rows + (rows + 1) + (rows + 1) / 2, 0);
+  auto* ids = reinterpret_cast<uint8_t*>(v.owned.data());
+  auto* offsets = reinterpret_cast<int64_t*>(v.owned.data() + 2 * rows);
+  auto* samples = reinterpret_cast<uint32_t*>(v.owned.data() + 3 * rows + 1);
+  const uint64_t body = at + block.meta_size;
+  ESCPOD_RETURN_IF_ERROR(detail::pread_exact(fd.get(), ids, 16 * rows, body + ids_at, where()));
+  ESCPOD_RETURN_IF_ERROR(detail::pread_exact(fd.get(), offsets, 8 * (rows + 1), body + offsets_at, where()));
+  ESCPOD_RETURN_IF_ERROR(detail::pread_exact(fd.get(), samples, 4 * rows, body + samples_at, where()));
+  for (uint64_t r = 0; r < rows; ++r) {
+    if (offsets[0] < 0 || offsets[r] > offsets[r + 1] || static_cast<uint64_t>(offsets[r + 1]) > data_len) {
+      return Status::corrupt(ctx + " row " + std::to_string(r) + ": signal offsets " + std::to_string(offsets[r]) +
+                             ".." + std::to_string(offsets[r + 1]) + " outside " + std::to_string(data_len) +
+                             (info.is_vbz ? " bytes" : " values"));
+    }
+  }
+  v.read_ids = ids;
+  v.offsets = offsets;
+  v.samples = samples;
+  v.data_size = static_cast<int64_t>(data_len);
+  const uint8_t* data = signal_table_begin + (body - signal_table_offset) + data_at;
+  if (info.is_vbz) {
+    v.vbz_data = data;
+  } else {
+    v.raw_values = reinterpret_cast<const int16_t*>(data);
+  }
+  v.bytes_begin = data;
+  v.bytes_end = data + data_len * value_bytes;
+  v.region_begin = data;
   return Status::ok();
 }
 
@@ -771,8 +831,14 @@ Status FileReader::Impl::load_reads(const detail::EmbeddedTable& t) {
     reads_table_begin = map_begin + t.offset;
     reads_table_end = reads_table_begin + t.length;
   }
-  return load_reads(*reads_reader->schema(), reads_reader->num_record_batches(),
-                    [this](int b) { return reads_reader->ReadRecordBatch(b); });
+  ESCPOD_RETURN_IF_ERROR(load_reads(*reads_reader->schema(), reads_reader->num_record_batches(),
+                                    [this](int b) { return reads_reader->ReadRecordBatch(b); }));
+  if (lazy_signal && !legacy_struct_columns && reads_table_begin) {
+    row_reader = detail::ReadsRowReader::create(fd.get(), reads_table_begin, static_cast<uint64_t>(t.offset),
+                                                static_cast<uint64_t>(t.length), *reads_reader->schema());
+    if (row_reader && row_reader->n_batches() != read_batches.size()) row_reader.reset();
+  }
+  return Status::ok();
 }
 
 Status FileReader::Impl::load_reads(const arrow::Schema& schema, int n_batches,
@@ -1115,6 +1181,21 @@ Status FileReader::Impl::decode_rows(size_t batch_idx, const arrow::RecordBatch&
   return Status::ok();
 }
 
+Status FileReader::Impl::check_dictionary_indices(const ReadBatch& batch, size_t batch_idx) const {
+  auto check = [&](const char* name, const std::vector<int16_t>& idx, size_t dict_size) -> Status {
+    for (size_t i = 0; i < idx.size(); ++i) {
+      if (idx[i] < 0 || static_cast<size_t>(idx[i]) >= dict_size) {
+        return Status::corrupt(where() + ": reads batch " + std::to_string(batch_idx) + " row " + std::to_string(i) +
+                               ": " + name + " index " + std::to_string(idx[i]) + " outside its dictionary");
+      }
+    }
+    return Status::ok();
+  };
+  ESCPOD_RETURN_IF_ERROR(check("pore_type", batch.pore_type_idx, pore_types.size()));
+  ESCPOD_RETURN_IF_ERROR(check("end_reason", batch.end_reason_idx, end_reasons.size()));
+  return check("run_info", batch.run_info_idx, run_info_ids.size());
+}
+
 Status FileReader::Impl::check_signal_owners(const ReadBatch& batch) const {
   ESCPOD_RETURN_IF_ERROR(ensure_signal());
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -1193,6 +1274,7 @@ Result<std::unique_ptr<FileReader>> FileReader::open(const std::filesystem::path
     impl->map_size = impl->info.file_size;
   }
 
+  if (impl->lazy_signal) impl->fd = detail::UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   ESCPOD_RETURN_IF_ERROR(impl->open_signal(footer.signal));
   ESCPOD_RETURN_IF_ERROR(impl->load_reads(footer.reads));
   impl->given_layout = nullptr;  // the caller's; the signal counts were copied
@@ -1305,6 +1387,8 @@ size_t FileReader::batch_rows(size_t batch_idx) const {
   return static_cast<size_t>(m_impl->read_batch_first[batch_idx + 1] - m_impl->read_batch_first[batch_idx]);
 }
 
+bool FileReader::reads_rows_from_file() const { return m_impl->row_reader != nullptr; }
+
 Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row, size_t n_rows) const {
   const size_t n_batch = batch_rows(batch_idx);
   if (batch_idx >= m_impl->read_batches.size() || first_row > n_batch || n_rows > n_batch - first_row) {
@@ -1312,6 +1396,16 @@ Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row
                                     std::to_string(n_rows) + " of reads batch " + std::to_string(batch_idx) +
                                     " (" + std::to_string(n_batch) + " rows, " +
                                     std::to_string(m_impl->read_batches.size()) + " batches)");
+  }
+  if (m_impl->row_reader && !m_impl->read_batches[batch_idx]) {
+    ReadBatch batch;
+    ESCPOD_RETURN_IF_ERROR(m_impl->row_reader->read_rows(batch_idx, n_batch, first_row, n_rows, &batch, m_impl->where()));
+    batch.batch_idx = batch_idx;
+    batch.first_read_idx = m_impl->read_batch_first[batch_idx] + first_row;
+    ESCPOD_RETURN_IF_ERROR(m_impl->check_dictionary_indices(batch, batch_idx));
+    // As decode_rows: a batch layout given at open is checked against the signal table's owners.
+    if (!m_impl->given_signal_first.empty()) ESCPOD_RETURN_IF_ERROR(m_impl->check_signal_owners(batch));
+    return batch;
   }
   ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<arrow::RecordBatch> held, m_impl->reads_batch(batch_idx));
   auto slice = held->Slice(static_cast<int64_t>(first_row),

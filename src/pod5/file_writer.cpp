@@ -80,6 +80,34 @@ class FdSink {
     }
     return arrow::Status::OK();
   }
+  // Appends the whole of the file open at `in_fd` (read from its start): copied inside the
+  // kernel where it can (copy_file_range), else through a small buffer.
+  arrow::Status append_file(int in_fd) {
+    ARROW_RETURN_NOT_OK(flush());
+    off_t in_pos = 0;
+    for (;;) {
+      const ssize_t n = ::copy_file_range(in_fd, &in_pos, m_fd, nullptr, size_t{1} << 30, 0);
+      if (n > 0) {
+        m_position += n;
+        continue;
+      }
+      if (n == 0) return arrow::Status::OK();
+      if (errno == EINTR) continue;
+      if (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP) break;
+      m_error = arrow::Status::IOError("copy failed: ", std::strerror(errno));
+      return m_error;
+    }
+    std::vector<uint8_t> chunk(64 << 10);
+    for (;;) {
+      const ssize_t got = ::pread(in_fd, chunk.data(), chunk.size(), in_pos);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return arrow::Status::IOError("read failed: ", std::strerror(errno));
+      if (got == 0) return arrow::Status::OK();
+      in_pos += got;
+      m_position += got;
+      ARROW_RETURN_NOT_OK(write_through(chunk.data(), static_cast<size_t>(got)));
+    }
+  }
   arrow::Status pad_to_8() {
     static const uint8_t zeros[8] = {};
     const int64_t pad = (8 - m_position % 8) % 8;
@@ -750,17 +778,9 @@ Status FileWriter::Impl::finish() {
   {
     int fd = ::open(reads_scratch->path().c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fail(Status::io_error("cannot reopen " + reads_scratch->path().string()));
-    std::vector<uint8_t> buf(1 << 20);
-    ssize_t got;
-    while ((got = ::read(fd, buf.data(), buf.size())) > 0) {
-      auto s = sink->write(buf.data(), got);
-      if (!s.ok()) {
-        ::close(fd);
-        return io(s);
-      }
-    }
+    auto s = sink->append_file(fd);
     ::close(fd);
-    if (got < 0) return fail(Status::io_error("cannot read " + reads_scratch->path().string()));
+    if (!s.ok()) return io(s);
   }
   const detail::EmbeddedTable reads{reads_start, sink->position() - reads_start};
   ESCPOD_RETURN_IF_ERROR(io(sink->pad_to_8()));

@@ -147,6 +147,9 @@ class FileReader {
   static Result<std::unique_ptr<FileReader>> open_recovered(detail::RecoveredTables tables);
 
   const FileInfo& info() const;
+  // Whether read_batch_rows reads rows straight from the file (random-access opens of files with
+  // a num_samples column) rather than decoding their batch through Arrow.
+  bool reads_rows_from_file() const;
   // Signal-table statistics; loads and validates the signal batches' metadata on first use
   // (kCorrupt naming the batch if one is damaged). Thread-safe.
   Result<SignalTableInfo> signal_table_info() const;

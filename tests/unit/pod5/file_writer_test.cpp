@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <cstring>
 #include <random>
 #include <unordered_set>
@@ -337,6 +338,180 @@ TEST(FileWriter, MissingFolderIsAClearError) {
   auto writer = FileWriter::create("/nonexistent-escpod-dir/x.pod5");
   ASSERT_FALSE(writer.is_ok());
   EXPECT_NE(writer.status().message().find("/nonexistent-escpod-dir"), std::string::npos);
+}
+
+
+// Rows read for random access (a lazy open: straight from the file, pod5/reads_rows.hpp) equal
+// the same rows decoded through Arrow from a fully validated open, field for field and bit for
+// bit, for every row, runs of rows and whole batches: files of every reads-table version that
+// has a num_samples column (V3, V4 real; V7 ours, with batches of 11 rows so booleans start
+// mid-byte) and both signal encodings.
+void expect_same_rows(const ReadBatch& a, const ReadBatch& b, const std::string& where) {
+  auto bits = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0);
+  };
+  EXPECT_EQ(a.batch_idx, b.batch_idx) << where;
+  EXPECT_EQ(a.first_read_idx, b.first_read_idx) << where;
+  EXPECT_TRUE(bits(a.read_id, b.read_id)) << where;
+  EXPECT_EQ(a.signal_offsets, b.signal_offsets) << where;
+  EXPECT_EQ(a.signal_rows, b.signal_rows) << where;
+  EXPECT_EQ(a.read_number, b.read_number) << where;
+  EXPECT_EQ(a.start_sample, b.start_sample) << where;
+  EXPECT_TRUE(bits(a.median_before, b.median_before)) << where;
+  EXPECT_EQ(a.num_minknow_events, b.num_minknow_events) << where;
+  EXPECT_TRUE(bits(a.tracked_scaling_scale, b.tracked_scaling_scale)) << where;
+  EXPECT_TRUE(bits(a.tracked_scaling_shift, b.tracked_scaling_shift)) << where;
+  EXPECT_TRUE(bits(a.predicted_scaling_scale, b.predicted_scaling_scale)) << where;
+  EXPECT_TRUE(bits(a.predicted_scaling_shift, b.predicted_scaling_shift)) << where;
+  EXPECT_EQ(a.num_reads_since_mux_change, b.num_reads_since_mux_change) << where;
+  EXPECT_TRUE(bits(a.time_since_mux_change, b.time_since_mux_change)) << where;
+  EXPECT_EQ(a.num_samples, b.num_samples) << where;
+  EXPECT_EQ(a.channel, b.channel) << where;
+  EXPECT_EQ(a.well, b.well) << where;
+  EXPECT_EQ(a.pore_type_idx, b.pore_type_idx) << where;
+  EXPECT_TRUE(bits(a.calibration_offset, b.calibration_offset)) << where;
+  EXPECT_TRUE(bits(a.calibration_scale, b.calibration_scale)) << where;
+  EXPECT_EQ(a.end_reason_idx, b.end_reason_idx) << where;
+  EXPECT_EQ(a.end_reason_forced, b.end_reason_forced) << where;
+  EXPECT_EQ(a.run_info_idx, b.run_info_idx) << where;
+  EXPECT_TRUE(bits(a.open_pore_level, b.open_pore_level)) << where;
+  EXPECT_TRUE(bits(a.expected_open_pore_level, b.expected_open_pore_level)) << where;
+  EXPECT_TRUE(bits(a.selected_read_level, b.selected_read_level)) << where;
+}
+
+void expect_random_access_rows_equal(const std::filesystem::path& path) {
+  auto full = FileReader::open(path);
+  ASSERT_TRUE(full.is_ok()) << full.status().to_string();
+  OpenOptions lazy_options;
+  lazy_options.validate_all_batches = false;
+  auto lazy = FileReader::open(path, lazy_options);
+  ASSERT_TRUE(lazy.is_ok()) << lazy.status().to_string();
+  EXPECT_TRUE((*lazy)->reads_rows_from_file()) << path;
+  EXPECT_FALSE((*full)->reads_rows_from_file()) << path;
+  size_t n_rows = 0;
+  for (size_t b = 0; b < (*full)->n_read_batches(); ++b) {
+    const size_t rows = (*full)->batch_rows(b);
+    ASSERT_EQ((*lazy)->batch_rows(b), rows);
+    std::vector<std::pair<size_t, size_t>> slices = {{0, rows}, {0, 0}};
+    for (size_t r = 0; r < rows; ++r) slices.emplace_back(r, 1);
+    if (rows > 5) slices.emplace_back(3, rows - 5);
+    for (const auto& [first, n] : slices) {
+      auto a = (*lazy)->read_batch_rows(b, first, n);
+      auto e = (*full)->read_batch_rows(b, first, n);
+      ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+      ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+      ASSERT_EQ(a->size(), n);
+      expect_same_rows(*a, *e, path.string() + " batch " + std::to_string(b) + " rows " + std::to_string(first) +
+                                   "+" + std::to_string(n));
+    }
+    n_rows += rows;
+    // And each read's stored signal chunks (signal batch views read from the file).
+    auto batch = (*full)->read_batch_rows(b, 0, rows);
+    ASSERT_TRUE(batch.is_ok());
+    for (size_t i = 0; i < rows; ++i) {
+      for (uint64_t row : batch->rows_of(i)) {
+        auto a = (*lazy)->signal_chunk(row);
+        auto e = (*full)->signal_chunk(row);
+        ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+        ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+        EXPECT_EQ(a->n_samples, e->n_samples);
+        EXPECT_EQ(a->read_id, e->read_id);
+        ASSERT_EQ(a->bytes.size(), e->bytes.size());
+        EXPECT_EQ(std::memcmp(a->bytes.data(), e->bytes.data(), a->bytes.size()), 0) << path << " signal row " << row;
+      }
+    }
+  }
+  EXPECT_EQ(n_rows, (*full)->info().n_reads);
+  EXPECT_GT(n_rows, 0u);
+}
+
+TEST(FileReader, RandomAccessRowsEqualArrowDecoding) {
+  expect_random_access_rows_equal(test::shared_data("pod5/multi_fast5_zip_v3.pod5"));
+  expect_random_access_rows_equal(test::shared_data("escapepod/drna/yeast_trna_reads.pod5"));
+  for (bool vbz : {true, false}) {
+    auto path = test::scratch_dir(vbz ? "rows_vbz" : "rows_raw") / "rows.pod5";
+    WriterOptions opts;
+    opts.vbz = vbz;
+    opts.max_chunk_samples = 1000;
+    opts.signal_batch_rows = 7;
+    opts.read_batch_rows = 11;
+    std::vector<std::string> runs = {"acq_a", "acq_b"};
+    auto reads = make_reads(60, 5, runs);
+    {
+      auto writer = FileWriter::create(path, opts);
+      ASSERT_TRUE(writer.is_ok()) << writer.status().to_string();
+      for (const auto& id : runs) ASSERT_TRUE((*writer)->add_run_info(make_run_info(id)).is_ok());
+      for (const auto& t : reads) ASSERT_TRUE((*writer)->add_read(t.record, t.signal).is_ok());
+      ASSERT_TRUE((*writer)->close().is_ok());
+    }
+    expect_random_access_rows_equal(path);
+  }
+}
+
+TEST(FileReader, RandomAccessRowsOfADamagedBatchFailWithTheFileAndBatch) {
+  // A reads batch whose header no longer describes it: an open with the batch layout (as the
+  // read-id index opens files) reads no batch but the last, so it succeeds, and reading a row
+  // of the damaged batch fails with the file and batch named, never crashes.
+  auto dir = test::scratch_dir("rows_damaged");
+  auto path = dir / "rows.pod5";
+  WriterOptions opts;
+  opts.read_batch_rows = 11;
+  std::vector<std::string> runs = {"acq_a"};
+  auto reads = make_reads(40, 6, runs);
+  {
+    auto writer = FileWriter::create(path, opts);
+    ASSERT_TRUE(writer.is_ok());
+    ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq_a")).is_ok());
+    for (const auto& t : reads) ASSERT_TRUE((*writer)->add_read(t.record, t.signal).is_ok());
+    ASSERT_TRUE((*writer)->close().is_ok());
+  }
+  auto full = FileReader::open(path);
+  ASSERT_TRUE(full.is_ok());
+  const auto reads_table = (*full)->info().reads_table;
+  auto layout = (*full)->batch_layout();  // as the read-id index stores it
+  ASSERT_TRUE(layout.is_ok());
+  full->reset();
+  // Overwrite one message of the reads table with garbage, trying each in turn: those the open
+  // needs (the schema, the dictionaries, the last batch) fail the open; the first that leaves it
+  // working is an earlier record batch.
+  std::string original;
+  {
+    std::ifstream in(path, std::ios::binary);
+    original.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto table_begin = static_cast<size_t>(reads_table.offset);
+  const auto table_end = table_begin + static_cast<size_t>(reads_table.length);
+  OpenOptions lazy_options;
+  lazy_options.validate_all_batches = false;
+  lazy_options.layout = &*layout;
+  size_t n_failed = 0;
+  for (size_t marker = original.find("\xff\xff\xff\xff", table_begin);
+       marker != std::string::npos && marker < table_end && n_failed == 0;
+       marker = original.find("\xff\xff\xff\xff", marker + 4)) {
+    std::string bytes = original;
+    for (size_t i = marker + 8; i < marker + 64; ++i) bytes[i] = static_cast<char>(0x5a);
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    auto lazy = FileReader::open(path, lazy_options);
+    if (!lazy.is_ok()) {
+      EXPECT_NE(lazy.status().message().find(path.string()), std::string::npos) << lazy.status().to_string();
+      continue;
+    }
+    ASSERT_TRUE((*lazy)->reads_rows_from_file());
+    for (size_t b = 0; b < (*lazy)->n_read_batches(); ++b) {
+      for (size_t r = 0; r < (*lazy)->batch_rows(b); ++r) {
+        auto rows = (*lazy)->read_batch_rows(b, r, 1);
+        if (rows.is_ok()) continue;
+        ++n_failed;
+        EXPECT_NE(rows.status().message().find(path.string()), std::string::npos) << rows.status().to_string();
+        EXPECT_NE(rows.status().message().find("reads batch " + std::to_string(b)), std::string::npos)
+            << rows.status().to_string();
+      }
+    }
+  }
+  EXPECT_GT(n_failed, 0u);
 }
 
 }  // namespace

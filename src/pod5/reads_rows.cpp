@@ -1,0 +1,195 @@
+#include "pod5/reads_rows.hpp"
+
+#include <arrow/extension_type.h>
+#include <arrow/type.h>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+
+namespace escpod::pod5::detail {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Bytes a value of a fixed-width type (0 for bit-packed booleans, -1: not fixed width).
+int value_width(const arrow::DataType& type) {
+  const arrow::DataType& t = storage_type(type);
+  if (t.id() == arrow::Type::BOOL) return 0;
+  if (t.id() == arrow::Type::DICTIONARY) {
+    return value_width(*static_cast<const arrow::DictionaryType&>(t).index_type());
+  }
+  if (const auto* fixed = dynamic_cast<const arrow::FixedWidthType*>(&t)) return fixed->bit_width() / 8;
+  return -1;
+}
+
+}  // namespace
+
+std::unique_ptr<ReadsRowReader> ReadsRowReader::create(int fd, const uint8_t* table, uint64_t table_offset,
+                                                       uint64_t table_size, const arrow::Schema& schema) {
+  std::unique_ptr<ReadsRowReader> r(new ReadsRowReader);
+  r->m_fd = fd;
+  r->m_table_offset = table_offset;
+  for (const auto& f : schema.fields()) {
+    Column c;
+    c.node = r->m_n_nodes;
+    c.buffer = r->m_n_buffers + 1;  // after the validity bitmap
+    const arrow::DataType& t = storage_type(*f->type());
+    c.type_id = t.id() == arrow::Type::DICTIONARY
+                    ? static_cast<const arrow::DictionaryType&>(t).index_type()->id()
+                    : t.id();
+    c.width = value_width(t);
+    if (!count_ipc_layout(*f->type(), &r->m_n_nodes, &r->m_n_buffers)) return nullptr;
+    if (f->name() == "signal") {
+      // list<uint64>: the offsets are the column's buffer, the values its child's.
+      if (t.id() != arrow::Type::LIST || storage_type(*t.field(0)->type()).id() != arrow::Type::UINT64) return nullptr;
+      r->m_signal_values = Column{arrow::Type::UINT64, 8, c.node + 1, c.buffer + 2};
+      c.width = 4;
+    } else if (c.width < 0) {
+      continue;  // a column FileReader does not decode
+    }
+    r->m_columns.emplace(f->name(), c);
+  }
+  if (fd < 0 || !r->column("read_id") || !r->column("signal") || !r->column("num_samples")) return nullptr;
+  if (!read_ipc_blocks(table, table_size, &r->m_blocks)) return nullptr;
+  return r;
+}
+
+const ReadsRowReader::Column* ReadsRowReader::column(const char* name) const {
+  auto it = m_columns.find(name);
+  return it == m_columns.end() ? nullptr : &it->second;
+}
+
+Status ReadsRowReader::locate(size_t batch, uint64_t batch_rows, RecordBatchHeader* at, uint64_t* body,
+                              const std::string& where) const {
+  const std::string ctx = where + ": reads batch " + std::to_string(batch);
+  if (batch >= m_blocks.size()) return Status::corrupt(ctx + " is not in the table's IPC footer");
+  const IpcBlock& block = m_blocks[batch];
+  thread_local std::vector<uint8_t> meta;
+  meta.resize(block.meta_size);
+  ESCPOD_RETURN_IF_ERROR(pread_exact(m_fd, meta.data(), meta.size(), m_table_offset + block.offset, where));
+  std::string why;
+  if (!parse_record_batch_header(meta.data(), meta.size(), block.body_size, at, &why)) {
+    return Status::corrupt(ctx + ": " + why);
+  }
+  if (static_cast<uint64_t>(at->length) != batch_rows) {
+    return Status::corrupt(ctx + " holds " + std::to_string(at->length) + " rows, " + std::to_string(batch_rows) +
+                           " expected");
+  }
+  if (at->node_length.size() != static_cast<size_t>(m_n_nodes) || at->buffers.size() != static_cast<size_t>(m_n_buffers)) {
+    return Status::corrupt(ctx + ": " + std::to_string(at->node_length.size()) + " field nodes and " +
+                           std::to_string(at->buffers.size()) + " buffers where the schema has " +
+                           std::to_string(m_n_nodes) + " and " + std::to_string(m_n_buffers));
+  }
+  *body = m_table_offset + block.offset + block.meta_size;
+  return Status::ok();
+}
+
+Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first_row, size_t n_rows,
+                                 ReadBatch* out, const std::string& where) const {
+  RecordBatchHeader at;
+  uint64_t body = 0;
+  ESCPOD_RETURN_IF_ERROR(locate(batch, batch_rows, &at, &body, where));
+  const std::string ctx = where + ": reads batch " + std::to_string(batch);
+  const uint64_t first = first_row;
+  const size_t n = n_rows;
+  thread_local std::vector<uint8_t> bytes;
+
+  // The raw bytes of values [first, first + n) of a fixed-width column (booleans: whole bytes).
+  auto raw = [&](const Column& c, const char* name) -> Status {
+    if (at.node_length[static_cast<size_t>(c.node)] != static_cast<int64_t>(batch_rows)) {
+      return Status::corrupt(ctx + ": column " + name + " holds " +
+                             std::to_string(at.node_length[static_cast<size_t>(c.node)]) + " values, " +
+                             std::to_string(batch_rows) + " expected");
+    }
+    const auto [off, len] = at.buffers[static_cast<size_t>(c.buffer)];
+    const uint64_t lo = c.width ? first * static_cast<uint64_t>(c.width) : first / 8;
+    const uint64_t hi = c.width ? (first + n) * static_cast<uint64_t>(c.width) : (first + n + 7) / 8;
+    if (hi > len) return Status::corrupt(ctx + ": column " + name + "'s values buffer is too short");
+    bytes.resize(static_cast<size_t>(hi - lo));
+    return pread_exact(m_fd, bytes.data(), bytes.size(), body + off + lo, where);
+  };
+  // Column `name` as T (stored as S), or `fallback` for every row when the table lacks it.
+  auto values = [&]<typename S, typename T>(const char* name, S, T fallback, std::vector<T>& dst) -> Status {
+    dst.assign(n, fallback);
+    const Column* c = column(name);
+    if (!c) return Status::ok();
+    if (c->width != static_cast<int>(sizeof(S))) return Status::internal(ctx + ": column " + name + " width");
+    ESCPOD_RETURN_IF_ERROR(raw(*c, name));
+    for (size_t i = 0; i < n; ++i) {
+      S v;
+      std::memcpy(&v, bytes.data() + i * sizeof(S), sizeof(S));
+      dst[i] = static_cast<T>(v);
+    }
+    return Status::ok();
+  };
+
+  out->read_id.resize(n);
+  ESCPOD_RETURN_IF_ERROR(raw(*column("read_id"), "read_id"));
+  if (column("read_id")->width != 16) return Status::internal(ctx + ": read_id width");
+  if (n > 0) std::memcpy(out->read_id.data(), bytes.data(), 16 * n);
+
+  // signal: list<uint64> of global signal-table rows.
+  const Column& list = *column("signal");
+  ESCPOD_RETURN_IF_ERROR(raw(list, "signal"));
+  std::vector<int32_t> offs(n + 1);
+  if (n > 0) std::memcpy(offs.data(), bytes.data(), 4 * n);
+  {
+    // raw() read n offsets; the end of the last row is one more.
+    const auto [off, len] = at.buffers[static_cast<size_t>(list.buffer)];
+    if ((first + n + 1) * 4 > len) return Status::corrupt(ctx + ": column signal's offsets buffer is too short");
+    ESCPOD_RETURN_IF_ERROR(pread_exact(m_fd, &offs[n], 4, body + off + (first + n) * 4, where));
+  }
+  const int64_t n_values = at.node_length[static_cast<size_t>(m_signal_values.node)];
+  for (size_t i = 0; i < n; ++i) {
+    if (offs[i] < 0 || offs[i] > offs[i + 1] || offs[i + 1] > n_values) {
+      return Status::corrupt(ctx + " row " + std::to_string(i) + ": signal row list offsets " + std::to_string(offs[i]) +
+                             ".." + std::to_string(offs[i + 1]) + " outside " + std::to_string(n_values) + " values");
+    }
+  }
+  const auto [voff, vlen] = at.buffers[static_cast<size_t>(m_signal_values.buffer)];
+  if (static_cast<uint64_t>(offs[n]) * 8 > vlen) return Status::corrupt(ctx + ": column signal's values buffer is too short");
+  out->signal_rows.resize(static_cast<size_t>(offs[n] - offs[0]));
+  ESCPOD_RETURN_IF_ERROR(pread_exact(m_fd, out->signal_rows.data(), out->signal_rows.size() * 8,
+                                     body + voff + static_cast<uint64_t>(offs[0]) * 8, where));
+  out->signal_offsets.resize(n + 1);
+  for (size_t i = 0; i <= n; ++i) out->signal_offsets[i] = static_cast<uint64_t>(offs[i] - offs[0]);
+
+  ESCPOD_RETURN_IF_ERROR(values("read_number", uint32_t{}, uint32_t{0}, out->read_number));
+  ESCPOD_RETURN_IF_ERROR(values("start", uint64_t{}, uint64_t{0}, out->start_sample));
+  ESCPOD_RETURN_IF_ERROR(values("median_before", float{}, kNaN, out->median_before));
+  ESCPOD_RETURN_IF_ERROR(values("num_minknow_events", uint64_t{}, uint64_t{0}, out->num_minknow_events));
+  ESCPOD_RETURN_IF_ERROR(values("tracked_scaling_scale", float{}, kNaN, out->tracked_scaling_scale));
+  ESCPOD_RETURN_IF_ERROR(values("tracked_scaling_shift", float{}, kNaN, out->tracked_scaling_shift));
+  ESCPOD_RETURN_IF_ERROR(values("predicted_scaling_scale", float{}, kNaN, out->predicted_scaling_scale));
+  ESCPOD_RETURN_IF_ERROR(values("predicted_scaling_shift", float{}, kNaN, out->predicted_scaling_shift));
+  ESCPOD_RETURN_IF_ERROR(values("num_reads_since_mux_change", uint32_t{}, uint32_t{0}, out->num_reads_since_mux_change));
+  ESCPOD_RETURN_IF_ERROR(values("time_since_mux_change", float{}, 0.0f, out->time_since_mux_change));
+  ESCPOD_RETURN_IF_ERROR(values("open_pore_level", float{}, kNaN, out->open_pore_level));
+  ESCPOD_RETURN_IF_ERROR(values("expected_open_pore_level", float{}, kNaN, out->expected_open_pore_level));
+  ESCPOD_RETURN_IF_ERROR(values("selected_read_level", float{}, kNaN, out->selected_read_level));
+  ESCPOD_RETURN_IF_ERROR(values("pore_type", int16_t{}, int16_t{0}, out->pore_type_idx));
+  ESCPOD_RETURN_IF_ERROR(values("end_reason", int16_t{}, int16_t{0}, out->end_reason_idx));
+  ESCPOD_RETURN_IF_ERROR(values("run_info", int16_t{}, int16_t{0}, out->run_info_idx));
+  if (column("channel_32bit")) {
+    ESCPOD_RETURN_IF_ERROR(values("channel_32bit", uint32_t{}, uint32_t{0}, out->channel));
+  } else if (column("channel") && column("channel")->type_id == arrow::Type::UINT32) {
+    ESCPOD_RETURN_IF_ERROR(values("channel", uint32_t{}, uint32_t{0}, out->channel));
+  } else {
+    ESCPOD_RETURN_IF_ERROR(values("channel", uint16_t{}, uint32_t{0}, out->channel));
+  }
+  ESCPOD_RETURN_IF_ERROR(values("well", uint8_t{}, uint8_t{0}, out->well));
+  ESCPOD_RETURN_IF_ERROR(values("calibration_offset", float{}, 0.0f, out->calibration_offset));
+  ESCPOD_RETURN_IF_ERROR(values("calibration_scale", float{}, 0.0f, out->calibration_scale));
+  out->end_reason_forced.assign(n, 0);
+  if (const Column* forced = column("end_reason_forced")) {
+    ESCPOD_RETURN_IF_ERROR(raw(*forced, "end_reason_forced"));
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t bit = (first % 8) + i;
+      out->end_reason_forced[i] = (bytes[bit / 8] >> (bit % 8)) & 1;
+    }
+  }
+  return values("num_samples", uint64_t{}, uint64_t{0}, out->num_samples);
+}
+
+}  // namespace escpod::pod5::detail

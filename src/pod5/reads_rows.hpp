@@ -1,0 +1,68 @@
+#pragma once
+// Random access to a few rows of a reads table without Arrow's record-batch reader: each row's
+// values are read with pread from where the batch's IPC metadata puts them.
+//
+// Why: pulling one read out of a 1,000-row reads batch through the file's mapping touches one
+// page for each of its ~20 columns, and every such fault maps ~16 pages around it (fault-around)
+// that must be torn down again; Arrow also materialises every column of the batch first.
+// Measured on the 10-file benchmark set: a fault costs ~2-2.5 us plus ~1-2.8 us to unmap, a
+// small pread ~0.8-1 us (bench/results/index.md, session 9).
+
+#include <arrow/type_fwd.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "escpod/core/status.hpp"
+#include "escpod/pod5/file_reader.hpp"
+#include "pod5/ipc_layout.hpp"
+
+namespace escpod::pod5::detail {
+
+class ReadsRowReader {
+ public:
+  // A reader for the reads table stored at [table_offset, table_offset + table_size) of the file
+  // open at `fd` (the caller's; it must outlive the reader), whose bytes are also mapped at
+  // `table` (only its IPC footer is read from there, once), with the given Arrow schema. Null
+  // (not an error) when the table holds anything this reader does not handle (legacy struct
+  // columns, unknown column types, a damaged footer): the caller then decodes through Arrow.
+  static std::unique_ptr<ReadsRowReader> create(int fd, const uint8_t* table, uint64_t table_offset,
+                                                uint64_t table_size, const arrow::Schema& schema);
+  ReadsRowReader(const ReadsRowReader&) = delete;
+  ReadsRowReader& operator=(const ReadsRowReader&) = delete;
+
+  size_t n_batches() const { return m_blocks.size(); }
+
+  // Decodes rows [first_row, first_row + n_rows) of reads batch `batch` (which must hold
+  // `batch_rows` rows) into `out`'s per-read vectors, as FileReader's Arrow decoding does
+  // (absent optional columns get the same fallbacks). Dictionary indices are copied as stored:
+  // the caller checks them against its dictionaries. `where` names the file in errors. Safe to
+  // call from several threads at once.
+  Status read_rows(size_t batch, uint64_t batch_rows, size_t first_row, size_t n_rows, ReadBatch* out,
+                   const std::string& where) const;
+
+ private:
+  struct Column {
+    int type_id = -1;  // arrow::Type::type of the stored values (an extension's storage)
+    int width = 0;     // bytes a value (0: bit-packed booleans)
+    int node = -1;     // index of the column's field node in a RecordBatch message
+    int buffer = -1;   // index of its values buffer (a list's: its offsets)
+  };
+  ReadsRowReader() = default;
+  const Column* column(const char* name) const;
+  // Reads and checks batch `batch`'s header: *body is the file offset of its body.
+  Status locate(size_t batch, uint64_t batch_rows, RecordBatchHeader* at, uint64_t* body,
+                const std::string& where) const;
+
+  int m_fd = -1;
+  uint64_t m_table_offset = 0;
+  std::vector<IpcBlock> m_blocks;
+  std::unordered_map<std::string, Column> m_columns;
+  Column m_signal_values;  // the child of the signal list column
+  int m_n_nodes = 0, m_n_buffers = 0;
+};
+
+}  // namespace escpod::pod5::detail
