@@ -6,13 +6,21 @@ so results equal the CLI's. Tables come back as dicts of numpy arrays (column na
     bounds = escpod.demux.detect(["run/"], model=...)
     fps = escpod.demux.fingerprint(["run/"], bounds, model=...)
     calls = escpod.demux.classify(fps, model=...)
+
+Signals held in memory (int16 ADC arrays with their calibration, as ReadRecord.signal and
+ReadRecord.calibration give them) go through the same entry points: detect_signals,
+fingerprint_signals and demux_signals write them to a temporary POD5 file first, so their
+results are those of the CLI on a file holding the same reads.
 """
+import contextlib
 import csv
+import datetime
 import io
 import os
 import tempfile
+import uuid
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -124,3 +132,93 @@ def classify(fingerprints, model: PathLike, probabilities: bool = False,
             path = str(fingerprints)
         text = _core.classify_file(path, str(model), probabilities, dtw_precision, threads)
     return parse_table(text)
+
+
+# ---- signals held in memory ---------------------------------------------------------------
+
+def _calibrations(calibration, n: int) -> np.ndarray:
+    """(offset, scale) per read, from one pair or n pairs."""
+    cal = np.asarray(calibration, dtype=np.float64)
+    if cal.shape == (2,):
+        cal = np.tile(cal, (n, 1))
+    if cal.shape != (n, 2):
+        raise ValueError(f"calibration: one (offset, scale) pair or one per signal ({n}), got shape {cal.shape}")
+    return cal
+
+
+def _read_ids(read_ids, n: int) -> List[uuid.UUID]:
+    """The given ids (UUIDs or strings), or ids that are the signals' positions: UUID(int=i)."""
+    if read_ids is None:
+        return [uuid.UUID(int=i) for i in range(n)]
+    ids = [x if isinstance(x, uuid.UUID) else uuid.UUID(str(x)) for x in read_ids]
+    if len(ids) != n:
+        raise ValueError(f"read_ids: {len(ids)} ids for {n} signals")
+    if len(set(ids)) != n:
+        raise ValueError("read_ids: an id is given twice")
+    return ids
+
+
+@contextlib.contextmanager
+def signals_as_pod5(signals: Sequence[np.ndarray], calibration, read_ids=None,
+                    sample_rate: int = 4000) -> Iterator[str]:
+    """Writes `signals` (int16 ADC arrays) to a temporary POD5 file and yields its path; the file
+    is removed when the block ends. calibration: one (offset, scale) pair for all, or one per
+    signal (pA = (adc + offset) * scale). read_ids: one per signal (UUIDs or strings); by default
+    UUID(int=i) for the i-th signal, so a result row's read_id gives back its position
+    (uuid.UUID(row).int). sample_rate: Hz, recorded in the file's run information (the
+    detectors read it from there)."""
+    from .pod5_types import Calibration, EndReason, EndReasonEnum, Pore, Read, RunInfo
+    from .writer import Writer
+
+    signals = list(signals)
+    for i, s in enumerate(signals):
+        a = np.asarray(s)
+        if a.dtype != np.int16 or a.ndim != 1:
+            raise TypeError(f"signal {i}: a 1-d int16 array of ADC counts is needed (got {a.dtype}, "
+                            f"{a.ndim}-d); picoamp floats cannot be stored exactly: pass the raw signal "
+                            "and its calibration")
+    cal = _calibrations(calibration, len(signals))
+    ids = _read_ids(read_ids, len(signals))
+    if int(sample_rate) <= 0:
+        raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    run = RunInfo(acquisition_id="escpod-signals", acquisition_start_time=epoch, adc_max=32767, adc_min=-32768,
+                  context_tags={"sample_frequency": str(int(sample_rate))}, experiment_name="",
+                  flow_cell_id="", flow_cell_product_code="", protocol_name="", protocol_run_id="",
+                  protocol_start_time=epoch, sample_id="", sample_rate=int(sample_rate), sequencing_kit="",
+                  sequencer_position="", sequencer_position_type="", software="escpod", system_name="",
+                  system_type="", tracking_id={})
+    end = EndReason.from_reason_with_default_forced(EndReasonEnum.UNKNOWN)
+    with tempfile.TemporaryDirectory(prefix="escpod-signals-") as tmp:
+        path = os.path.join(tmp, "signals.pod5")
+        with Writer(path) as w:
+            for i, (s, read_id) in enumerate(zip(signals, ids)):
+                w.add_read(Read(read_id=read_id, pore=Pore(channel=1, well=1, pore_type="not_set"),
+                                calibration=Calibration(offset=float(cal[i, 0]), scale=float(cal[i, 1])),
+                                read_number=i, start_sample=0, median_before=float("nan"), end_reason=end,
+                                run_info=run, signal=np.asarray(s)))
+        yield path
+
+
+def detect_signals(signals: Sequence[np.ndarray], calibration, model: PathLike, read_ids=None,
+                   sample_rate: int = 4000, **options) -> Dict[str, np.ndarray]:
+    """detect() of signals held in memory (see signals_as_pod5 for signals, calibration,
+    read_ids and sample_rate; options as detect())."""
+    with signals_as_pod5(signals, calibration, read_ids, sample_rate) as path:
+        return detect(path, model=model, **options)
+
+
+def fingerprint_signals(signals: Sequence[np.ndarray], calibration, boundaries, read_ids=None,
+                        sample_rate: int = 4000, **options) -> Dict[str, np.ndarray]:
+    """fingerprint() of signals held in memory; `boundaries` from detect_signals() on the same
+    signals and read_ids (options as fingerprint())."""
+    with signals_as_pod5(signals, calibration, read_ids, sample_rate) as path:
+        return fingerprint(path, boundaries, **options)
+
+
+def demux_signals(signals: Sequence[np.ndarray], calibration, model: PathLike, read_ids=None,
+                  sample_rate: int = 4000, **options) -> Dict[str, np.ndarray]:
+    """demux() of signals held in memory: the classifications table (options as demux(); with
+    out_dir the per-label POD5 files hold these signals)."""
+    with signals_as_pod5(signals, calibration, read_ids, sample_rate) as path:
+        return demux(path, model=model, **options)

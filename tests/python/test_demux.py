@@ -1,6 +1,7 @@
 """The demultiplexer from Python gives the CLI's calls on the same reads."""
 import csv
 import subprocess
+import uuid
 
 import numpy as np
 
@@ -87,3 +88,56 @@ def test_ctrl_c_interrupts_demux_and_leaves_no_output(shared_data, tmp_path):
     assert word == "INTERRUPTED", r.stdout
     assert float(secs) < 5.0
     assert not out.exists() or not any(p.suffix == ".pod5" or p.name.startswith(".escpod-tmp") for p in out.iterdir())
+
+
+def _signals_of(path):
+    with escpod.Reader(path) as r:
+        recs = list(r.reads())
+        sample_rate = recs[0].run_info.sample_rate
+        return ([rec.signal.copy() for rec in recs],
+                [(rec.calibration.offset, rec.calibration.scale) for rec in recs],
+                [rec.read_id for rec in recs], sample_rate)
+
+
+def test_signals_in_memory_equal_the_file(shared_data):
+    """numpy in: the reads of a real POD5, passed as arrays with their calibration, get the
+    boundaries, fingerprints and calls the file gets."""
+    model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    inp = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))[0]
+    signals, cal, ids, rate = _signals_of(inp)
+    assert len(signals) > 100
+    from_file = escpod.demux.detect(inp, model=model, threads=2)
+    from_arrays = escpod.demux.detect_signals(signals, cal, model=model, read_ids=ids, sample_rate=rate, threads=2)
+    assert list(from_arrays) == list(from_file)
+    for name in from_file:
+        a, b = from_arrays[name], from_file[name]
+        assert (np.array_equal(a, b, equal_nan=True) if a.dtype.kind == "f" else a.tolist() == b.tolist()), name
+    fps = escpod.demux.fingerprint_signals(signals, cal, from_arrays, model=model, read_ids=ids,
+                                           sample_rate=rate, threads=2)
+    fps_file = escpod.demux.fingerprint(inp, from_file, model=model, threads=2)
+    assert fps["read_id"].tolist() == fps_file["read_id"].tolist()
+    assert np.array_equal(fps["fp_0"], fps_file["fp_0"], equal_nan=True)
+    calls = escpod.demux.demux_signals(signals, cal, model=model, read_ids=ids, sample_rate=rate, threads=2)
+    calls_file = escpod.demux.demux(inp, model=model, threads=2)
+    assert calls["read_id"].tolist() == calls_file["read_id"].tolist()
+    assert calls["barcode"].tolist() == calls_file["barcode"].tolist()
+
+
+def test_signals_in_memory_default_ids_are_positions(shared_data):
+    model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    inp = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))[0]
+    signals, cal, ids, rate = _signals_of(inp)
+    bounds = escpod.demux.detect_signals(signals[:5], cal[:5], model=model, sample_rate=rate)
+    assert sorted(uuid.UUID(x).int for x in bounds["read_id"].tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_signals_in_memory_refuse_bad_input(shared_data):
+    import pytest
+    model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    with pytest.raises(TypeError, match="int16"):
+        escpod.demux.detect_signals([np.zeros(10, dtype=np.float32)], (0.0, 1.0), model=model)
+    with pytest.raises(ValueError, match="calibration"):
+        escpod.demux.detect_signals([np.zeros(10, dtype=np.int16)] * 2, [(0.0, 1.0)] * 3, model=model)
+    with pytest.raises(ValueError, match="twice"):
+        escpod.demux.detect_signals([np.zeros(10, dtype=np.int16)] * 2, (0.0, 1.0), model=model,
+                                    read_ids=[uuid.UUID(int=1)] * 2)
