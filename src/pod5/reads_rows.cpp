@@ -95,8 +95,9 @@ Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first
   const size_t n = n_rows;
   thread_local std::vector<uint8_t> bytes;
 
-  // The raw bytes of values [first, first + n) of a fixed-width column (booleans: whole bytes).
-  auto raw = [&](const Column& c, const char* name) -> Status {
+  // The raw bytes of values [first, first + count) of a fixed-width column (booleans: whole
+  // bytes); count is n but for a list's offsets (n + 1: where the last row ends).
+  auto raw = [&](const Column& c, const char* name, uint64_t count) -> Status {
     if (at.node_length[static_cast<size_t>(c.node)] != static_cast<int64_t>(batch_rows)) {
       return Status::corrupt(ctx + ": column " + name + " holds " +
                              std::to_string(at.node_length[static_cast<size_t>(c.node)]) + " values, " +
@@ -104,7 +105,7 @@ Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first
     }
     const auto [off, len] = at.buffers[static_cast<size_t>(c.buffer)];
     const uint64_t lo = c.width ? first * static_cast<uint64_t>(c.width) : first / 8;
-    const uint64_t hi = c.width ? (first + n) * static_cast<uint64_t>(c.width) : (first + n + 7) / 8;
+    const uint64_t hi = c.width ? (first + count) * static_cast<uint64_t>(c.width) : (first + count + 7) / 8;
     if (hi > len) return Status::corrupt(ctx + ": column " + name + "'s values buffer is too short");
     bytes.resize(static_cast<size_t>(hi - lo));
     return pread_exact(m_fd, bytes.data(), bytes.size(), body + off + lo, where);
@@ -115,7 +116,7 @@ Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first
     const Column* c = column(name);
     if (!c) return Status::ok();
     if (c->width != static_cast<int>(sizeof(S))) return Status::internal(ctx + ": column " + name + " width");
-    ESCPOD_RETURN_IF_ERROR(raw(*c, name));
+    ESCPOD_RETURN_IF_ERROR(raw(*c, name, n));
     for (size_t i = 0; i < n; ++i) {
       S v;
       std::memcpy(&v, bytes.data() + i * sizeof(S), sizeof(S));
@@ -125,21 +126,15 @@ Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first
   };
 
   out->read_id.resize(n);
-  ESCPOD_RETURN_IF_ERROR(raw(*column("read_id"), "read_id"));
+  ESCPOD_RETURN_IF_ERROR(raw(*column("read_id"), "read_id", n));
   if (column("read_id")->width != 16) return Status::internal(ctx + ": read_id width");
   if (n > 0) std::memcpy(out->read_id.data(), bytes.data(), 16 * n);
 
   // signal: list<uint64> of global signal-table rows.
   const Column& list = *column("signal");
-  ESCPOD_RETURN_IF_ERROR(raw(list, "signal"));
+  ESCPOD_RETURN_IF_ERROR(raw(list, "signal", n + 1));
   std::vector<int32_t> offs(n + 1);
-  if (n > 0) std::memcpy(offs.data(), bytes.data(), 4 * n);
-  {
-    // raw() read n offsets; the end of the last row is one more.
-    const auto [off, len] = at.buffers[static_cast<size_t>(list.buffer)];
-    if ((first + n + 1) * 4 > len) return Status::corrupt(ctx + ": column signal's offsets buffer is too short");
-    ESCPOD_RETURN_IF_ERROR(pread_exact(m_fd, &offs[n], 4, body + off + (first + n) * 4, where));
-  }
+  std::memcpy(offs.data(), bytes.data(), 4 * (n + 1));
   const int64_t n_values = at.node_length[static_cast<size_t>(m_signal_values.node)];
   for (size_t i = 0; i < n; ++i) {
     if (offs[i] < 0 || offs[i] > offs[i + 1] || offs[i + 1] > n_values) {
@@ -183,7 +178,7 @@ Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first
   ESCPOD_RETURN_IF_ERROR(values("calibration_scale", float{}, 0.0f, out->calibration_scale));
   out->end_reason_forced.assign(n, 0);
   if (const Column* forced = column("end_reason_forced")) {
-    ESCPOD_RETURN_IF_ERROR(raw(*forced, "end_reason_forced"));
+    ESCPOD_RETURN_IF_ERROR(raw(*forced, "end_reason_forced", n));
     for (size_t i = 0; i < n; ++i) {
       const uint64_t bit = (first % 8) + i;
       out->end_reason_forced[i] = (bytes[bit / 8] >> (bit % 8)) & 1;
