@@ -102,7 +102,7 @@ class SegmentMap {
     }
     s->m_size = static_cast<size_t>(st.st_size);
     void* p = ::mmap(nullptr, s->m_size, PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
+    s->m_fd = fd;  // kept: lookups read their bucket with pread
     if (p == MAP_FAILED) return Status::io_error(path.string() + ": cannot map the index segment");
     s->m_base = static_cast<const uint8_t*>(p);
     uint32_t version, rec_bytes, hcrc;
@@ -130,6 +130,7 @@ class SegmentMap {
   }
   ~SegmentMap() {
     if (m_base) ::munmap(const_cast<uint8_t*>(m_base), m_size);
+    if (m_fd >= 0) ::close(m_fd);
   }
   uint64_t n_records() const { return m_n; }
   uint32_t bits() const { return m_bits; }
@@ -151,6 +152,26 @@ class SegmentMap {
     }
     return Status::ok();
   }
+  // Bucket b's records into *out, read with pread and checked (bounds, checksum): a lookup
+  // touches one bucket, and faulting in its pages and the bucket tables' through the mapping
+  // (each fault mapping ~16 pages to tear down later) costs more (bench/results/index.md,
+  // Session 9).
+  Status read_bucket(uint32_t b, std::vector<Rec>* out) const {
+    uint64_t range[2];
+    uint32_t want;
+    ESCPOD_RETURN_IF_ERROR(pread_at(range, 16, static_cast<size_t>(m_first - m_base) + 8 * size_t{b}));
+    ESCPOD_RETURN_IF_ERROR(pread_at(&want, 4, static_cast<size_t>(m_crcs - m_base) + 4 * size_t{b}));
+    if (range[0] > range[1] || range[1] > m_n) {
+      return Status::corrupt(m_path.string() + ": index bucket " + std::to_string(b) + " damaged (bounds)");
+    }
+    out->resize(static_cast<size_t>(range[1] - range[0]));
+    const size_t bytes = out->size() * kRecordBytes;
+    ESCPOD_RETURN_IF_ERROR(pread_at(out->data(), bytes, static_cast<size_t>(m_records - m_base) + range[0] * kRecordBytes));
+    if (crc32(out->data(), bytes) != want) {
+      return Status::corrupt(m_path.string() + ": index bucket " + std::to_string(b) + " damaged (checksum)");
+    }
+    return Status::ok();
+  }
   // Checks every bucket (used before a segment is merged into another).
   Status verify() const {
     uint64_t end = 0;
@@ -166,7 +187,20 @@ class SegmentMap {
 
  private:
   SegmentMap() = default;
+  Status pread_at(void* dst, size_t n, size_t offset) const {
+    auto* p = static_cast<uint8_t*>(dst);
+    while (n > 0) {
+      const ssize_t got = ::pread(m_fd, p, n, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return Status::io_error(m_path.string() + ": cannot read the index segment at " + std::to_string(offset));
+      p += got;
+      n -= static_cast<size_t>(got);
+      offset += static_cast<size_t>(got);
+    }
+    return Status::ok();
+  }
   fs::path m_path;
+  int m_fd = -1;
   const uint8_t* m_base = nullptr;
   size_t m_size = 0;
   uint64_t m_n = 0;
@@ -840,19 +874,15 @@ const IndexedFile* ReadIndex::verified_entry(const fs::path& file) const {
 }
 
 Status ReadIndex::lookup(const ReadId& id, std::vector<IndexHit>* out) const {
+  thread_local std::vector<Rec> bucket;
   for (const auto& seg : m_impl->segments) {
-    uint64_t lo = 0, end = 0;
-    ESCPOD_RETURN_IF_ERROR(seg->bucket(bucket_of(id.bytes.data(), seg->bits()), &lo, &end));
+    ESCPOD_RETURN_IF_ERROR(seg->read_bucket(bucket_of(id.bytes.data(), seg->bits()), &bucket));
     // First record with this id (records of a bucket are sorted by id).
-    uint64_t hi = end;
-    while (lo < hi) {
-      const uint64_t mid = lo + (hi - lo) / 2;
-      if (std::memcmp(seg->record(mid).id.data(), id.bytes.data(), 16) < 0) lo = mid + 1; else hi = mid;
-    }
-    for (uint64_t i = lo; i < end; ++i) {
-      const Rec r = seg->record(i);
-      if (std::memcmp(r.id.data(), id.bytes.data(), 16) != 0) break;
-      if (m_impl->live_slots.count(r.slot)) out->push_back({r.slot, r.batch, r.row});
+    auto it = std::lower_bound(bucket.begin(), bucket.end(), id, [](const Rec& r, const ReadId& want) {
+      return std::memcmp(r.id.data(), want.bytes.data(), 16) < 0;
+    });
+    for (; it != bucket.end() && std::memcmp(it->id.data(), id.bytes.data(), 16) == 0; ++it) {
+      if (m_impl->live_slots.count(it->slot)) out->push_back({it->slot, it->batch, it->row});
     }
   }
   return Status::ok();
