@@ -29,6 +29,7 @@
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/inputs.hpp"
 #include "pod5/container.hpp"
+#include "pod5/ipc_layout.hpp"
 
 namespace escpod::pod5 {
 namespace fs = std::filesystem;
@@ -188,16 +189,7 @@ class SegmentMap {
  private:
   SegmentMap() = default;
   Status pread_at(void* dst, size_t n, size_t offset) const {
-    auto* p = static_cast<uint8_t*>(dst);
-    while (n > 0) {
-      const ssize_t got = ::pread(m_fd, p, n, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) return Status::io_error(m_path.string() + ": cannot read the index segment at " + std::to_string(offset));
-      p += got;
-      n -= static_cast<size_t>(got);
-      offset += static_cast<size_t>(got);
-    }
-    return Status::ok();
+    return detail::pread_exact(m_fd, dst, n, offset, m_path.string() + ": index segment");
   }
   fs::path m_path;
   int m_fd = -1;
