@@ -13,13 +13,6 @@
 
 namespace escpod::cli {
 
-bool runs_in_front(const CLI::App& app, int argc, char** argv) {
-  if (argc < 2) return false;
-  const std::string first = argv[1];
-  if (first == "--version") return true;
-  return !app.get_subcommands([&first](const CLI::App* sub) { return sub->check_name(first); }).empty();
-}
-
 int exec_full(char** argv) {
   std::string path;
   if (const char* env = std::getenv("ESCPOD_FULL"); env && *env) {

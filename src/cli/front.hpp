@@ -6,13 +6,7 @@
 // of CPU at every start, as much as the whole of pulling 100 reads by id through the index.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 namespace escpod::cli {
-
-// True when `app` (holding the front's commands) runs this command line itself: argv[1] names
-// one of its subcommands, or is --version.
-bool runs_in_front(const CLI::App& app, int argc, char** argv);
 
 // Replaces this process with escpod-full (the ESCPOD_FULL environment variable, else the file
 // `escpod-full` beside this executable), same arguments, same process id, so exit status,

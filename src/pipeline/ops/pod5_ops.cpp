@@ -9,6 +9,7 @@
 
 #include "escpod/core/external_sort.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/core/process_exit.hpp"
 #include "escpod/pipeline/ops/annotations.hpp"
 #include "escpod/pipeline/ops/read_fields.hpp"
 #include "escpod/pipeline/ops/read_lookup.hpp"
@@ -289,7 +290,10 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
                                 " inputs were skipped as bad)"));
     }
   }
-  return writer->close();
+  ESCPOD_RETURN_IF_ERROR(writer->close());
+  // Done with the inputs: a command-line process leaves unmapping them to its exit.
+  leave_to_process_exit(readers);
+  return Status::ok();
 }
 
 Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(
