@@ -238,6 +238,11 @@ struct FileReader::Impl {
   // the file (pod5/reads_rows.hpp) instead of through Arrow and the mapping.
   std::unique_ptr<detail::ReadsRowReader> row_reader;
   Status check_dictionary_indices(const ReadBatch& batch, size_t batch_idx) const;
+  // Every index of column `name` in rows [first_row, first_row + idx.size()) of reads batch
+  // batch_idx inside a dictionary of dict_size entries; else an error naming the file, batch, row
+  // and column.
+  Status check_index_range(size_t batch_idx, size_t first_row, const char* name, std::span<const int16_t> idx,
+                           size_t dict_size) const;
   // Batch row counts given at open (OpenOptions::layout): batches are then not read at open,
   // and each is checked against its count when loaded. Where the counts came from, for errors.
   const BatchLayout* given_layout = nullptr;  // only during open()
@@ -1095,16 +1100,8 @@ Status FileReader::Impl::decode_rows(size_t batch_idx, const arrow::RecordBatch&
     auto d = std::static_pointer_cast<arrow::DictionaryArray>(rb.column(col.at(name)));
     auto idx = std::static_pointer_cast<arrow::Int16Array>(d->indices());
     dst.resize(rows);
-    for (size_t i = 0; i < rows; ++i) {
-      int16_t v = idx->Value(static_cast<int64_t>(i));
-      if (v < 0 || static_cast<size_t>(v) >= dict_size) {
-        return Status::corrupt(where() + ": reads batch " + std::to_string(batch_idx) + " row " +
-                               std::to_string(i) + ": " + name + " index " + std::to_string(v) +
-                               " outside its dictionary");
-      }
-      dst[i] = v;
-    }
-    return Status::ok();
+    for (size_t i = 0; i < rows; ++i) dst[i] = idx->Value(static_cast<int64_t>(i));
+    return check_index_range(batch_idx, first_read_idx - read_batch_first[batch_idx], name, dst, dict_size);
   };
 
   if (legacy_struct_columns) {
@@ -1181,19 +1178,23 @@ Status FileReader::Impl::decode_rows(size_t batch_idx, const arrow::RecordBatch&
   return Status::ok();
 }
 
-Status FileReader::Impl::check_dictionary_indices(const ReadBatch& batch, size_t batch_idx) const {
-  auto check = [&](const char* name, const std::vector<int16_t>& idx, size_t dict_size) -> Status {
-    for (size_t i = 0; i < idx.size(); ++i) {
-      if (idx[i] < 0 || static_cast<size_t>(idx[i]) >= dict_size) {
-        return Status::corrupt(where() + ": reads batch " + std::to_string(batch_idx) + " row " + std::to_string(i) +
-                               ": " + name + " index " + std::to_string(idx[i]) + " outside its dictionary");
-      }
+Status FileReader::Impl::check_index_range(size_t batch_idx, size_t first_row, const char* name,
+                                           std::span<const int16_t> idx, size_t dict_size) const {
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (idx[i] < 0 || static_cast<size_t>(idx[i]) >= dict_size) {
+      return Status::corrupt(where() + ": reads batch " + std::to_string(batch_idx) + " row " +
+                             std::to_string(first_row + i) +
+                             ": " + name + " index " + std::to_string(idx[i]) + " outside its dictionary");
     }
-    return Status::ok();
-  };
-  ESCPOD_RETURN_IF_ERROR(check("pore_type", batch.pore_type_idx, pore_types.size()));
-  ESCPOD_RETURN_IF_ERROR(check("end_reason", batch.end_reason_idx, end_reasons.size()));
-  return check("run_info", batch.run_info_idx, run_info_ids.size());
+  }
+  return Status::ok();
+}
+
+Status FileReader::Impl::check_dictionary_indices(const ReadBatch& batch, size_t batch_idx) const {
+  const size_t first_row = batch.first_read_idx - read_batch_first[batch_idx];
+  ESCPOD_RETURN_IF_ERROR(check_index_range(batch_idx, first_row, "pore_type", batch.pore_type_idx, pore_types.size()));
+  ESCPOD_RETURN_IF_ERROR(check_index_range(batch_idx, first_row, "end_reason", batch.end_reason_idx, end_reasons.size()));
+  return check_index_range(batch_idx, first_row, "run_info", batch.run_info_idx, run_info_ids.size());
 }
 
 Status FileReader::Impl::check_signal_owners(const ReadBatch& batch) const {

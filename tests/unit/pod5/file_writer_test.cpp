@@ -448,29 +448,35 @@ TEST(FileReader, RandomAccessRowsEqualArrowDecoding) {
   }
 }
 
+// Writes n test reads of one run ("acq_a") in reads batches of 11 rows (several batches from a
+// few reads, for the damaged-file tests below) and gives where its reads table lies and its
+// batch layout (as the read-id index stores it).
+void write_batches_of_11(const std::filesystem::path& path, size_t n, uint32_t seed,
+                         FileInfo::TableSpan* reads_table, BatchLayout* layout) {
+  WriterOptions opts;
+  opts.read_batch_rows = 11;
+  auto writer = FileWriter::create(path, opts);
+  ASSERT_TRUE(writer.is_ok());
+  ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq_a")).is_ok());
+  for (const auto& t : make_reads(n, seed, {"acq_a"})) ASSERT_TRUE((*writer)->add_read(t.record, t.signal).is_ok());
+  ASSERT_TRUE((*writer)->close().is_ok());
+  auto full = FileReader::open(path);
+  ASSERT_TRUE(full.is_ok());
+  *reads_table = (*full)->info().reads_table;
+  auto got = (*full)->batch_layout();
+  ASSERT_TRUE(got.is_ok());
+  *layout = *got;
+}
+
 TEST(FileReader, RandomAccessRowsOfADamagedBatchFailWithTheFileAndBatch) {
   // A reads batch whose header no longer describes it: an open with the batch layout (as the
   // read-id index opens files) reads no batch but the last, so it succeeds, and reading a row
   // of the damaged batch fails with the file and batch named, never crashes.
   auto dir = test::scratch_dir("rows_damaged");
   auto path = dir / "rows.pod5";
-  WriterOptions opts;
-  opts.read_batch_rows = 11;
-  std::vector<std::string> runs = {"acq_a"};
-  auto reads = make_reads(40, 6, runs);
-  {
-    auto writer = FileWriter::create(path, opts);
-    ASSERT_TRUE(writer.is_ok());
-    ASSERT_TRUE((*writer)->add_run_info(make_run_info("acq_a")).is_ok());
-    for (const auto& t : reads) ASSERT_TRUE((*writer)->add_read(t.record, t.signal).is_ok());
-    ASSERT_TRUE((*writer)->close().is_ok());
-  }
-  auto full = FileReader::open(path);
-  ASSERT_TRUE(full.is_ok());
-  const auto reads_table = (*full)->info().reads_table;
-  auto layout = (*full)->batch_layout();  // as the read-id index stores it
-  ASSERT_TRUE(layout.is_ok());
-  full->reset();
+  FileInfo::TableSpan reads_table;
+  BatchLayout layout;
+  ASSERT_NO_FATAL_FAILURE(write_batches_of_11(path, 40, 6, &reads_table, &layout));
   // Overwrite one message of the reads table with garbage, trying each in turn: those the open
   // needs (the schema, the dictionaries, the last batch) fail the open; the first that leaves it
   // working is an earlier record batch.
@@ -483,7 +489,7 @@ TEST(FileReader, RandomAccessRowsOfADamagedBatchFailWithTheFileAndBatch) {
   const auto table_end = table_begin + static_cast<size_t>(reads_table.length);
   OpenOptions lazy_options;
   lazy_options.validate_all_batches = false;
-  lazy_options.layout = &*layout;
+  lazy_options.layout = &layout;
   size_t n_failed = 0;
   for (size_t marker = original.find("\xff\xff\xff\xff", table_begin);
        marker != std::string::npos && marker < table_end && n_failed == 0;
@@ -512,6 +518,65 @@ TEST(FileReader, RandomAccessRowsOfADamagedBatchFailWithTheFileAndBatch) {
     }
   }
   EXPECT_GT(n_failed, 0u);
+}
+
+TEST(FileReader, ADictionaryIndexOutsideItsDictionaryNamesTheBatchRowAndColumn) {
+  // One end_reason index of the first reads batch set past the dictionary's end. Arrow's full
+  // validation refuses the file at open; a random-access open (as the read-id index opens
+  // files) reads no batch but the last, and reading the damaged row fails naming the file and
+  // batch (and, straight from the file, the row and column), never indexing past the strings.
+  auto dir = test::scratch_dir("dictionary_index");
+  auto path = dir / "dict.pod5";
+  FileInfo::TableSpan table;
+  BatchLayout layout;
+  ASSERT_NO_FATAL_FAILURE(write_batches_of_11(path, 30, 8, &table, &layout));
+  std::vector<int16_t> stored;  // batch 0's 11 indices, as stored
+  {
+    auto intact = FileReader::open(path);
+    ASSERT_TRUE(intact.is_ok());
+    auto batch = (*intact)->read_batch(0);
+    ASSERT_TRUE(batch.is_ok());
+    stored = batch->end_reason_idx;
+  }
+  ASSERT_EQ(stored.size(), 11u);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // The column's values buffer in the reads table: the first place holding that sequence (batch
+  // 0 comes first; a later match can straddle another batch's padding and values). The errors
+  // checked below name batch 0, row 4 and the column: they would not if this were elsewhere.
+  const std::string pattern(reinterpret_cast<const char*>(stored.data()), 2 * stored.size());
+  const auto table_begin = static_cast<size_t>(table.offset);
+  const size_t found = bytes.find(pattern, table_begin);
+  ASSERT_NE(found, std::string::npos);
+  ASSERT_LT(found, table_begin + static_cast<size_t>(table.length));
+  const int16_t past_the_end = 0x7fff;
+  std::memcpy(bytes.data() + found + 2 * 4, &past_the_end, 2);  // row 4
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  EXPECT_FALSE(FileReader::open(path).is_ok());  // every batch validated
+
+  OpenOptions lazy_options;
+  lazy_options.validate_all_batches = false;
+  lazy_options.layout = &layout;
+  auto lazy = FileReader::open(path, lazy_options);
+  ASSERT_TRUE(lazy.is_ok()) << lazy.status().to_string();
+  ASSERT_TRUE((*lazy)->reads_rows_from_file());
+  const std::string expected = "reads batch 0 row 4: end_reason index 32767 outside its dictionary";
+  auto one_row = (*lazy)->read_batch_rows(0, 2, 4);  // rows 2-5, from the file
+  ASSERT_FALSE(one_row.is_ok());
+  EXPECT_NE(one_row.status().message().find(path.string() + ": " + expected), std::string::npos)
+      << one_row.status().to_string();
+  auto whole = (*lazy)->read_batch(0);  // through Arrow, whose validation names the position
+  ASSERT_FALSE(whole.is_ok());
+  EXPECT_NE(whole.status().message().find(path.string() + ": reads batch 0"), std::string::npos)
+      << whole.status().to_string();
+  EXPECT_NE(whole.status().message().find("32767"), std::string::npos) << whole.status().to_string();
+  EXPECT_TRUE((*lazy)->read_batch_rows(0, 5, 6).is_ok());  // the other rows still read
 }
 
 }  // namespace
