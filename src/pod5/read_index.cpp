@@ -147,11 +147,8 @@ class SegmentMap {
     std::memcpy(hi, m_first + 8 * (size_t{b} + 1), 8);
     uint32_t want;
     std::memcpy(&want, m_crcs + 4 * size_t{b}, 4);
-    if (*lo > *hi || *hi > m_n ||
-        crc32(m_records + *lo * kRecordBytes, static_cast<size_t>(*hi - *lo) * kRecordBytes) != want) {
-      return Status::corrupt(m_path.string() + ": index bucket " + std::to_string(b) + " damaged (checksum)");
-    }
-    return Status::ok();
+    ESCPOD_RETURN_IF_ERROR(check_bounds(b, *lo, *hi));
+    return check_sum(b, m_records + *lo * kRecordBytes, *hi - *lo, want);
   }
   // Bucket b's records into *out, read with pread and checked (bounds, checksum): a lookup
   // touches one bucket, and faulting in its pages and the bucket tables' through the mapping
@@ -162,16 +159,11 @@ class SegmentMap {
     uint32_t want;
     ESCPOD_RETURN_IF_ERROR(pread_at(range, 16, static_cast<size_t>(m_first - m_base) + 8 * size_t{b}));
     ESCPOD_RETURN_IF_ERROR(pread_at(&want, 4, static_cast<size_t>(m_crcs - m_base) + 4 * size_t{b}));
-    if (range[0] > range[1] || range[1] > m_n) {
-      return Status::corrupt(m_path.string() + ": index bucket " + std::to_string(b) + " damaged (bounds)");
-    }
+    ESCPOD_RETURN_IF_ERROR(check_bounds(b, range[0], range[1]));
     out->resize(static_cast<size_t>(range[1] - range[0]));
-    const size_t bytes = out->size() * kRecordBytes;
-    ESCPOD_RETURN_IF_ERROR(pread_at(out->data(), bytes, static_cast<size_t>(m_records - m_base) + range[0] * kRecordBytes));
-    if (crc32(out->data(), bytes) != want) {
-      return Status::corrupt(m_path.string() + ": index bucket " + std::to_string(b) + " damaged (checksum)");
-    }
-    return Status::ok();
+    ESCPOD_RETURN_IF_ERROR(pread_at(out->data(), out->size() * kRecordBytes,
+                                    static_cast<size_t>(m_records - m_base) + range[0] * kRecordBytes));
+    return check_sum(b, out->data(), out->size(), want);
   }
   // Checks every bucket (used before a segment is merged into another).
   Status verify() const {
@@ -188,6 +180,19 @@ class SegmentMap {
 
  private:
   SegmentMap() = default;
+  // Bucket b's stored bounds [lo, hi) within the segment's records.
+  Status check_bounds(uint32_t b, uint64_t lo, uint64_t hi) const {
+    if (lo > hi || hi > m_n) return damaged(b, "bounds");
+    return Status::ok();
+  }
+  // The n records of bucket b at `records` against its stored checksum.
+  Status check_sum(uint32_t b, const void* records, uint64_t n, uint32_t want) const {
+    if (crc32(records, static_cast<size_t>(n) * kRecordBytes) != want) return damaged(b, "checksum");
+    return Status::ok();
+  }
+  Status damaged(uint32_t b, const char* what) const {
+    return Status::corrupt(m_path.string() + ": index bucket " + std::to_string(b) + " damaged (" + what + ")");
+  }
   Status pread_at(void* dst, size_t n, size_t offset) const {
     return detail::pread_exact(m_fd, dst, n, offset, m_path.string() + ": index segment");
   }
