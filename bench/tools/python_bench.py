@@ -196,7 +196,10 @@ def main():
     ap.add_argument("--reads", type=int, default=200000, help="reads in the 10-file data set")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--tasks", default="signal_pa,records,random_ids,write",
+                    help="comma-separated tasks to run (default: all four)")
     args = ap.parse_args()
+    tasks = args.tasks.split(",")
     files = ensure_dataset(pathlib.Path(args.build).resolve(), pathlib.Path(args.data), args.reads)
     n_cpu = os.cpu_count()
     work = pathlib.Path(tempfile.mkdtemp(prefix="escpod-pybench-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
@@ -223,6 +226,8 @@ def main():
         ("write", "escpod", 1, "", files),
     ]
     for task, lib, t, variant, fs in plan:
+        if task not in tasks:
+            continue
         arg = {"random_ids": ids_file, "write": work / "out.pod5"}.get(task, "-")
         r = run_task(task, lib, t, variant, arg, fs, args.repeat)
         rows.append(r)
@@ -237,7 +242,7 @@ def main():
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
     print(f"| task | library | threads | variant | seconds | CPU seconds | vs escpod |")
     print("|---|---|---:|---|---:|---:|---:|")
-    for task in ("signal_pa", "records", "random_ids", "write"):
+    for task in tasks:
         group = [r for r in rows if r["task"] == task]
         best = min(r["seconds"] for r in group if r["lib"] == "escpod")
         for r in group:

@@ -89,13 +89,28 @@ class DatasetReader:
         reader = self._readers.get(path)
         if reader is None:
             try:
-                reader = Reader(path)
+                reader = Reader(path, _random_access=True)
             except FileNotFoundError:
                 raise
             except Exception as exc:
                 raise Pod5ApiException(f"DatasetReader error reading: {[path]}: {exc}") from exc
             self._readers[path] = reader
         return reader
+
+    def _open_all(self) -> None:
+        """Opens every file not open yet, in parallel on `threads` cores (as get_reader does)."""
+        todo = [p for p in self._paths if p not in self._readers]
+        if len(todo) < 2:
+            return
+        missing = [p for p in todo if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(f"Failed to open pod5 file at: {missing[0].absolute()}")
+        try:
+            handles = _core.open_files([str(p.absolute()) for p in todo], self.threads)
+        except Exception as exc:
+            raise Pod5ApiException(f"DatasetReader error reading: {exc}") from exc
+        for p, handle in zip(todo, handles):
+            self._readers[p] = Reader(p, _random_access=True, _file=handle)
 
     def clear_readers(self) -> None:
         for r in self._readers.values():
@@ -132,6 +147,7 @@ class DatasetReader:
         of every other file is scanned, batches in parallel on `threads` cores. No other column
         is decoded until a read is asked for."""
         if self._index is None:
+            self._open_all()
             files = [self.get_reader(p)._file_handle() for p in self._paths]
             self._index = _core.Index(files, self.threads, self.use_read_index)
 

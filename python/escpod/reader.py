@@ -355,12 +355,15 @@ class ReadRecord:
 class Reader:
     """A POD5 file opened for reading (pod5.Reader's API)."""
 
-    def __init__(self, path: PathOrStr):
+    def __init__(self, path: PathOrStr, _random_access: bool = False, _file=None):
         self._path = Path(path).absolute()
         self._file = None
-        if not self._path.is_file():
+        if _file is None and not self._path.is_file():
             raise FileNotFoundError(f"Failed to open pod5 file at: {self._path}")
-        self._file = _core.File(str(self._path))
+        # Random access (a DatasetReader's files): each reads batch is validated when first
+        # decoded rather than all at open, and single rows are read straight from the file.
+        # (_file: already opened that way, by _core.open_files.)
+        self._file = _file if _file is not None else _core.File(str(self._path), validate_all_batches=not _random_access)
         info = self._file.info()
         self._info = info
         self._pore_types = self._file.pore_types()

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "pod5/arrow_types.hpp"
@@ -450,6 +451,23 @@ struct FileReader::Impl {
   Status decode_rows(size_t batch_idx, const arrow::RecordBatch& rb, uint64_t first_read_idx,
                      ReadBatch* out) const;
   Status check_signal_owners(const ReadBatch& batch) const;
+  // Where `bytes` (inside the signal table's mapping) start in the file, when a random-access
+  // reader should read them with pread (after ensure_signal); nullopt: read them where mapped.
+  std::optional<uint64_t> pread_offset(std::span<const uint8_t> bytes) const {
+    if (!lazy_ready || fd.get() < 0 || signal_table_begin == nullptr || bytes.data() < signal_table_begin ||
+        bytes.data() + bytes.size() > signal_table_begin + signal_table_size) {
+      return std::nullopt;
+    }
+    return signal_table_offset + static_cast<uint64_t>(bytes.data() - signal_table_begin);
+  }
+  size_t batch_rows_of(size_t batch_idx) const {
+    return static_cast<size_t>(read_batch_first[batch_idx + 1] - read_batch_first[batch_idx]);
+  }
+  // kInvalidArgument naming the file when rows [first_row, first_row + n_rows) are not all in
+  // reads batch batch_idx.
+  Status check_row_range(size_t batch_idx, size_t first_row, size_t n_rows) const;
+  // Rows read straight from the file by row_reader (signal_only: ReadsRowReader::read_rows).
+  Result<ReadBatch> rows_from_file(size_t batch_idx, size_t first_row, size_t n_rows, bool signal_only) const;
   // Validates `rb` (a reads batch or a slice of one) unless open already did.
   Status check_batch(const arrow::RecordBatch& rb, size_t batch_idx) const {
     if (validated_at_open) return Status::ok();
@@ -1385,29 +1403,14 @@ Result<ReadBatch> FileReader::read_batch(size_t batch_idx) const {
 
 size_t FileReader::batch_rows(size_t batch_idx) const {
   if (batch_idx >= m_impl->read_batches.size()) return 0;
-  return static_cast<size_t>(m_impl->read_batch_first[batch_idx + 1] - m_impl->read_batch_first[batch_idx]);
+  return m_impl->batch_rows_of(batch_idx);
 }
 
 bool FileReader::reads_rows_from_file() const { return m_impl->row_reader != nullptr; }
 
 Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row, size_t n_rows) const {
-  const size_t n_batch = batch_rows(batch_idx);
-  if (batch_idx >= m_impl->read_batches.size() || first_row > n_batch || n_rows > n_batch - first_row) {
-    return Status::invalid_argument(m_impl->where() + ": rows " + std::to_string(first_row) + "+" +
-                                    std::to_string(n_rows) + " of reads batch " + std::to_string(batch_idx) +
-                                    " (" + std::to_string(n_batch) + " rows, " +
-                                    std::to_string(m_impl->read_batches.size()) + " batches)");
-  }
-  if (m_impl->row_reader && !m_impl->read_batches[batch_idx]) {
-    ReadBatch batch;
-    ESCPOD_RETURN_IF_ERROR(m_impl->row_reader->read_rows(batch_idx, n_batch, first_row, n_rows, &batch, m_impl->where()));
-    batch.batch_idx = batch_idx;
-    batch.first_read_idx = m_impl->read_batch_first[batch_idx] + first_row;
-    ESCPOD_RETURN_IF_ERROR(m_impl->check_dictionary_indices(batch, batch_idx));
-    // As decode_rows: a batch layout given at open is checked against the signal table's owners.
-    if (!m_impl->given_signal_first.empty()) ESCPOD_RETURN_IF_ERROR(m_impl->check_signal_owners(batch));
-    return batch;
-  }
+  ESCPOD_RETURN_IF_ERROR(m_impl->check_row_range(batch_idx, first_row, n_rows));
+  if (m_impl->row_reader && !m_impl->read_batches[batch_idx]) return m_impl->rows_from_file(batch_idx, first_row, n_rows, false);
   ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<arrow::RecordBatch> held, m_impl->reads_batch(batch_idx));
   auto slice = held->Slice(static_cast<int64_t>(first_row),
                                                       static_cast<int64_t>(n_rows));
@@ -1415,6 +1418,35 @@ Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row
   ReadBatch batch;
   ESCPOD_RETURN_IF_ERROR(
       m_impl->decode_rows(batch_idx, *slice, m_impl->read_batch_first[batch_idx] + first_row, &batch));
+  return batch;
+}
+
+Result<ReadBatch> FileReader::read_signal_ref(size_t batch_idx, size_t row) const {
+  ESCPOD_RETURN_IF_ERROR(m_impl->check_row_range(batch_idx, row, 1));
+  if (m_impl->row_reader && !m_impl->read_batches[batch_idx]) return m_impl->rows_from_file(batch_idx, row, 1, true);
+  return read_batch_rows(batch_idx, row, 1);
+}
+
+Status FileReader::Impl::check_row_range(size_t batch_idx, size_t first_row, size_t n_rows) const {
+  const size_t n_batch = batch_idx < read_batches.size() ? batch_rows_of(batch_idx) : 0;
+  if (batch_idx >= read_batches.size() || first_row > n_batch || n_rows > n_batch - first_row) {
+    return Status::invalid_argument(where() + ": rows " + std::to_string(first_row) + "+" + std::to_string(n_rows) +
+                                    " of reads batch " + std::to_string(batch_idx) + " (" + std::to_string(n_batch) +
+                                    " rows, " + std::to_string(read_batches.size()) + " batches)");
+  }
+  return Status::ok();
+}
+
+Result<ReadBatch> FileReader::Impl::rows_from_file(size_t batch_idx, size_t first_row, size_t n_rows,
+                                                   bool signal_only) const {
+  ReadBatch batch;
+  ESCPOD_RETURN_IF_ERROR(row_reader->read_rows(batch_idx, batch_rows_of(batch_idx), first_row, n_rows, &batch,
+                                               where(), signal_only));
+  batch.batch_idx = batch_idx;
+  batch.first_read_idx = read_batch_first[batch_idx] + first_row;
+  if (!signal_only) ESCPOD_RETURN_IF_ERROR(check_dictionary_indices(batch, batch_idx));
+  // As decode_rows: a batch layout given at open is checked against the signal table's owners.
+  if (!given_signal_first.empty()) ESCPOD_RETURN_IF_ERROR(check_signal_owners(batch));
   return batch;
 }
 
@@ -1593,10 +1625,20 @@ Result<uint64_t> FileReader::count_samples(std::span<const uint64_t> rows) const
 
 Status FileReader::read_signal(std::span<const uint64_t> rows, std::span<int16_t> out,
                                VbzCodec& codec) const {
+  // Random-access readers copy each chunk's bytes out with pread rather than fault them in
+  // through the mapping: a fault maps ~16 pages around the chunk (the kernel's fault-around),
+  // each accounted and later unmapped, which cost more than the copy (measured: 1,000 random
+  // reads of the 10-file benchmark set, bench/results/python.md, session 11).
+  thread_local std::vector<uint8_t> copied;
   size_t pos = 0;
   for (uint64_t row : rows) {
     if (pos == out.size()) break;
     ESCPOD_ASSIGN_OR_RETURN(SignalChunk c, signal_chunk(row));
+    if (const std::optional<uint64_t> at = m_impl->pread_offset(c.bytes)) {
+      copied.resize(c.bytes.size());
+      ESCPOD_RETURN_IF_ERROR(detail::pread_exact(m_impl->fd.get(), copied.data(), copied.size(), *at, m_impl->where()));
+      c.bytes = {copied.data(), copied.size()};
+    }
     const size_t take = std::min<size_t>(c.n_samples, out.size() - pos);
     auto dst = out.subspan(pos, take);
     Status s;

@@ -86,7 +86,7 @@ Status ReadsRowReader::locate(size_t batch, uint64_t batch_rows, RecordBatchHead
 }
 
 Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first_row, size_t n_rows,
-                                 ReadBatch* out, const std::string& where) const {
+                                 ReadBatch* out, const std::string& where, bool signal_only) const {
   RecordBatchHeader at;
   uint64_t body = 0;
   ESCPOD_RETURN_IF_ERROR(locate(batch, batch_rows, &at, &body, where));
@@ -150,6 +150,9 @@ Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first
   out->signal_offsets.resize(n + 1);
   for (size_t i = 0; i <= n; ++i) out->signal_offsets[i] = static_cast<uint64_t>(offs[i] - offs[0]);
 
+  ESCPOD_RETURN_IF_ERROR(values("calibration_offset", float{}, 0.0f, out->calibration_offset));
+  ESCPOD_RETURN_IF_ERROR(values("calibration_scale", float{}, 0.0f, out->calibration_scale));
+  if (signal_only) return values("num_samples", uint64_t{}, uint64_t{0}, out->num_samples);
   ESCPOD_RETURN_IF_ERROR(values("read_number", uint32_t{}, uint32_t{0}, out->read_number));
   ESCPOD_RETURN_IF_ERROR(values("start", uint64_t{}, uint64_t{0}, out->start_sample));
   ESCPOD_RETURN_IF_ERROR(values("median_before", float{}, kNaN, out->median_before));
@@ -174,8 +177,6 @@ Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first
     ESCPOD_RETURN_IF_ERROR(values("channel", uint16_t{}, uint32_t{0}, out->channel));
   }
   ESCPOD_RETURN_IF_ERROR(values("well", uint8_t{}, uint8_t{0}, out->well));
-  ESCPOD_RETURN_IF_ERROR(values("calibration_offset", float{}, 0.0f, out->calibration_offset));
-  ESCPOD_RETURN_IF_ERROR(values("calibration_scale", float{}, 0.0f, out->calibration_scale));
   out->end_reason_forced.assign(n, 0);
   if (const Column* forced = column("end_reason_forced")) {
     ESCPOD_RETURN_IF_ERROR(raw(*forced, "end_reason_forced", n));

@@ -10,11 +10,18 @@ import escpod
 
 SCRIPT = r"""
 import sys, escpod
-path = sys.argv[1]
+path, how = sys.argv[1], sys.argv[2]
 try:
-    with escpod.Reader(path) as r:
-        for rec in r.reads():
-            rec.signal; rec.run_info; rec.pore
+    if how == "reader":
+        with escpod.Reader(path) as r:
+            for rec in r.reads():
+                rec.signal; rec.run_info; rec.pore
+    else:  # a DatasetReader's random-access opens: batches validated as they are read
+        with escpod.DatasetReader(path, threads=2) as ds:
+            ids = list(ds.read_ids)
+            ds.get_signals(ids, pa=True, threads=2)
+            for rid in ids[::7]:
+                rec = ds.get_read(rid); rec.signal; rec.run_info; rec.pore
 except Exception as e:
     print("RAISED", type(e).__name__, e)
 else:
@@ -37,14 +44,15 @@ def _variants(data: bytes, seed=3):
     yield "zeroed", bytes(b)
 
 
-def test_damaged_files_raise_never_crash(shared_data, tmp_path):
+@pytest.mark.parametrize("how", ["reader", "dataset"])
+def test_damaged_files_raise_never_crash(shared_data, tmp_path, how):
     src = shared_data / "escapepod/charging/trna_reads.pod5"
     data = src.read_bytes()
     raised = 0
     for name, blob in _variants(data):
         path = tmp_path / f"{name}.pod5"
         path.write_bytes(blob)
-        r = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True, text=True, timeout=120)
+        r = subprocess.run([sys.executable, "-c", SCRIPT, str(path), how], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, f"{name}: interpreter died ({r.returncode}): {r.stderr[-2000:]}"
         out = r.stdout.strip()
         assert out.startswith(("RAISED", "OK")), out
@@ -64,3 +72,23 @@ def test_truncated_file_raises_runtime_error_like_official(shared_data, tmp_path
         escpod.Reader(path)
     assert isinstance(ours.value, type(theirs.value)) or type(ours.value).__name__ == type(theirs.value).__name__
     assert "cut.pod5" in str(ours.value)
+
+
+def test_dataset_opening_in_parallel_names_the_damaged_file(shared_data, tmp_path):
+    # A DatasetReader opens its files together (on its threads): one damaged file fails the
+    # open with an error naming it; the good files alone still work.
+    src = shared_data / "escapepod/charging/trna_reads.pod5"
+    data = src.read_bytes()
+    for i in range(3):
+        (tmp_path / f"good{i}.pod5").write_bytes(data)
+    (tmp_path / "cut.pod5").write_bytes(data[: len(data) // 2])
+    with escpod.DatasetReader(tmp_path, threads=2) as ds:
+        with pytest.raises(escpod.Pod5ApiException, match="cut.pod5"):
+            ds.index_read_ids()
+    (tmp_path / "cut.pod5").unlink()
+    with pod5.Reader(src) as r:
+        ids = [str(x) for x in r.read_ids[:5]]
+        expected = {str(rec.read_id): rec.signal_pa for rec in r.reads(selection=ids)}
+    with escpod.DatasetReader(tmp_path, threads=2, warn_duplicate_indexing=False) as ds:
+        for rid, sig in zip(ids, ds.get_signals(ids), strict=True):
+            assert np.array_equal(sig, expected[rid])

@@ -175,6 +175,11 @@ class FileReader {
   // n_rows rows (batch_idx kept, first_read_idx the file-wide index of first_row); decodes and
   // touches only those rows. kInvalidArgument when the range is outside the batch. Thread-safe.
   Result<ReadBatch> read_batch_rows(size_t batch_idx, size_t first_row, size_t n_rows) const;
+  // Only what decoding the signal of row `row` of reads batch `batch_idx` needs: a one-row
+  // ReadBatch holding read_id, the signal rows, num_samples and the calibration, its other
+  // columns empty. On random-access opens (reads_rows_from_file) a few small reads of the file;
+  // otherwise the row decoded as read_batch_rows does. Thread-safe.
+  Result<ReadBatch> read_signal_ref(size_t batch_idx, size_t row) const;
   // Rows in reads batch `batch_idx` (no decoding).
   size_t batch_rows(size_t batch_idx) const;
   // The read ids of reads batch `batch_idx`, in row order (the id column only). Thread-safe.
