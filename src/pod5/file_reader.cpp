@@ -466,8 +466,9 @@ struct FileReader::Impl {
   // kInvalidArgument naming the file when rows [first_row, first_row + n_rows) are not all in
   // reads batch batch_idx.
   Status check_row_range(size_t batch_idx, size_t first_row, size_t n_rows) const;
-  // Rows read straight from the file by row_reader (signal_only: ReadsRowReader::read_rows).
-  Result<ReadBatch> rows_from_file(size_t batch_idx, size_t first_row, size_t n_rows, bool signal_only) const;
+  // Rows read straight from the file by row_reader (only `columns`: ReadsRowReader::read_rows).
+  Result<ReadBatch> rows_from_file(size_t batch_idx, size_t first_row, size_t n_rows,
+                                   detail::ReadsRowReader::Columns columns) const;
   // Validates `rb` (a reads batch or a slice of one) unless open already did.
   Status check_batch(const arrow::RecordBatch& rb, size_t batch_idx) const {
     if (validated_at_open) return Status::ok();
@@ -1410,7 +1411,9 @@ bool FileReader::reads_rows_from_file() const { return m_impl->row_reader != nul
 
 Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row, size_t n_rows) const {
   ESCPOD_RETURN_IF_ERROR(m_impl->check_row_range(batch_idx, first_row, n_rows));
-  if (m_impl->row_reader && !m_impl->read_batches[batch_idx]) return m_impl->rows_from_file(batch_idx, first_row, n_rows, false);
+  if (m_impl->row_reader && !m_impl->read_batches[batch_idx]) {
+    return m_impl->rows_from_file(batch_idx, first_row, n_rows, detail::ReadsRowReader::Columns::kAll);
+  }
   ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<arrow::RecordBatch> held, m_impl->reads_batch(batch_idx));
   auto slice = held->Slice(static_cast<int64_t>(first_row),
                                                       static_cast<int64_t>(n_rows));
@@ -1423,7 +1426,9 @@ Result<ReadBatch> FileReader::read_batch_rows(size_t batch_idx, size_t first_row
 
 Result<ReadBatch> FileReader::read_signal_ref(size_t batch_idx, size_t row) const {
   ESCPOD_RETURN_IF_ERROR(m_impl->check_row_range(batch_idx, row, 1));
-  if (m_impl->row_reader && !m_impl->read_batches[batch_idx]) return m_impl->rows_from_file(batch_idx, row, 1, true);
+  if (m_impl->row_reader && !m_impl->read_batches[batch_idx]) {
+    return m_impl->rows_from_file(batch_idx, row, 1, detail::ReadsRowReader::Columns::kSignal);
+  }
   return read_batch_rows(batch_idx, row, 1);
 }
 
@@ -1438,15 +1443,16 @@ Status FileReader::Impl::check_row_range(size_t batch_idx, size_t first_row, siz
 }
 
 Result<ReadBatch> FileReader::Impl::rows_from_file(size_t batch_idx, size_t first_row, size_t n_rows,
-                                                   bool signal_only) const {
+                                                   detail::ReadsRowReader::Columns columns) const {
+  using Columns = detail::ReadsRowReader::Columns;
   ReadBatch batch;
   ESCPOD_RETURN_IF_ERROR(row_reader->read_rows(batch_idx, batch_rows_of(batch_idx), first_row, n_rows, &batch,
-                                               where(), signal_only));
+                                               where(), columns));
   batch.batch_idx = batch_idx;
   batch.first_read_idx = read_batch_first[batch_idx] + first_row;
-  if (!signal_only) ESCPOD_RETURN_IF_ERROR(check_dictionary_indices(batch, batch_idx));
+  if (columns == Columns::kAll) ESCPOD_RETURN_IF_ERROR(check_dictionary_indices(batch, batch_idx));
   // As decode_rows: a batch layout given at open is checked against the signal table's owners.
-  if (!given_signal_first.empty()) ESCPOD_RETURN_IF_ERROR(check_signal_owners(batch));
+  if (columns != Columns::kIds && !given_signal_first.empty()) ESCPOD_RETURN_IF_ERROR(check_signal_owners(batch));
   return batch;
 }
 
@@ -1454,6 +1460,12 @@ Result<std::vector<ReadId>> FileReader::read_batch_ids(size_t batch_idx) const {
   if (batch_idx >= m_impl->read_batches.size()) {
     return Status::invalid_argument(m_impl->where() + ": reads batch " + std::to_string(batch_idx) +
                                     " of " + std::to_string(m_impl->read_batches.size()));
+  }
+  if (m_impl->row_reader && !m_impl->read_batches[batch_idx]) {
+    // Random-access opens: the id column alone, in one read of the file.
+    ESCPOD_ASSIGN_OR_RETURN(ReadBatch rows, m_impl->rows_from_file(batch_idx, 0, batch_rows(batch_idx),
+                                                                  detail::ReadsRowReader::Columns::kIds));
+    return std::move(rows.read_id);
   }
   ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<arrow::RecordBatch> held, m_impl->reads_batch(batch_idx));
   const arrow::RecordBatch& rb = *held;

@@ -86,7 +86,7 @@ Status ReadsRowReader::locate(size_t batch, uint64_t batch_rows, RecordBatchHead
 }
 
 Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first_row, size_t n_rows,
-                                 ReadBatch* out, const std::string& where, bool signal_only) const {
+                                 ReadBatch* out, const std::string& where, Columns columns) const {
   RecordBatchHeader at;
   uint64_t body = 0;
   ESCPOD_RETURN_IF_ERROR(locate(batch, batch_rows, &at, &body, where));
@@ -129,6 +129,7 @@ Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first
   ESCPOD_RETURN_IF_ERROR(raw(*column("read_id"), "read_id", n));
   if (column("read_id")->width != 16) return Status::internal(ctx + ": read_id width");
   if (n > 0) std::memcpy(out->read_id.data(), bytes.data(), 16 * n);
+  if (columns == Columns::kIds) return Status::ok();
 
   // signal: list<uint64> of global signal-table rows.
   const Column& list = *column("signal");
@@ -152,7 +153,7 @@ Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first
 
   ESCPOD_RETURN_IF_ERROR(values("calibration_offset", float{}, 0.0f, out->calibration_offset));
   ESCPOD_RETURN_IF_ERROR(values("calibration_scale", float{}, 0.0f, out->calibration_scale));
-  if (signal_only) return values("num_samples", uint64_t{}, uint64_t{0}, out->num_samples);
+  if (columns == Columns::kSignal) return values("num_samples", uint64_t{}, uint64_t{0}, out->num_samples);
   ESCPOD_RETURN_IF_ERROR(values("read_number", uint32_t{}, uint32_t{0}, out->read_number));
   ESCPOD_RETURN_IF_ERROR(values("start", uint64_t{}, uint64_t{0}, out->start_sample));
   ESCPOD_RETURN_IF_ERROR(values("median_before", float{}, kNaN, out->median_before));

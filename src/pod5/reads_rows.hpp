@@ -41,10 +41,12 @@ class ReadsRowReader {
   // (absent optional columns get the same fallbacks). Dictionary indices are copied as stored:
   // the caller checks them against its dictionaries. `where` names the file in errors. Safe to
   // call from several threads at once.
-  // With signal_only, only read_id, the signal rows, num_samples and the calibration are read
-  // (the other columns of `out` are left empty): what decoding the reads' signal needs.
+  // `columns` below kAll reads fewer columns (the others of `out` are left empty): kSignal
+  // read_id, the signal rows, num_samples and the calibration (what decoding the reads' signal
+  // needs), kIds read_id alone.
+  enum class Columns { kAll, kSignal, kIds };
   Status read_rows(size_t batch, uint64_t batch_rows, size_t first_row, size_t n_rows, ReadBatch* out,
-                   const std::string& where, bool signal_only = false) const;
+                   const std::string& where, Columns columns = Columns::kAll) const;
 
  private:
   struct Column {

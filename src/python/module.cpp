@@ -39,6 +39,7 @@
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/file_writer.hpp"
 #include "escpod/pod5/read_id.hpp"
+#include "escpod/pod5/read_id_map.hpp"
 #include "escpod/pod5/read_index.hpp"
 #include "escpod/pod5/records.hpp"
 #include "escpod/pod5/vbz.hpp"
@@ -649,7 +650,8 @@ class Index {
       const size_t r = rows[i].size() ? 0 : where[i].row;
       job.add(where[i].file, b.rows_of(r), b.num_samples[r], {b.calibration_offset[r], b.calibration_scale[r]});
     }
-    return job.run(pa, n_threads);
+    auto t = job.run(pa, n_threads);
+    return t;
   }
 
  private:
@@ -708,7 +710,7 @@ class Index {
       const auto [fi, bi] = file_batch(g);
       const auto& ids = m_batch_ids[g];
       for (size_t r = 0; r < ids.size(); ++r) {
-        if (!m_map.emplace(ids[r], Location{fi, bi, static_cast<uint32_t>(r)}).second) ++m_n_duplicates;
+        if (!m_map.try_emplace(ids[r], Location{fi, bi, static_cast<uint32_t>(r)}).second) ++m_n_duplicates;
       }
     }
   }
@@ -732,8 +734,8 @@ class Index {
   Status find_places(const ReadId& id, std::vector<pod5::IndexHit>& hits, Found* out,
                      OnIndexedRow&& on_indexed_row) const {
     *out = Found{};
-    if (auto it = m_map.find(id); it != m_map.end()) {
-      out->best = it->second;
+    if (const Location* scanned = m_map.find(id)) {
+      out->best = *scanned;
       ++out->n_places;
     }
     for (const Persistent& p : m_persistent) {
@@ -854,7 +856,7 @@ class Index {
   size_t m_n_indexed = 0;
   std::vector<Persistent> m_persistent;
   std::vector<pod5::IndexHit> m_hits;                    // lookup scratch
-  std::unordered_map<ReadId, Location, pod5::ReadIdHash> m_map;
+  pod5::ReadIdMap<Location> m_map;  // the scanned files' ids
   size_t m_n_duplicates = 0;       // in the scanned files
   size_t m_n_duplicates_seen = 0;  // ids found in more than one place by lookups using an index
 };

@@ -7,8 +7,10 @@
 #include <fstream>
 #include <cstring>
 #include <random>
+#include <unordered_map>
 #include <unordered_set>
 
+#include "escpod/pod5/read_id_map.hpp"
 #include "pod5/read_id_set.hpp"
 #include "test_data.hpp"
 
@@ -652,4 +654,42 @@ TEST(ReadIdSet, AgreesWithStdSet) {
   EXPECT_EQ(set.contains(absent), plain.count(absent) > 0);
   // Memory per id well under unordered_set's (~64 bytes).
   EXPECT_LE(set.memory_bytes(), 48 * set.size());
+}
+
+// ReadIdMap against std::unordered_map: the first value stored for an id stays, through growth,
+// reserve, the all-zero id and clear().
+TEST(ReadIdMap, AgreesWithStdMap) {
+  std::mt19937_64 rng(23);
+  escpod::pod5::ReadIdMap<uint32_t> map;
+  std::unordered_map<escpod::pod5::ReadId, uint32_t, escpod::pod5::ReadIdHash> plain;
+  map.reserve(5000);
+  for (uint32_t i = 0; i < 40000; ++i) {
+    escpod::pod5::ReadId id{};
+    if (i % 3 == 0) {
+      const uint64_t a = rng(), b = rng();
+      std::memcpy(id.bytes.data(), &a, 8);
+      std::memcpy(id.bytes.data() + 8, &b, 8);
+    } else if (i % 3 == 1) {
+      id.bytes[15] = static_cast<uint8_t>(i % 251);  // repeats, and the all-zero id
+    } else {
+      id.bytes[0] = static_cast<uint8_t>(i >> 8);
+      id.bytes[7] = static_cast<uint8_t>(i);
+    }
+    const auto [value, fresh] = map.try_emplace(id, i);
+    const auto [it, plain_fresh] = plain.emplace(id, i);
+    ASSERT_EQ(fresh, plain_fresh) << i;
+    ASSERT_EQ(*value, it->second) << i;
+    ASSERT_EQ(map.size(), plain.size());
+  }
+  for (const auto& [id, v] : plain) {
+    const uint32_t* found = map.find(id);
+    ASSERT_NE(found, nullptr) << id.to_string();
+    EXPECT_EQ(*found, v);
+  }
+  escpod::pod5::ReadId absent{};
+  absent.bytes[3] = 0x5A;
+  EXPECT_EQ(map.find(absent) != nullptr, plain.count(absent) > 0);
+  map.clear();
+  EXPECT_EQ(map.size(), 0u);
+  EXPECT_EQ(map.find(plain.begin()->first), nullptr);
 }
