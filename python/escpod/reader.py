@@ -363,7 +363,9 @@ class Reader:
         # Random access (a DatasetReader's files): each reads batch is validated when first
         # decoded rather than all at open, and single rows are read straight from the file.
         # (_file: already opened that way, by _core.open_files.)
-        self._file = _file if _file is not None else _core.File(str(self._path), validate_all_batches=not _random_access)
+        if _file is None:
+            _file = _core.File(str(self._path), validate_all_batches=not _random_access)
+        self._file = _file
         info = self._file.info()
         self._info = info
         self._pore_types = self._file.pore_types()

@@ -723,12 +723,17 @@ Status FileReader::Impl::make_signal_view_from_file(int b, SignalBatchView* out)
   const std::string ctx = where() + ": signal batch " + std::to_string(b) + " of " + std::to_string(n_signal_batches());
   const detail::IpcBlock& block = signal_blocks[static_cast<size_t>(b)];
   const uint64_t at = signal_table_offset + block.offset;
-  thread_local std::vector<uint8_t> meta;
-  meta.resize(block.meta_size);
-  ESCPOD_RETURN_IF_ERROR(detail::pread_exact(fd.get(), meta.data(), meta.size(), at, where()));
+  // One read for the header and the start of the body, where the writer puts the read ids and
+  // the signal offsets (24 bytes a row, by the row count the layout expects): both are then
+  // copied from it (read on their own if they lie elsewhere).
+  const auto bi = static_cast<size_t>(b);
+  const uint64_t expected_rows = bi + 1 < signal_batch_first.size() ? signal_batch_first[bi + 1] - signal_batch_first[bi] : 0;
+  thread_local std::vector<uint8_t> head;
+  head.resize(block.meta_size + std::min<uint64_t>(block.body_size, 24 * expected_rows + 136));
+  ESCPOD_RETURN_IF_ERROR(detail::pread_exact(fd.get(), head.data(), head.size(), at, where()));
   detail::RecordBatchHeader h;
   std::string why;
-  if (!detail::parse_record_batch_header(meta.data(), meta.size(), block.body_size, &h, &why)) {
+  if (!detail::parse_record_batch_header(head.data(), block.meta_size, block.body_size, &h, &why)) {
     return Status::corrupt(ctx + ": " + why);
   }
   const SignalIpcLayout& l = signal_ipc;
@@ -761,9 +766,17 @@ Status FileReader::Impl::make_signal_view_from_file(int b, SignalBatchView* out)
   auto* offsets = reinterpret_cast<int64_t*>(v.owned.data() + 2 * rows);
   auto* samples = reinterpret_cast<uint32_t*>(v.owned.data() + 3 * rows + 1);
   const uint64_t body = at + block.meta_size;
-  ESCPOD_RETURN_IF_ERROR(detail::pread_exact(fd.get(), ids, 16 * rows, body + ids_at, where()));
-  ESCPOD_RETURN_IF_ERROR(detail::pread_exact(fd.get(), offsets, 8 * (rows + 1), body + offsets_at, where()));
-  ESCPOD_RETURN_IF_ERROR(detail::pread_exact(fd.get(), samples, 4 * rows, body + samples_at, where()));
+  const uint64_t in_head = head.size() - block.meta_size;  // body bytes already read
+  auto fetch = [&](void* dst, uint64_t n, uint64_t off) -> Status {
+    if (off + n <= in_head) {
+      std::memcpy(dst, head.data() + block.meta_size + off, n);
+      return Status::ok();
+    }
+    return detail::pread_exact(fd.get(), dst, n, body + off, where());
+  };
+  ESCPOD_RETURN_IF_ERROR(fetch(ids, 16 * rows, ids_at));
+  ESCPOD_RETURN_IF_ERROR(fetch(offsets, 8 * (rows + 1), offsets_at));
+  ESCPOD_RETURN_IF_ERROR(fetch(samples, 4 * rows, samples_at));
   for (uint64_t r = 0; r < rows; ++r) {
     if (offsets[0] < 0 || offsets[r] > offsets[r + 1] || static_cast<uint64_t>(offsets[r + 1]) > data_len) {
       return Status::corrupt(ctx + " row " + std::to_string(r) + ": signal offsets " + std::to_string(offsets[r]) +

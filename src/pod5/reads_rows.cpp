@@ -52,6 +52,7 @@ std::unique_ptr<ReadsRowReader> ReadsRowReader::create(int fd, const uint8_t* ta
   }
   if (fd < 0 || !r->column("read_id") || !r->column("signal") || !r->column("num_samples")) return nullptr;
   if (!read_ipc_blocks(table, table_size, &r->m_blocks)) return nullptr;
+  r->m_headers = std::make_unique<CachedHeader[]>(r->m_blocks.size());
   return r;
 }
 
@@ -60,36 +61,45 @@ const ReadsRowReader::Column* ReadsRowReader::column(const char* name) const {
   return it == m_columns.end() ? nullptr : &it->second;
 }
 
-Status ReadsRowReader::locate(size_t batch, uint64_t batch_rows, RecordBatchHeader* at, uint64_t* body,
-                              const std::string& where) const {
-  const std::string ctx = where + ": reads batch " + std::to_string(batch);
-  if (batch >= m_blocks.size()) return Status::corrupt(ctx + " is not in the table's IPC footer");
+Status ReadsRowReader::read_header(size_t batch, RecordBatchHeader* at, const std::string& ctx) const {
   const IpcBlock& block = m_blocks[batch];
   thread_local std::vector<uint8_t> meta;
   meta.resize(block.meta_size);
-  ESCPOD_RETURN_IF_ERROR(pread_exact(m_fd, meta.data(), meta.size(), m_table_offset + block.offset, where));
+  ESCPOD_RETURN_IF_ERROR(pread_exact(m_fd, meta.data(), meta.size(), m_table_offset + block.offset, ctx));
   std::string why;
   if (!parse_record_batch_header(meta.data(), meta.size(), block.body_size, at, &why)) {
     return Status::corrupt(ctx + ": " + why);
-  }
-  if (static_cast<uint64_t>(at->length) != batch_rows) {
-    return Status::corrupt(ctx + " holds " + std::to_string(at->length) + " rows, " + std::to_string(batch_rows) +
-                           " expected");
   }
   if (at->node_length.size() != static_cast<size_t>(m_n_nodes) || at->buffers.size() != static_cast<size_t>(m_n_buffers)) {
     return Status::corrupt(ctx + ": " + std::to_string(at->node_length.size()) + " field nodes and " +
                            std::to_string(at->buffers.size()) + " buffers where the schema has " +
                            std::to_string(m_n_nodes) + " and " + std::to_string(m_n_buffers));
   }
-  *body = m_table_offset + block.offset + block.meta_size;
+  return Status::ok();
+}
+
+Status ReadsRowReader::locate(size_t batch, uint64_t batch_rows, const RecordBatchHeader** at, uint64_t* body,
+                              const std::string& where) const {
+  const std::string ctx = where + ": reads batch " + std::to_string(batch);
+  if (batch >= m_blocks.size()) return Status::corrupt(ctx + " is not in the table's IPC footer");
+  CachedHeader& cached = m_headers[batch];
+  std::call_once(cached.once, [&] { cached.status = read_header(batch, &cached.header, ctx); });
+  ESCPOD_RETURN_IF_ERROR(cached.status);
+  if (static_cast<uint64_t>(cached.header.length) != batch_rows) {
+    return Status::corrupt(ctx + " holds " + std::to_string(cached.header.length) + " rows, " +
+                           std::to_string(batch_rows) + " expected");
+  }
+  *at = &cached.header;
+  *body = m_table_offset + m_blocks[batch].offset + m_blocks[batch].meta_size;
   return Status::ok();
 }
 
 Status ReadsRowReader::read_rows(size_t batch, uint64_t batch_rows, size_t first_row, size_t n_rows,
                                  ReadBatch* out, const std::string& where, Columns columns) const {
-  RecordBatchHeader at;
+  const RecordBatchHeader* header = nullptr;
   uint64_t body = 0;
-  ESCPOD_RETURN_IF_ERROR(locate(batch, batch_rows, &at, &body, where));
+  ESCPOD_RETURN_IF_ERROR(locate(batch, batch_rows, &header, &body, where));
+  const RecordBatchHeader& at = *header;
   const std::string ctx = where + ": reads batch " + std::to_string(batch);
   const uint64_t first = first_row;
   const size_t n = n_rows;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -57,13 +58,22 @@ class ReadsRowReader {
   };
   ReadsRowReader() = default;
   const Column* column(const char* name) const;
-  // Reads and checks batch `batch`'s header: *body is the file offset of its body.
-  Status locate(size_t batch, uint64_t batch_rows, RecordBatchHeader* at, uint64_t* body,
+  // Batch `batch`'s header, read and checked on first use (later calls, from any thread, get the
+  // same answer without reading the file): *at points at it, *body is the file offset of its body.
+  Status locate(size_t batch, uint64_t batch_rows, const RecordBatchHeader** at, uint64_t* body,
                 const std::string& where) const;
+  // Reads and parses batch `batch`'s header from the file, checked against the schema.
+  Status read_header(size_t batch, RecordBatchHeader* at, const std::string& ctx) const;
+  struct CachedHeader {
+    std::once_flag once;
+    Status status;
+    RecordBatchHeader header;
+  };
 
   int m_fd = -1;
   uint64_t m_table_offset = 0;
   std::vector<IpcBlock> m_blocks;
+  std::unique_ptr<CachedHeader[]> m_headers;  // per batch, filled on first use (locate)
   std::unordered_map<std::string, Column> m_columns;
   Column m_signal_values;  // the child of the signal list column
   int m_n_nodes = 0, m_n_buffers = 0;
