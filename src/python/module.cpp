@@ -130,7 +130,8 @@ struct RawBuffer {
 // about to fill otherwise takes one page fault per 4 KB page, two threads contending for the
 // page-table locks; populating each read's range first was ~20% cheaper in a probe on the build
 // VM (74 MB written by two threads in 74 KB pieces: 17.7-18.5 ms faulting, 14.1-15.8 ms
-// populating each piece first). A hint: on failure the pages simply fault in.
+// populating each piece first), and 1,000 random reads of the benchmark set took 56.9 ms against
+// 60.2 ms without it (medians of 20 alternating pairs). A hint: on failure the pages fault in.
 void populate_for_write(void* p, size_t bytes) {
   static std::atomic<bool> supported{true};
   if (bytes == 0 || !supported.load(std::memory_order_relaxed)) return;
