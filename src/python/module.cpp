@@ -430,29 +430,32 @@ struct SignalJob {
     calibration.push_back(c);
   }
 
-  // Decodes reads [first, last) on n_threads into `out` (float32 picoamps when pa, else int16),
-  // read i at sample sample_offsets[i] - sample_offsets[first]. Each worker writes (and so first
-  // touches) the part of `out` its reads fill. The error is the first failing read's; reads not
-  // yet started are skipped; Ctrl-C gives KeyboardInterrupt.
+  // Decodes reads [first, last) on n_threads into fresh memory `out` (float32 picoamps when pa,
+  // else int16), read i at sample sample_offsets[i] - sample_offsets[first]. Each worker maps in
+  // (populate_for_write) and fills the part of `out` its reads take. The error is the first
+  // failing read's; reads not yet started are skipped; Ctrl-C gives KeyboardInterrupt.
   void decode(size_t first, size_t last, bool pa, int n_threads, void* out) const {
     Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
       Executor& pool = Executor::for_threads(resolve_threads(n_threads));
       return parallel_for(pool, last - first, [&](size_t k) -> Status {
         if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
-        return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first]);
+        return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first], true);
       });
     });
     if (!s.is_ok()) raise_status(s);
   }
 
-  // decode() for a short run of reads (one chunk of a stream, a few ms): on the calling thread
-  // with the GIL released, without the helper thread and signal polling of run_interruptible
-  // (a stream is interruptible between chunks), and without the pool for one thread.
+  // decode() for a short run of reads (one chunk of a stream, a few ms) into a recycled buffer
+  // (its pages mapped already: not populated again): on the calling thread with the GIL
+  // released, without the helper thread and signal polling of run_interruptible (a stream is
+  // interruptible between chunks), and without the pool for one thread.
   void decode_short(size_t first, size_t last, bool pa, int n_threads, void* out) const {
     Status s;
     {
       nb::gil_scoped_release release;
-      auto one = [&](size_t k) { return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first]); };
+      auto one = [&](size_t k) {
+        return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first], false);
+      };
       if (resolve_threads(n_threads) == 1) {
         for (size_t k = 0; k < last - first && s.is_ok(); ++k) s = one(k);
       } else {
@@ -473,17 +476,17 @@ struct SignalJob {
   }
 
  private:
-  Status decode_one(size_t i, bool pa, std::byte* out, uint64_t base) const {
+  Status decode_one(size_t i, bool pa, std::byte* out, uint64_t base, bool populate) const {
     std::span<const uint64_t> rr(rows.data() + row_offsets[i], row_offsets[i + 1] - row_offsets[i]);
     const uint64_t lo = sample_offsets[i] - base, len = sample_offsets[i + 1] - sample_offsets[i];
     const FileReader& r = *files[file_of[i]];
     if (!pa) {
       int16_t* dst = reinterpret_cast<int16_t*>(out) + lo;
-      populate_for_write(dst, len * sizeof(int16_t));
+      if (populate) populate_for_write(dst, len * sizeof(int16_t));
       return decode_adc(r, rr, {dst, len});
     }
     float* dst = reinterpret_cast<float*>(out) + lo;
-    populate_for_write(dst, len * sizeof(float));
+    if (populate) populate_for_write(dst, len * sizeof(float));
     return decode_pa(r, rr, calibration[i], {dst, len});
   }
 };
