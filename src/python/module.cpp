@@ -265,19 +265,18 @@ nb::object decode_read(uint64_t n, Decode&& decode) {
 // A random-access open also takes the batch layout that a fresh read-id index (`escpod index`)
 // stores for the file, so that opening reads no batch metadata; a layout that does not describe
 // the file is dropped and the file opened without it (its own errors are then the file's).
-Result<std::unique_ptr<FileReader>> open_file(const std::string& path, bool validate_all_batches) {
+// `index`: the index of the folder holding the file (nullptr: none, or not usable).
+Result<std::unique_ptr<FileReader>> open_file(const std::string& path, bool validate_all_batches,
+                                              const pod5::ReadIndex* index) {
   pod5::OpenOptions options;
   options.validate_all_batches = validate_all_batches;
   if (validate_all_batches) return FileReader::open(path, options);
   pod5::BatchLayout layout;
-  if (const std::filesystem::path root = pod5::ReadIndex::find_root(path); !root.empty()) {
-    Result<std::unique_ptr<pod5::ReadIndex>> index = pod5::ReadIndex::open(root);
-    const pod5::IndexedFile* entry = index.is_ok() ? (*index)->verified_entry(path) : nullptr;
-    Result<pod5::BatchLayout> stored = entry ? pod5::decode_batch_layout(*entry) : Status::not_found("");
-    if (stored.is_ok()) {
-      layout = std::move(stored).value();
-      options.layout = &layout;
-    }
+  const pod5::IndexedFile* entry = index ? index->verified_entry(path) : nullptr;
+  if (Result<pod5::BatchLayout> stored = entry ? pod5::decode_batch_layout(*entry) : Status::not_found("");
+      stored.is_ok()) {
+    layout = std::move(stored).value();
+    options.layout = &layout;
   }
   Result<std::unique_ptr<FileReader>> r = FileReader::open(path, options);
   if (r.is_ok() || options.layout == nullptr) return r;
@@ -285,12 +284,22 @@ Result<std::unique_ptr<FileReader>> open_file(const std::string& path, bool vali
   return FileReader::open(path, options);
 }
 
+// The read-id index stored under `root` (ReadIndex::find_root), or nullptr (no root, or a damaged
+// index: not used).
+std::unique_ptr<pod5::ReadIndex> open_index(const std::filesystem::path& root) {
+  if (root.empty()) return nullptr;
+  Result<std::unique_ptr<pod5::ReadIndex>> index = pod5::ReadIndex::open(root);
+  return index.is_ok() ? std::move(index).value() : nullptr;
+}
+
 class File {
  public:
   explicit File(const std::string& path, bool validate_all_batches = true) {
     Result<std::unique_ptr<FileReader>> r = [&] {
       nb::gil_scoped_release release;
-      return open_file(path, validate_all_batches);
+      const std::unique_ptr<pod5::ReadIndex> index =
+          validate_all_batches ? nullptr : open_index(pod5::ReadIndex::find_root(path));
+      return open_file(path, validate_all_batches, index.get());
     }();
     if (!r.is_ok()) raise_status(r.status());
     m_reader = std::shared_ptr<FileReader>(std::move(r).value());
@@ -908,11 +917,20 @@ SignalJob all_job(File& f, std::vector<ReadId>* ids) {
 // Opens `paths` for random access (open_file) on n_threads: a list of Files in the order given.
 // Raises the first failing path's error (each names its file).
 nb::list open_files(const std::vector<std::string>& paths, int n_threads) {
+  // Each folder's index opened once, for all its files.
+  std::map<std::filesystem::path, std::unique_ptr<pod5::ReadIndex>> index_of_root;
+  std::vector<const pod5::ReadIndex*> index(paths.size(), nullptr);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::filesystem::path root = pod5::ReadIndex::find_root(paths[i]);
+    auto it = index_of_root.find(root);
+    if (it == index_of_root.end()) it = index_of_root.emplace(root, open_index(root)).first;
+    index[i] = it->second.get();
+  }
   std::vector<std::unique_ptr<FileReader>> readers(paths.size());
   Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
     return parallel_for(Executor::for_threads(resolve_threads(n_threads)), paths.size(), [&](size_t i) -> Status {
       if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
-      ESCPOD_ASSIGN_OR_RETURN(readers[i], open_file(paths[i], false));
+      ESCPOD_ASSIGN_OR_RETURN(readers[i], open_file(paths[i], false, index[i]));
       return Status::ok();
     });
   });

@@ -488,6 +488,14 @@ TEST(FileReader, RandomAccessRowsEqualArrowDecoding) {
   }
 }
 
+// How the read-id index opens a file: batches validated when read, with its stored layout.
+OpenOptions random_access_options(const BatchLayout& layout) {
+  OpenOptions options;
+  options.validate_all_batches = false;
+  options.layout = &layout;
+  return options;
+}
+
 // Writes n test reads of one run ("acq_a") in reads batches of 11 rows (several batches from a
 // few reads, for the damaged-file tests below) and gives where its reads table lies and its
 // batch layout (as the read-id index stores it).
@@ -520,26 +528,17 @@ TEST(FileReader, RandomAccessRowsOfADamagedBatchFailWithTheFileAndBatch) {
   // Overwrite one message of the reads table with garbage, trying each in turn: those the open
   // needs (the schema, the dictionaries, the last batch) fail the open; the first that leaves it
   // working is an earlier record batch.
-  std::string original;
-  {
-    std::ifstream in(path, std::ios::binary);
-    original.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  const std::string original = test::file_bytes(path);
   const auto table_begin = static_cast<size_t>(reads_table.offset);
   const auto table_end = table_begin + static_cast<size_t>(reads_table.length);
-  OpenOptions lazy_options;
-  lazy_options.validate_all_batches = false;
-  lazy_options.layout = &layout;
+  const OpenOptions lazy_options = random_access_options(layout);
   size_t n_failed = 0;
   for (size_t marker = original.find("\xff\xff\xff\xff", table_begin);
        marker != std::string::npos && marker < table_end && n_failed == 0;
        marker = original.find("\xff\xff\xff\xff", marker + 4)) {
     std::string bytes = original;
     for (size_t i = marker + 8; i < marker + 64; ++i) bytes[i] = static_cast<char>(0x5a);
-    {
-      std::ofstream out(path, std::ios::binary | std::ios::trunc);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    }
+    test::write_file_bytes(path, bytes);
     auto lazy = FileReader::open(path, lazy_options);
     if (!lazy.is_ok()) {
       EXPECT_NE(lazy.status().message().find(path.string()), std::string::npos) << lazy.status().to_string();
@@ -579,11 +578,7 @@ TEST(FileReader, ADictionaryIndexOutsideItsDictionaryNamesTheBatchRowAndColumn) 
     stored = batch->end_reason_idx;
   }
   ASSERT_EQ(stored.size(), 11u);
-  std::string bytes;
-  {
-    std::ifstream in(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string bytes = test::file_bytes(path);
   // The column's values buffer in the reads table: the first place holding that sequence (batch
   // 0 comes first; a later match can straddle another batch's padding and values). The errors
   // checked below name batch 0, row 4 and the column: they would not if this were elsewhere.
@@ -594,16 +589,10 @@ TEST(FileReader, ADictionaryIndexOutsideItsDictionaryNamesTheBatchRowAndColumn) 
   ASSERT_LT(found, table_begin + static_cast<size_t>(table.length));
   const int16_t past_the_end = 0x7fff;
   std::memcpy(bytes.data() + found + 2 * 4, &past_the_end, 2);  // row 4
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
+  test::write_file_bytes(path, bytes);
   EXPECT_FALSE(FileReader::open(path).is_ok());  // every batch validated
 
-  OpenOptions lazy_options;
-  lazy_options.validate_all_batches = false;
-  lazy_options.layout = &layout;
-  auto lazy = FileReader::open(path, lazy_options);
+  auto lazy = FileReader::open(path, random_access_options(layout));
   ASSERT_TRUE(lazy.is_ok()) << lazy.status().to_string();
   ASSERT_TRUE((*lazy)->reads_rows_from_file());
   const std::string expected = "reads batch 0 row 4: end_reason index 32767 outside its dictionary";
