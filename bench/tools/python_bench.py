@@ -11,7 +11,9 @@ measures, each library in a fresh process, the median of --repeat runs:
   records      iterating every record of one file reading its fields
   random_ids   1,000 random reads (record + picoamp signal) by id from the 10-file collection,
                opening the collection included (escpod also through a prebuilt `escpod index` of
-               hard links to the same files, and with get_signals(ids) for all ids at once)
+               hard links to the same files, with get_signals(ids) for all ids at once, and
+               streamed with DatasetReader.iter_signals(ids), each signal used and dropped as
+               the pod5 loop does)
   write        writing 20,000 reads (signal from the data set) to a new file
 Prints a Markdown table of seconds (wall) and CPU seconds (user + system, all threads) and
 ratios; writes JSON to --json.
@@ -91,6 +93,10 @@ elif task == "random_ids":
     if lib == "escpod" and variant == "bulk":
         with mod.DatasetReader(files, threads=max(threads, 1)) as ds:
             n = sum(len(s) for s in ds.get_signals(ids, pa=True, threads=threads))
+    elif lib == "escpod" and variant == "stream":
+        with mod.DatasetReader(files, threads=max(threads, 1)) as ds:
+            for s in ds.iter_signals(ids, pa=True, threads=threads):
+                n += len(s)
     elif lib in ("escpod", "pod5"):
         with mod.DatasetReader(files, threads=max(threads, 1)) as ds:
             for rid in ids:
@@ -222,6 +228,7 @@ def main():
         ("random_ids", "pod5", 1, "", files), ("random_ids", "escapepod", 1, "", files),
         ("random_ids", "escpod", 1, "", files), ("random_ids", "escpod", n_cpu, "", files),
         ("random_ids", "escpod", 1, "indexed", indexed), ("random_ids", "escpod", n_cpu, "bulk", files),
+        ("random_ids", "escpod", n_cpu, "stream", files),
         ("write", "pod5", 1, "", files), ("write", "escapepod", 1, "", files),
         ("write", "escpod", 1, "", files),
     ]

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _core
 from .pod5_types import PathOrStr
-from .reader import Pod5ApiException, Reader, ReadRecord, pack_read_ids
+from .reader import Pod5ApiException, Reader, ReadRecord, pack_read_ids, stream_arrays
 
 DEFAULT_CPUS = min(os.cpu_count() or 1, 4)
 
@@ -213,3 +213,15 @@ class DatasetReader:
         self.index_read_ids()
         buf, offsets = self._index.signals(pack_read_ids(list(read_ids)), pa, threads)
         return [buf[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+    def iter_signals(
+        self, read_ids: Iterable[str], pa: bool = True, threads: int = 0, chunk_samples: int = 1 << 20
+    ) -> Generator[np.ndarray, None, None]:
+        """The streaming form of get_signals: the signals of `read_ids` in the order given (KeyError
+        naming the first absent id, before any is yielded), decoded chunk by chunk (about
+        `chunk_samples` samples, whole reads) on `threads` cores (0: all). A chunk's buffer is
+        reused once its arrays are freed, so a loop that uses each signal and drops it holds and
+        first touches a few chunks of memory however many ids it asks for."""
+        self.index_read_ids()
+        stream = self._index.signal_stream(pack_read_ids(list(read_ids)), pa, threads, chunk_samples)
+        yield from stream_arrays(stream)

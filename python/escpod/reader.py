@@ -352,6 +352,20 @@ class ReadRecord:
         )
 
 
+
+def stream_arrays(stream) -> Generator[np.ndarray, None, None]:
+    """One array per read from a `_core.SignalStream`, chunk after chunk. A chunk's arrays are
+    views of its buffer, which goes back to the stream's pool once they are all freed."""
+    while True:
+        chunk = stream.next()
+        if chunk is None:
+            return
+        buf, offsets = chunk[0], chunk[1].tolist()
+        del chunk
+        for i in range(len(offsets) - 1):
+            yield buf[offsets[i] : offsets[i + 1]]
+        del buf  # the caller's last array still holds it; the pool keeps the others
+
 class Reader:
     """A POD5 file opened for reading (pod5.Reader's API)."""
 
@@ -598,15 +612,7 @@ class Reader:
         else:
             batches, rows = self._locate_all(list(ids))
             stream = _core.file_signal_stream(self._file_handle(), batches, rows, pa, threads, chunk_samples)
-        while True:
-            chunk = stream.next()
-            if chunk is None:
-                return
-            buf, offsets = chunk[0], chunk[1].tolist()
-            del chunk
-            for i in range(len(offsets) - 1):
-                yield buf[offsets[i] : offsets[i + 1]]
-            del buf  # the caller's last array still holds it; the pool keeps the others
+        yield from stream_arrays(stream)
 
     def _locate_all(self, ids: List[str]):
         packed = pack_read_ids(ids)

@@ -650,21 +650,11 @@ class Index {
   }
 
   // Signals of the reads `ids` (all must be present): (buffer, offsets) as SignalJob::run.
-  nb::tuple signals(const IdArray& ids, bool pa, int n_threads) {
-    std::vector<ReadId> v = ids_from_numpy(ids);
-    SignalJob job;
-    job.files = m_files;
-    job.file_of.reserve(v.size());
-    const std::vector<Location> where = locate_all(v, n_threads);
-    std::vector<ReadBatch> rows = read_rows(where, n_threads);
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (rows[i].size() && rows[i].read_id[0] != v[i]) check_indexed_row(where[i], v[i]);  // raises
-      const ReadBatch& b = rows[i].size() ? rows[i] : batch(where[i].file, where[i].batch);
-      const size_t r = rows[i].size() ? 0 : where[i].row;
-      job.add(where[i].file, b.rows_of(r), b.num_samples[r], {b.calibration_offset[r], b.calibration_scale[r]});
-    }
-    auto t = job.run(pa, n_threads);
-    return t;
+  nb::tuple signals(const IdArray& ids, bool pa, int n_threads) { return job_of(ids, n_threads).run(pa, n_threads); }
+
+  // The same reads as a stream of chunks (SignalStream): memory bounded by a few chunks.
+  SignalStream signal_stream(const IdArray& ids, bool pa, int n_threads, uint64_t chunk_samples) {
+    return SignalStream(job_of(ids, n_threads), pa, n_threads, chunk_samples);
   }
 
  private:
@@ -780,6 +770,24 @@ class Index {
 
   void count_places(const Found& found) {
     if (found.n_places > 1 && m_persistent.size() > 0) ++m_n_duplicates_seen;
+  }
+
+  // The reads `ids` (all must be present; KeyError naming the first absent) as a SignalJob, in
+  // the order given: located on n_threads, each row read alone where its file allows.
+  SignalJob job_of(const IdArray& ids, int n_threads) {
+    std::vector<ReadId> v = ids_from_numpy(ids);
+    SignalJob job;
+    job.files = m_files;
+    job.file_of.reserve(v.size());
+    const std::vector<Location> where = locate_all(v, n_threads);
+    std::vector<ReadBatch> rows = read_rows(where, n_threads);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (rows[i].size() && rows[i].read_id[0] != v[i]) check_indexed_row(where[i], v[i]);  // raises
+      const ReadBatch& b = rows[i].size() ? rows[i] : batch(where[i].file, where[i].batch);
+      const size_t r = rows[i].size() ? 0 : where[i].row;
+      job.add(where[i].file, b.rows_of(r), b.num_samples[r], {b.calibration_offset[r], b.calibration_scale[r]});
+    }
+    return job;
   }
 
   // locate() for many ids, the index look-ups on n_threads: rows in files that cannot read rows
@@ -1200,7 +1208,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("n_indexed_files", &Index::n_indexed_files)
       .def("lookup", &Index::lookup, "ids"_a)
       .def("find", &Index::find, "read_id"_a)
-      .def("signals", &Index::signals, "ids"_a, "pa"_a, "n_threads"_a = 0);
+      .def("signals", &Index::signals, "ids"_a, "pa"_a, "n_threads"_a = 0)
+      .def("signal_stream", &Index::signal_stream, "ids"_a, "pa"_a, "n_threads"_a = 0, "chunk_samples"_a = 1 << 20);
 
   m.def("open_files", &open_files, "paths"_a, "n_threads"_a = 0);
   m.def("file_signals", &file_signals, "file"_a, "batches"_a, "rows"_a, "pa"_a, "n_threads"_a = 0);

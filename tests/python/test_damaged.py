@@ -20,6 +20,8 @@ try:
         with escpod.DatasetReader(path, threads=2) as ds:
             ids = list(ds.read_ids)
             ds.get_signals(ids, pa=True, threads=2)
+            for sig in ds.iter_signals(ids[::3], pa=False, threads=2, chunk_samples=20_000):
+                pass
             for rid in ids[::7]:
                 rec = ds.get_read(rid); rec.signal; rec.run_info; rec.pore
 except Exception as e:

@@ -61,6 +61,24 @@ def test_dataset_index_and_signals(shared_data, tmp_path):
             assert np.array_equal(rec.signal_pa, expected[rid][1])
         for rid, sig in zip(pick, ds.get_signals(pick, pa=True), strict=True):
             assert np.array_equal(sig, expected[rid][1])
+        # Streamed: the same arrays in the order asked, across files, repeats included; kept
+        # arrays stay intact while later chunks decode, dropped ones give their buffer back.
+        kept = list(ds.iter_signals(pick, pa=True, threads=2, chunk_samples=40_000))
+        assert len(kept) == len(pick)
+        for rid, sig in zip(pick, kept, strict=True):
+            assert sig.dtype == np.float32 and np.array_equal(sig, expected[rid][1])
+        # Chunks above the longest read: every buffer has one size, so each freed one is reused.
+        chunk = 2 * max(expected[rid][2] for rid in pick)
+        buffers, n = set(), 0
+        for sig in ds.iter_signals(pick, pa=False, threads=2, chunk_samples=chunk):
+            assert sig.dtype == np.int16 and len(sig) == expected[pick[n]][2]
+            buffers.add(sig.base.__array_interface__["data"][0])
+            n += 1
+        assert n == len(pick) and 1 <= len(buffers) <= 4, len(buffers)
+        assert list(ds.iter_signals([])) == []
+        missing = "00000000-0000-0000-0000-000000000003"
+        with pytest.raises(KeyError, match=missing):
+            next(ds.iter_signals(pick[:3] + [missing]))
         recs = ds.get_reads(pick[:5] + ["00000000-0000-0000-0000-000000000001"])
         assert recs[-1] is None and [str(r.read_id) for r in recs[:5]] == pick[:5]
 
