@@ -199,12 +199,16 @@ class DatasetReader:
     # ---- escpod extensions -------------------------------------------------------------------
 
     def get_reads(self, read_ids: Iterable[str]) -> List[Optional[ReadRecord]]:
-        """Records of many ids at once (None where absent), in the order given."""
+        """Records of many ids at once (None where absent), in the order given: on random-access
+        opens each row is read alone, on `threads` cores."""
         read_ids = list(read_ids)
         files, batches, rows = self._lookup(read_ids)
-        out: List[Optional[ReadRecord]] = []
-        for f, b, r in zip(files.tolist(), batches.tolist(), rows.tolist()):
-            out.append(None if f < 0 else self._reader_at(f).get_batch(b).get_read(r))
+        out: List[Optional[ReadRecord]] = [None] * len(read_ids)
+        for f in np.unique(files[files >= 0]).tolist():
+            at = np.flatnonzero(files == f)
+            records = self._reader_at(f)._records_at(batches[at], rows[at], self.threads)
+            for k, rec in zip(at.tolist(), records):
+                out[k] = rec
         return out
 
     def get_signals(self, read_ids: Iterable[str], pa: bool = True, threads: int = 0) -> List[np.ndarray]:

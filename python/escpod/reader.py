@@ -523,6 +523,15 @@ class Reader:
             self._batches[index] = batch
         return batch
 
+    def _records_at(self, batches: np.ndarray, rows: np.ndarray, threads: int) -> List[ReadRecord]:
+        """Records at (batches[k], rows[k]): on a random-access open each row read alone, on
+        `threads` cores, into one selection batch; otherwise from the decoded batches."""
+        handle = self._file_handle()
+        if not handle.rows_alone:
+            return [self.get_batch(int(b)).get_read(int(r)) for b, r in zip(batches.tolist(), rows.tolist())]
+        selection = ReadRecordBatch(self, -1, handle.rows(batches, rows, threads))
+        return [ReadRecord(self, selection, k) for k in range(len(rows))]
+
     def _fresh_batch(self, index: int) -> ReadRecordBatch:
         shared = self.get_batch(index)
         batch = ReadRecordBatch(self, index, shared._cols)

@@ -1502,6 +1502,37 @@ Result<std::vector<ReadId>> FileReader::read_batch_ids(size_t batch_idx) const {
   return out;
 }
 
+void ReadBatch::append_row(const ReadBatch& from, size_t i) {
+  auto one = [&](auto& to, const auto& column) { to.push_back(column[i]); };
+  one(read_id, from.read_id);
+  if (signal_offsets.empty()) signal_offsets.push_back(0);
+  const std::span<const uint64_t> rows = from.rows_of(i);
+  signal_rows.insert(signal_rows.end(), rows.begin(), rows.end());
+  signal_offsets.push_back(signal_rows.size());
+  one(read_number, from.read_number);
+  one(start_sample, from.start_sample);
+  one(median_before, from.median_before);
+  one(num_minknow_events, from.num_minknow_events);
+  one(tracked_scaling_scale, from.tracked_scaling_scale);
+  one(tracked_scaling_shift, from.tracked_scaling_shift);
+  one(predicted_scaling_scale, from.predicted_scaling_scale);
+  one(predicted_scaling_shift, from.predicted_scaling_shift);
+  one(num_reads_since_mux_change, from.num_reads_since_mux_change);
+  one(time_since_mux_change, from.time_since_mux_change);
+  one(num_samples, from.num_samples);
+  one(channel, from.channel);
+  one(well, from.well);
+  one(pore_type_idx, from.pore_type_idx);
+  one(calibration_offset, from.calibration_offset);
+  one(calibration_scale, from.calibration_scale);
+  one(end_reason_idx, from.end_reason_idx);
+  one(end_reason_forced, from.end_reason_forced);
+  one(run_info_idx, from.run_info_idx);
+  one(open_pore_level, from.open_pore_level);
+  one(expected_open_pore_level, from.expected_open_pore_level);
+  one(selected_read_level, from.selected_read_level);
+}
+
 ReadRecord FileReader::record(const ReadBatch& b, size_t i) const {
   ReadRecord r;
   r.read_id = b.read_id[i];

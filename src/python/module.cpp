@@ -160,6 +160,7 @@ nb::object ids_to_numpy(std::vector<ReadId>&& ids) {
 
 using IdArray = nb::ndarray<const uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using U64Array = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I64Array = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig>;
 
 std::vector<ReadId> ids_from_numpy(const IdArray& a) {
   if (a.shape(1) != 16) throw nb::value_error("read ids must be an (n, 16) uint8 array");
@@ -343,6 +344,35 @@ class File {
     nb::list l;
     for (const auto& r : reader().run_infos()) l.append(run_info_dict(r));
     return l;
+  }
+
+  // Rows (batches[k], rows[k]) of the reads table in the order given, as one batch dict (a
+  // selection, as batch() gives a whole batch), each row read alone on n_threads: worth it where
+  // rows_alone (a random-access open reads a row's values straight from the file; otherwise
+  // every row decodes its whole batch). IndexError for a batch or row out of range.
+  nb::dict rows(const I64Array& batches, const I64Array& rows, int n_threads) const {
+    const FileReader& r = reader();
+    if (batches.shape(0) != rows.shape(0)) throw nb::value_error("batches and rows differ in length");
+    const size_t n = rows.shape(0);
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t b = batches.data()[k], row = rows.data()[k];
+      if (b < 0 || static_cast<size_t>(b) >= r.n_read_batches()) throw nb::index_error("read batch index out of range");
+      if (row < 0 || static_cast<size_t>(row) >= r.batch_rows(static_cast<size_t>(b))) throw nb::index_error("row index out of range");
+    }
+    std::vector<ReadBatch> one(n);
+    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
+      return parallel_for(Executor::for_threads(resolve_threads(n_threads)), n, [&](size_t k) -> Status {
+        if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
+        ESCPOD_ASSIGN_OR_RETURN(one[k], r.read_batch_rows(static_cast<size_t>(batches.data()[k]),
+                                                          static_cast<size_t>(rows.data()[k]), 1));
+        return Status::ok();
+      });
+    });
+    if (!s.is_ok()) raise_status(s);
+    ReadBatch out;
+    out.signal_offsets = {0};
+    for (const ReadBatch& b : one) out.append_row(b, 0);
+    return batch_dict(std::move(out));
   }
 
   nb::dict batch(size_t idx) const {
@@ -882,8 +912,6 @@ class Index {
   size_t m_n_duplicates_seen = 0;  // ids found in more than one place by lookups using an index
 };
 
-using I64Array = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig>;
-
 // The reads of one file given batch and row arrays.
 SignalJob file_job(File& f, const I64Array& batches, const I64Array& rows) {
   const FileReader& r = f.reader();
@@ -1192,6 +1220,8 @@ NB_MODULE(_core, m) {
       .def("run_info_ids", [](const File& f) { return f.reader().run_info_ids(); })
       .def("n_read_batches", [](const File& f) { return f.reader().n_read_batches(); })
       .def("batch", &File::batch, "idx"_a)
+      .def("rows", &File::rows, "batches"_a, "rows"_a, "n_threads"_a = 0)
+      .def_prop_ro("rows_alone", [](const File& f) { return f.reader().reads_rows_from_file(); })
       .def("signal", &File::signal, "rows"_a, "n_samples"_a)
       .def("byte_count", &File::byte_count, "rows"_a)
       .def("signal_pa", &File::signal_pa, "rows"_a, "n_samples"_a, "offset"_a, "scale"_a)

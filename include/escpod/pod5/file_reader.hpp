@@ -92,6 +92,10 @@ struct ReadBatch {
   std::span<const uint64_t> rows_of(size_t i) const {
     return {signal_rows.data() + signal_offsets[i], signal_offsets[i + 1] - signal_offsets[i]};
   }
+  // Appends row i of `from` (a batch with every column, of the same file: dictionary indices
+  // are copied as they are) after this batch's rows: a selection of rows gathered from several
+  // batches. batch_idx and first_read_idx are left as they are.
+  void append_row(const ReadBatch& from, size_t i);
 };
 
 // One stored signal chunk (a signal-table row), as stored: VBZ bytes or raw little-endian int16.

@@ -444,6 +444,19 @@ void expect_random_access_rows_equal(const std::filesystem::path& path) {
                                    "+" + std::to_string(n));
     }
     n_rows += rows;
+    // Rows read one by one and appended in turn make the batch again (ReadBatch::append_row).
+    ReadBatch joined;
+    for (size_t r = 0; r < rows; ++r) {
+      auto one = (*lazy)->read_batch_rows(b, r, 1);
+      ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+      joined.append_row(*one, 0);
+    }
+    auto whole = (*full)->read_batch(b);
+    ASSERT_TRUE(whole.is_ok());
+    joined.batch_idx = whole->batch_idx;
+    joined.first_read_idx = whole->first_read_idx;
+    if (rows == 0) joined.signal_offsets = {0};
+    expect_same_rows(joined, *whole, path.string() + " batch " + std::to_string(b) + " appended row by row");
     // And each read's stored signal chunks (signal batch views read from the file).
     auto batch = (*full)->read_batch_rows(b, 0, rows);
     ASSERT_TRUE(batch.is_ok());
