@@ -352,7 +352,6 @@ class ReadRecord:
         )
 
 
-
 def stream_arrays(stream) -> Generator[np.ndarray, None, None]:
     """One array per read from a `_core.SignalStream`, chunk after chunk. A chunk's arrays are
     views of its buffer, which goes back to the stream's pool once they are all freed."""
@@ -365,6 +364,7 @@ def stream_arrays(stream) -> Generator[np.ndarray, None, None]:
         for i in range(len(offsets) - 1):
             yield buf[offsets[i] : offsets[i + 1]]
         del buf  # the caller's last array still holds it; the pool keeps the others
+
 
 class Reader:
     """A POD5 file opened for reading (pod5.Reader's API)."""
