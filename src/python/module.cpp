@@ -11,6 +11,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <tbb/global_control.h>
+#include <tbb/task_group.h>
 #include "escpod/core/executor.hpp"
 #include "escpod/core/parallel.hpp"
 
@@ -485,23 +486,18 @@ struct SignalJob {
   }
 
   // decode() for a short run of reads (one chunk of a stream, a few ms) into a recycled buffer
-  // (its pages mapped already: not populated again): on the calling thread with the GIL
-  // released, without the helper thread and signal polling of run_interruptible (a stream is
-  // interruptible between chunks), and without the pool for one thread.
-  void decode_short(size_t first, size_t last, bool pa, int n_threads, void* out) const {
-    Status s;
-    {
-      nb::gil_scoped_release release;
-      auto one = [&](size_t k) {
-        return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first], false);
-      };
-      if (resolve_threads(n_threads) == 1) {
-        for (size_t k = 0; k < last - first && s.is_ok(); ++k) s = one(k);
-      } else {
-        s = parallel_for(Executor::for_threads(resolve_threads(n_threads)), last - first, one);
-      }
+  // (its pages mapped already: not populated again), inside the pool of n_threads (the calling
+  // thread one of them), without the helper thread and signal polling of run_interruptible (a
+  // stream is interruptible between chunks). Touches no Python object: runs off the GIL.
+  Status decode_chunk(size_t first, size_t last, bool pa, int n_threads, void* out) const {
+    auto one = [&](size_t k) {
+      return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first], false);
+    };
+    if (resolve_threads(n_threads) == 1) {
+      for (size_t k = 0; k < last - first; ++k) ESCPOD_RETURN_IF_ERROR(one(k));
+      return Status::ok();
     }
-    if (!s.is_ok()) raise_status(s);
+    return parallel_for(Executor::for_threads(resolve_threads(n_threads)), last - first, one);
   }
 
   // Every read into one buffer: (buffer, offsets).
@@ -586,39 +582,88 @@ nb::object pooled_to_numpy(std::shared_ptr<BufferPool> pool, BufferPool::Buffer&
 
 // The reads of a SignalJob decoded chunk by chunk (about chunk_samples samples each, at least
 // one read), each chunk on n_threads into a recycled buffer: next() gives (buffer, offsets) of
-// the next chunk, read k of it at buffer[offsets[k]:offsets[k+1]], or None after the last.
+// the next chunk, read k of it at buffer[offsets[k]:offsets[k+1]], or None after the last. The
+// chunk after the one returned is decoded while Python uses it (a task in the pool, joined by
+// the next call), so the pool's threads do not wait on the consumer between chunks.
 class SignalStream {
  public:
   SignalStream(SignalJob&& job, bool pa, int n_threads, uint64_t chunk_samples)
-      : m_job(std::move(job)), m_pa(pa), m_threads(n_threads), m_chunk_samples(std::max<uint64_t>(1, chunk_samples)) {}
+      : m_job(std::make_shared<const SignalJob>(std::move(job))), m_pa(pa), m_threads(n_threads),
+        m_chunk_samples(std::max<uint64_t>(1, chunk_samples)) {}
+  SignalStream(SignalStream&&) = default;
+  ~SignalStream() {
+    try {
+      join();
+    } catch (...) {  // a decode that threw: nothing left to report it to
+    }
+  }
 
   nb::object next() {
-    if (m_next >= m_job.size()) return nb::none();
-    const size_t first = m_next;
-    size_t last = first + 1;
-    const auto& off = m_job.sample_offsets;
-    while (last < m_job.size() && off[last + 1] - off[first] <= m_chunk_samples) ++last;
-    const uint64_t n = off[last] - off[first];
-    // Every buffer holds at least a full chunk, so any later chunk but an outsized read fits one.
-    const size_t elem = m_pa ? sizeof(float) : sizeof(int16_t);
-    BufferPool::Buffer buffer = m_pool->take(std::max<uint64_t>(n, m_chunk_samples) * elem);
-    m_job.decode_short(first, last, m_pa, m_threads, buffer.data.get());
-    m_next = last;
-    std::vector<uint64_t> offsets(off.begin() + static_cast<ptrdiff_t>(first), off.begin() + static_cast<ptrdiff_t>(last) + 1);
-    for (uint64_t& o : offsets) o -= off[first];
-    nb::object array = m_pa ? pooled_to_numpy<float>(m_pool, std::move(buffer), n)
-                            : pooled_to_numpy<int16_t>(m_pool, std::move(buffer), n);
+    if (!m_pending) {
+      if (m_next >= m_job->size()) return nb::none();
+      start_next();
+    }
+    {
+      nb::gil_scoped_release release;
+      join();
+    }
+    std::unique_ptr<Chunk> c = std::move(m_pending);
+    if (!c->status.is_ok()) raise_status(c->status);
+    if (m_next < m_job->size()) start_next();
+    const auto& off = m_job->sample_offsets;
+    const uint64_t n = off[c->last] - off[c->first];
+    std::vector<uint64_t> offsets(off.begin() + static_cast<ptrdiff_t>(c->first),
+                                  off.begin() + static_cast<ptrdiff_t>(c->last) + 1);
+    for (uint64_t& o : offsets) o -= off[c->first];
+    nb::object array = m_pa ? pooled_to_numpy<float>(m_pool, std::move(c->buffer), n)
+                            : pooled_to_numpy<int16_t>(m_pool, std::move(c->buffer), n);
     return nb::make_tuple(array, vector_to_numpy(std::move(offsets)));
   }
 
-  size_t n_reads() const { return m_job.size(); }
+  size_t n_reads() const { return m_job->size(); }
 
  private:
-  SignalJob m_job;
+  struct Chunk {
+    size_t first = 0, last = 0;
+    BufferPool::Buffer buffer;
+    Status status;
+  };
+
+  // Takes the reads of the next chunk and starts decoding them in the pool.
+  void start_next() {
+    auto c = std::make_unique<Chunk>();
+    c->first = m_next;
+    c->last = c->first + 1;
+    const auto& off = m_job->sample_offsets;
+    while (c->last < m_job->size() && off[c->last + 1] - off[c->first] <= m_chunk_samples) ++c->last;
+    m_next = c->last;
+    // Every buffer holds at least a full chunk, so any later chunk but an outsized read fits one.
+    const size_t elem = m_pa ? sizeof(float) : sizeof(int16_t);
+    c->buffer = m_pool->take(std::max<uint64_t>(off[c->last] - off[c->first], m_chunk_samples) * elem);
+    Chunk* chunk = c.get();
+    m_pending = std::move(c);
+    if (!m_group) m_group = std::make_unique<tbb::task_group>();
+    executor().execute([&] {
+      m_group->run([job = m_job, chunk, pa = m_pa, threads = m_threads] {
+        chunk->status = job->decode_chunk(chunk->first, chunk->last, pa, threads, chunk->buffer.data.get());
+      });
+    });
+  }
+
+  // Waits for the chunk in flight (the calling thread works on it meanwhile).
+  void join() {
+    if (m_group) executor().execute([&] { m_group->wait(); });
+  }
+
+  Executor& executor() const { return Executor::for_threads(resolve_threads(m_threads)); }
+
+  std::shared_ptr<const SignalJob> m_job;
   bool m_pa;
   int m_threads;
   uint64_t m_chunk_samples;
   size_t m_next = 0;
+  std::unique_ptr<Chunk> m_pending;  // started, not yet returned
+  std::unique_ptr<tbb::task_group> m_group;
   std::shared_ptr<BufferPool> m_pool = std::make_shared<BufferPool>();
 };
 
