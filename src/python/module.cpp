@@ -104,6 +104,20 @@ int resolve_threads(int n_threads) {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// fn(i) -> Status for every i in [0, n) on the pool of n_threads, with the GIL released and
+// Ctrl-C polled (run_interruptible): items not yet started are skipped once one fails or Ctrl-C
+// is pressed. Raises the first error (KeyboardInterrupt for Ctrl-C).
+template <class Fn>
+void parallel_for_interruptible(int n_threads, size_t n, Fn&& fn) {
+  Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
+    return parallel_for(Executor::for_threads(resolve_threads(n_threads)), n, [&](size_t i) -> Status {
+      if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
+      return fn(i);
+    });
+  });
+  if (!s.is_ok()) raise_status(s);
+}
+
 namespace {
 
 // A heap vector handed to numpy without copying: the capsule frees it with the array.
@@ -361,15 +375,11 @@ class File {
       if (row < 0 || static_cast<size_t>(row) >= r.batch_rows(static_cast<size_t>(b))) throw nb::index_error("row index out of range");
     }
     std::vector<ReadBatch> one(n);
-    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-      return parallel_for(Executor::for_threads(resolve_threads(n_threads)), n, [&](size_t k) -> Status {
-        if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
-        ESCPOD_ASSIGN_OR_RETURN(one[k], r.read_batch_rows(static_cast<size_t>(batches.data()[k]),
-                                                          static_cast<size_t>(rows.data()[k]), 1));
-        return Status::ok();
-      });
+    parallel_for_interruptible(n_threads, n, [&](size_t k) -> Status {
+      ESCPOD_ASSIGN_OR_RETURN(one[k], r.read_batch_rows(static_cast<size_t>(batches.data()[k]),
+                                                        static_cast<size_t>(rows.data()[k]), 1));
+      return Status::ok();
     });
-    if (!s.is_ok()) raise_status(s);
     ReadBatch out;
     out.signal_offsets = {0};
     for (const ReadBatch& b : one) out.append_row(b, 0);
@@ -475,14 +485,9 @@ struct SignalJob {
   // (populate_for_write) and fills the part of `out` its reads take. The error is the first
   // failing read's; reads not yet started are skipped; Ctrl-C gives KeyboardInterrupt.
   void decode(size_t first, size_t last, bool pa, int n_threads, void* out) const {
-    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-      Executor& pool = Executor::for_threads(resolve_threads(n_threads));
-      return parallel_for(pool, last - first, [&](size_t k) -> Status {
-        if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
-        return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first], true);
-      });
+    parallel_for_interruptible(n_threads, last - first, [&](size_t k) {
+      return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first], true);
     });
-    if (!s.is_ok()) raise_status(s);
   }
 
   // decode() for a short run of reads (one chunk of a stream, a few ms) into a recycled buffer
@@ -769,18 +774,11 @@ class Index {
       if (m_indexed[fi]) continue;
       for (size_t g = m_first_batch[fi]; g < m_first_batch[fi + 1]; ++g) todo.push_back(g);
     }
-    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-      Executor& pool = Executor::for_threads(resolve_threads(n_threads));
-      const Status read = parallel_for(pool, todo.size(), [&](size_t k) -> Status {
-        if (cancel.load(std::memory_order_relaxed)) return Status::ok();  // reported below
-        const auto [fi, bi] = file_batch(todo[k]);
-        ESCPOD_ASSIGN_OR_RETURN(m_batch_ids[todo[k]], m_files[fi]->read_batch_ids(bi));
-        return Status::ok();
-      });
-      if (cancel) return Status::cancelled("interrupted");
-      return read;
+    parallel_for_interruptible(n_threads, todo.size(), [&](size_t k) -> Status {
+      const auto [fi, bi] = file_batch(todo[k]);
+      ESCPOD_ASSIGN_OR_RETURN(m_batch_ids[todo[k]], m_files[fi]->read_batch_ids(bi));
+      return Status::ok();
     });
-    if (!s.is_ok()) raise_status(s);
     size_t total = 0;
     for (size_t g : todo) total += m_batch_ids[g].size();
     m_map.reserve(total);
@@ -870,14 +868,10 @@ class Index {
   // compares its id (check_indexed_row on a mismatch). KeyError naming the first absent id.
   std::vector<Location> locate_all(const std::vector<ReadId>& ids, int n_threads) {
     std::vector<Found> found(ids.size());
-    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-      return parallel_for(Executor::for_threads(resolve_threads(n_threads)), ids.size(), [&](size_t i) -> Status {
-        if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
-        thread_local std::vector<pod5::IndexHit> hits;
-        return find_places(ids[i], hits, &found[i], [](const Location&) {});
-      });
+    parallel_for_interruptible(n_threads, ids.size(), [&](size_t i) {
+      thread_local std::vector<pod5::IndexHit> hits;
+      return find_places(ids[i], hits, &found[i], [](const Location&) {});
     });
-    if (!s.is_ok()) raise_status(s);
     std::vector<Location> where(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
       if (found[i].unchecked) found[i].best = locate(ids[i]);  // counts its places itself
@@ -922,15 +916,11 @@ class Index {
       return m_files[w.file]->reads_rows_from_file() && !m_batches[m_first_batch[w.file] + w.batch];
     };
     if (std::none_of(where.begin(), where.end(), from_file)) return rows;
-    Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-      return parallel_for(Executor::for_threads(resolve_threads(n_threads)), where.size(), [&](size_t i) -> Status {
-        if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
-        if (!from_file(where[i])) return Status::ok();
-        ESCPOD_ASSIGN_OR_RETURN(rows[i], m_files[where[i].file]->read_signal_ref(where[i].batch, where[i].row));
-        return Status::ok();
-      });
+    parallel_for_interruptible(n_threads, where.size(), [&](size_t i) -> Status {
+      if (!from_file(where[i])) return Status::ok();
+      ESCPOD_ASSIGN_OR_RETURN(rows[i], m_files[where[i].file]->read_signal_ref(where[i].batch, where[i].row));
+      return Status::ok();
     });
-    if (!s.is_ok()) raise_status(s);
     return rows;
   }
 
@@ -1008,14 +998,10 @@ nb::list open_files(const std::vector<std::string>& paths, int n_threads) {
     index[i] = it->second.get();
   }
   std::vector<std::unique_ptr<FileReader>> readers(paths.size());
-  Status s = run_interruptible([&](const std::atomic<bool>& cancel) -> Status {
-    return parallel_for(Executor::for_threads(resolve_threads(n_threads)), paths.size(), [&](size_t i) -> Status {
-      if (cancel.load(std::memory_order_relaxed)) return Status::cancelled("interrupted");
-      ESCPOD_ASSIGN_OR_RETURN(readers[i], open_file(paths[i], false, index[i]));
-      return Status::ok();
-    });
+  parallel_for_interruptible(n_threads, paths.size(), [&](size_t i) -> Status {
+    ESCPOD_ASSIGN_OR_RETURN(readers[i], open_file(paths[i], false, index[i]));
+    return Status::ok();
   });
-  if (!s.is_ok()) raise_status(s);
   nb::list out;
   for (auto& r : readers) out.append(File(std::move(r)));
   return out;
