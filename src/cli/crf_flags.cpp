@@ -32,6 +32,11 @@ void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
   sub->add_option("--crf-batch", o.window_batch,
                   "SeqTagger v2: rolling windows of a read per encoder call, 1..16 (default 16; calls do not "
                   "depend on it)")->group(g);
+  sub->add_option("--encoder-precision", o.precision,
+                  "f32 (default), or opt-in reduced precision that moves the scores: bf16 (dense products "
+                  "in bfloat16 on CPUs with AMX, ~0.75x f32's time) or int8 (LSTM recurrent weights, AVX-512 "
+                  "VNNI); f32 runs where the CPU lacks them. Call agreement: bench/results/crf_encoder.md")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}))->group(g);
 }
 
 Result<demux::CrfHeadOptions> crf_head_options(const CrfCliFlags& o) {
@@ -61,6 +66,9 @@ Result<demux::CrfHeadOptions> crf_head_options(const CrfCliFlags& o) {
   c.clamp_max_shift = set_or_none(o.clamp_max_shift);
   if (o.window_batch < 1 || o.window_batch > 16) return Status::usage("--crf-batch must be 1..16");
   c.max_window_batch = o.window_batch;
+  if (Status s = demux::parse_encoder_precision(o.precision, c.load.encoder); !s.is_ok()) {
+    return Status::usage(s.message());
+  }
   return c;
 }
 

@@ -22,6 +22,7 @@ struct CrfCliFlags {
   bool ref_scores = false;
   int64_t boundary_margin = -1, clamp_max_shift = -1;
   int32_t window_batch = 16;  // --crf-batch
+  std::string precision = "f32";  // --encoder-precision
 };
 
 void add_crf_flags(CLI::App* sub, CrfCliFlags& flags);

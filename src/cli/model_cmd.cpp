@@ -38,6 +38,7 @@ struct ModelOptions {
   std::string isa = "default";
   bool reference = false;
   bool profile = false;
+  std::string precision = "f32";  // demux::parse_encoder_precision
 };
 
 std::string dims_str(const nn::ValueInfo& v) {
@@ -73,16 +74,16 @@ Result<std::shared_ptr<const nn::Model>> load(const ModelOptions& o) {
     const nn::Isa isa = o.isa == "avx2" ? nn::Isa::kAvx2 : nn::Isa::kAvx512;
     ESCPOD_RETURN_IF_ERROR(nn::set_max_isa(isa));
   }
-  const nn::Backend backend = o.reference ? nn::Backend::kReference : nn::Backend::kOptimised;
+  nn::LoadOptions lo;
+  lo.backend = o.reference ? nn::Backend::kReference : nn::Backend::kOptimised;
+  ESCPOD_RETURN_IF_ERROR(demux::parse_encoder_precision(o.precision, lo));
   std::error_code ec;
   if (std::filesystem::is_directory(o.model, ec)) {
     demux::CrfLoadOptions co;
-    co.backend = backend;
+    co.encoder = lo;
     ESCPOD_ASSIGN_OR_RETURN(demux::CrfModel crf, demux::load_crf_model(o.model, co));
     return crf.encoder;
   }
-  nn::LoadOptions lo;
-  lo.backend = backend;
   ESCPOD_ASSIGN_OR_RETURN(nn::Model model, nn::Model::load(o.model, lo));
   return std::shared_ptr<const nn::Model>(std::make_shared<nn::Model>(std::move(model)));
 }
@@ -264,6 +265,11 @@ void add_model_flags(CLI::App* sub, ModelOptions& o) {
   sub->add_option("--isa", o.isa, "Cap the instruction set: default, avx2, avx512")
       ->check(CLI::IsMember({"default", "avx2", "avx512"}));
   sub->add_flag("--reference", o.reference, "Use the scalar reference kernels");
+  sub->add_option("--precision", o.precision,
+                  "f32 (default), bf16 (LSTM input projections and linear layers in bfloat16, on CPUs with "
+                  "AMX) or int8 (LSTM recurrent weights, on CPUs with AVX-512 VNNI); elsewhere f32 runs. "
+                  "`info --shape` marks the steps that take it")
+      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
 }
 
 }  // namespace

@@ -249,7 +249,7 @@ Result<nn::GraphBuilder::Value> add_convs(nn::GraphBuilder& b, StateDictView& sd
 }
 
 Result<nn::Model> build_bonito_encoder(const nn::TorchStateDict& state, const CrfConfig& c, const std::string& label,
-                                       nn::Backend backend) {
+                                       const nn::LoadOptions& lo) {
   StateDictView sd(state);
   nn::GraphBuilder b(label, "escapepod (bonito crf encoder built from a PyTorch state_dict)", {-1, 1, -1},
                      {"batch", "", "samples"});
@@ -277,8 +277,6 @@ Result<nn::Model> build_bonito_encoder(const nn::TorchStateDict& state, const Cr
   x = b.pad(x, {0, 0, 0, 1, 0, 0, 0, 0}, c.blank_score);
   x = b.reshape(x, {0, 0, c.n_scores()});
   b.describe_output("scores", {-1, -1, c.n_scores()}, {"steps", "batch", ""});
-  nn::LoadOptions lo;
-  lo.backend = backend;
   const std::array<int64_t, 3> probe{1, 1, c.chunk};
   return b.finish(x, lo, probe);
 }
@@ -294,7 +292,7 @@ Result<CrfModel> load_seqtagger(const fs::path& dir, const CrfLoadOptions& optio
   ESCPOD_RETURN_IF_ERROR(check_references(m.references, m.config, (dir / "barcodes.fa").string()));
   ESCPOD_ASSIGN_OR_RETURN(m.encoder_file, find_weights(dir));
   ESCPOD_ASSIGN_OR_RETURN(nn::TorchStateDict sd, nn::load_torch_state_dict(m.encoder_file));
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, build_bonito_encoder(sd, m.config, m.encoder_file.string(), options.backend));
+  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, build_bonito_encoder(sd, m.config, m.encoder_file.string(), options.encoder));
   m.encoder = std::make_shared<const nn::Model>(std::move(model));
   ESCPOD_RETURN_IF_ERROR(check_encoder_shape(*m.encoder, m.config, m.encoder_file.string()));
   return m;
@@ -459,9 +457,7 @@ Result<CrfModel> load_bundle(const fs::path& dir, const CrfLoadOptions& options)
     ESCPOD_ASSIGN_OR_RETURN(onnx, json_get<std::string>(j, "onnx", where, "onnx"));
   }
   ESCPOD_ASSIGN_OR_RETURN(m.encoder_file, bundle_file(dir, onnx, "onnx", where));
-  nn::LoadOptions lo;
-  lo.backend = options.backend;
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, nn::Model::load(m.encoder_file, lo));
+  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, nn::Model::load(m.encoder_file, options.encoder));
   m.encoder = std::make_shared<const nn::Model>(std::move(model));
   ESCPOD_RETURN_IF_ERROR(check_encoder_shape(*m.encoder, m.config, m.encoder_file.string()));
   return m;
@@ -481,6 +477,13 @@ bool is_crf_model_dir(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return false;
   return fs::is_regular_file(dir / "config.toml", ec) || bundle_metadata(dir);
+}
+
+Status parse_encoder_precision(std::string_view name, nn::LoadOptions& encoder) {
+  encoder.bf16_gemm = name == "bf16";
+  encoder.lstm_int8 = name == "int8";
+  if (name == "f32" || encoder.bf16_gemm || encoder.lstm_int8) return Status::ok();
+  return Status::invalid_argument("encoder precision '" + std::string(name) + "': expected f32, bf16 or int8");
 }
 
 Result<CrfModel> load_crf_model(const fs::path& dir, const CrfLoadOptions& options) {

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "nn/gemm_bf16.hpp"
 #include "nn/lstm_int8.hpp"
 #include "nn/plan.hpp"
 #include "nn/simd.hpp"
@@ -110,16 +111,19 @@ class DnnlStep : public Step {
     return st;
   }
 
-  void run(const ExecContext& ctx, StepState* state) const override {
+  void run(const ExecContext& ctx, StepState* state) const override { run_from(ctx, state, resolve(ctx, m_src)); }
+
+ protected:
+  // Runs the primitive on `src` (the step's input, or a converted copy of it).
+  void run_from(const ExecContext& ctx, StepState* state, const void* src) const {
     auto* st = static_cast<DnnlState*>(state);
-    dnnl_memory_set_data_handle(st->src.get(), resolve(ctx, m_src));
+    dnnl_memory_set_data_handle(st->src.get(), const_cast<void*>(src));
     dnnl_memory_set_data_handle(st->dst.get(), resolve(ctx, m_dst));
     dnnl_memory_set_data_handle(st->scratch.get(), ctx.scratchpad);
     dnnl_primitive_execute(m_prim.get(), static_cast<dnnl_stream_t>(ctx.dnnl_stream),
                            static_cast<int>(st->args.size()), st->args.data());
   }
 
- protected:
   void add_const(int arg, const dnnl::memory::desc& md, Buffer buf) {
     m_consts.push_back({arg, md, std::move(buf)});
   }
@@ -177,14 +181,17 @@ class DnnlConv final : public DnnlStep {
   }
 };
 
+// With MatMulParams::bf16, the input is rounded to bfloat16 into the step's scratch (after
+// oneDNN's scratchpad) and the weights are kept in bfloat16; the output stays float32.
 class DnnlMatMul final : public DnnlStep {
  public:
-  explicit DnnlMatMul(const MatMulParams& p) {
+  explicit DnnlMatMul(const MatMulParams& p) : m_bf16(p.bf16), m_src_elems(static_cast<size_t>(p.m * p.k)) {
     m_src = p.src;
     m_dst = p.dst;
-    m_src_md = dnnl::memory::desc({p.m, p.k}, dt::f32, tag::ab);
+    const dt in = p.bf16 ? dt::bf16 : dt::f32;
+    m_src_md = dnnl::memory::desc({p.m, p.k}, in, tag::ab);
     m_dst_md = dnnl::memory::desc({p.m, p.n}, dt::f32, tag::ab);
-    const dnnl::memory::desc w_any({p.k, p.n}, dt::f32, tag::any);
+    const dnnl::memory::desc w_any({p.k, p.n}, in, tag::any);
     const dnnl::memory::desc w_user({p.k, p.n}, dt::f32, tag::ab);
     const dnnl::memory::desc b_md({1, p.n}, dt::f32, tag::ab);
     dnnl::matmul::desc d(m_src_md, w_any, p.bias ? b_md : dnnl::memory::desc(), m_dst_md);
@@ -196,6 +203,20 @@ class DnnlMatMul final : public DnnlStep {
     add_const(DNNL_ARG_WEIGHTS, w_md, shared_weights(p.weights, w_md, user));
     if (p.bias) add_const(DNNL_ARG_BIAS, b_md, plain_copy(p.bias, static_cast<size_t>(p.n)));
   }
+  std::size_t scratch_bytes() const override {
+    return m_bf16 ? converted_at() + m_src_elems * sizeof(uint16_t) : DnnlStep::scratch_bytes();
+  }
+  void run(const ExecContext& ctx, StepState* state) const override {
+    if (!m_bf16) return DnnlStep::run(ctx, state);
+    auto* converted = reinterpret_cast<uint16_t*>(static_cast<char*>(ctx.scratchpad) + converted_at());
+    convert_to_bf16(resolve(ctx, m_src), converted, m_src_elems);
+    run_from(ctx, state, converted);
+  }
+
+ private:
+  std::size_t converted_at() const { return (DnnlStep::scratch_bytes() + 63) / 64 * 64; }
+  bool m_bf16;
+  std::size_t m_src_elems;
 };
 
 class DnnlLstm final : public DnnlStep {
@@ -244,6 +265,81 @@ class DnnlLstm final : public DnnlStep {
   }
 };
 
+// An LSTM's input projection gx = x W^T in bfloat16 (LstmParams::bf16_input): one oneDNN matmul
+// per block height (the full block of time steps and the shorter last one), W^T in bfloat16 in
+// the primitive's layout, shared by every plan of the model. x is given already converted.
+class Bf16Projection {
+ public:
+  Bf16Projection(const LstmParams& p, int64_t block_steps) : m_k(p.c), m_n(4 * p.h) {
+    const int64_t last = p.t % block_steps;
+    for (int64_t rows : {block_steps * p.n, last * p.n}) {
+      if (rows > 0 && (m_prims.empty() || m_prims.front().rows != rows)) m_prims.push_back(make(rows, p.w));
+    }
+  }
+  std::size_t scratch_bytes() const {
+    std::size_t b = 0;
+    for (const Prim& q : m_prims) b = std::max(b, q.scratch_md.get_size());
+    return b;
+  }
+
+  struct State {
+    struct Bound {
+      dnnl::memory src, dst, scratch, weights;
+      std::vector<dnnl_exec_arg_t> args;
+    };
+    std::vector<Bound> bound;  // one per primitive
+  };
+  State bind() const {
+    State st;
+    for (const Prim& q : m_prims) {
+      State::Bound b;
+      b.src = dnnl::memory(q.src_md, engine(), DNNL_MEMORY_NONE);
+      b.dst = dnnl::memory(q.dst_md, engine(), DNNL_MEMORY_NONE);
+      b.scratch = dnnl::memory(q.scratch_md, engine(), DNNL_MEMORY_NONE);
+      b.weights = dnnl::memory(q.weights_md, engine(), q.weights.get());
+      b.args = {{DNNL_ARG_SRC, b.src.get()}, {DNNL_ARG_WEIGHTS, b.weights.get()}, {DNNL_ARG_DST, b.dst.get()},
+                {DNNL_ARG_SCRATCHPAD, b.scratch.get()}};
+      st.bound.push_back(std::move(b));
+    }
+    return st;
+  }
+  // gx[rows][4H] = x[rows][C] W^T, rows one of the heights given at construction.
+  void run(int64_t rows, const uint16_t* x, float* gx, void* scratch, void* stream, State& st) const {
+    const size_t i = m_prims.front().rows == rows ? 0 : 1;
+    State::Bound& b = st.bound[i];
+    dnnl_memory_set_data_handle(b.src.get(), const_cast<uint16_t*>(x));
+    dnnl_memory_set_data_handle(b.dst.get(), gx);
+    dnnl_memory_set_data_handle(b.scratch.get(), scratch);
+    dnnl_primitive_execute(m_prims[i].prim.get(), static_cast<dnnl_stream_t>(stream), static_cast<int>(b.args.size()),
+                           b.args.data());
+  }
+
+ private:
+  struct Prim {
+    int64_t rows = 0;
+    dnnl::primitive prim;
+    dnnl::memory::desc src_md, dst_md, weights_md, scratch_md;
+    Buffer weights;
+  };
+  Prim make(int64_t rows, const float* w) const {
+    Prim q;
+    q.rows = rows;
+    q.src_md = dnnl::memory::desc({rows, m_k}, dt::bf16, tag::ab);
+    q.dst_md = dnnl::memory::desc({rows, m_n}, dt::f32, tag::ab);
+    dnnl::matmul::desc d(q.src_md, dnnl::memory::desc({m_k, m_n}, dt::bf16, tag::any), q.dst_md);
+    dnnl::matmul::primitive_desc pd(d, make_attr({}), engine());
+    q.prim = dnnl::matmul(pd);
+    q.scratch_md = pd.scratchpad_desc();
+    q.weights_md = pd.weights_desc();
+    // W is [4H][C] row-major: logically [C][4H] with swapped strides (ba).
+    dnnl::memory user(dnnl::memory::desc({m_k, m_n}, dt::f32, tag::ba), engine(), const_cast<float*>(w));
+    q.weights = shared_weights(w, q.weights_md, user);
+    return q;
+  }
+  int64_t m_k, m_n;
+  std::vector<Prim> m_prims;
+};
+
 // LSTM as GEMMs plus a fused cell: the input projections of a block of time steps in one sgemm
 // ([Tb*N, C] x [C, 4H]), then per time step one sgemm of the previous output rows with R^T
 // accumulated into that step's gates, and the vectorised cell (simd.cpp) writing h straight into
@@ -259,11 +355,21 @@ class GemmLstm final : public Step {
     m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
     m_block_steps = gate_block_steps(p);
     if (p.int8_recurrent) m_r_int8 = quantise_recurrent(p.r, 4 * p.h, p.h);
+    if (p.bf16_input) m_bf16 = std::make_unique<Bf16Projection>(p, m_block_steps);
   }
+  // Scratch: the gates of a block of steps and c (float32); with bf16_input, x in bfloat16 and
+  // the projection's oneDNN scratchpad after them.
   std::size_t scratch_bytes() const override {
-    return static_cast<std::size_t>(m_block_steps * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
+    if (!m_bf16) return float_scratch_bytes();
+    return dnnl_scratch_at() + m_bf16->scratch_bytes();
   }
-  void run(const ExecContext& ctx, StepState*) const override {
+  std::unique_ptr<StepState> bind() const override {
+    if (!m_bf16) return nullptr;
+    auto st = std::make_unique<Bf16State>();
+    st->projection = m_bf16->bind();
+    return st;
+  }
+  void run(const ExecContext& ctx, StepState* state) const override {
     const LstmParams& p = m_p;
     const int64_t H = p.h, G = 4 * p.h, N = p.n;
     const float* x = resolve(ctx, p.src);
@@ -273,10 +379,20 @@ class GemmLstm final : public Step {
     const float* rt = static_cast<const float*>(m_rt.get());
     const float* bias = static_cast<const float*>(m_bias.get());
     std::fill(c, c + N * H, 0.0f);
+    uint16_t* xb = nullptr;
+    if (m_bf16) {
+      xb = reinterpret_cast<uint16_t*>(static_cast<char*>(ctx.scratchpad) + converted_at());
+      convert_to_bf16(x, xb, static_cast<size_t>(p.t * N * p.c));
+    }
     for (int64_t first = 0; first < p.t; first += m_block_steps) {  // in processing order
       const int64_t nb = std::min(m_block_steps, p.t - first);
       const int64_t lo = p.reverse ? p.t - first - nb : first;  // the block is steps [lo, lo + nb)
-      dnnl_sgemm('N', 'T', nb * N, G, p.c, 1.0f, x + lo * N * p.c, p.c, p.w, p.c, 0.0f, gx, G);
+      if (m_bf16) {
+        m_bf16->run(nb * N, xb + lo * N * p.c, gx, static_cast<char*>(ctx.scratchpad) + dnnl_scratch_at(),
+                    ctx.dnnl_stream, static_cast<Bf16State*>(state)->projection);
+      } else {
+        dnnl_sgemm('N', 'T', nb * N, G, p.c, 1.0f, x + lo * N * p.c, p.c, p.w, p.c, 0.0f, gx, G);
+      }
       for (int64_t step = first; step < first + nb; ++step) {
         const int64_t t = p.reverse ? p.t - 1 - step : step;
         float* g = gx + (t - lo) * N * G;
@@ -325,11 +441,24 @@ class GemmLstm final : public Step {
     return std::clamp<int64_t>(block_bytes / std::max<int64_t>(1, step_bytes), 1, std::max<int64_t>(1, p.t));
   }
 
+  struct Bf16State final : StepState {
+    Bf16Projection::State projection;
+  };
+  std::size_t float_scratch_bytes() const {
+    return static_cast<std::size_t>(m_block_steps * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
+  }
+  std::size_t converted_at() const { return (float_scratch_bytes() + 63) / 64 * 64; }
+  std::size_t dnnl_scratch_at() const {
+    const auto x_bytes = static_cast<std::size_t>(m_p.t * m_p.n * m_p.c) * sizeof(uint16_t);
+    return (converted_at() + x_bytes + 63) / 64 * 64;
+  }
+
   LstmParams m_p;
   LstmCellFn m_cell;
   GemmAccFn m_gemm;
   Buffer m_rt, m_bias;
   Int8Recurrent m_r_int8;  // R quantised when p.int8_recurrent (then m_rt goes unused)
+  std::unique_ptr<Bf16Projection> m_bf16;  // with p.bf16_input
   int64_t m_block_steps = 1;
 };
 

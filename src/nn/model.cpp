@@ -24,8 +24,7 @@ namespace detail {
 
 struct ModelImpl {
   Graph graph;
-  Backend backend = Backend::kOptimised;
-  bool lstm_int8 = false;
+  LoadOptions options;  // the environment's ESCPOD_NN_LSTM_INT8 / ESCPOD_NN_BF16 folded in
   mutable std::mutex mu;
   mutable std::vector<std::shared_ptr<const Plan>> plans;  // guarded by mu
 
@@ -54,7 +53,7 @@ struct ModelImpl {
     // here would linger (spinning) beside the workers.
     const int saved_threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    auto built = build_plan(graph, shape, backend, lstm_int8);
+    auto built = build_plan(graph, shape, options);
     omp_set_num_threads(saved_threads);
     ESCPOD_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, std::move(built));
     plans.push_back(std::shared_ptr<const Plan>(std::move(plan)));
@@ -190,9 +189,13 @@ Result<Model> make_model(Graph graph, const LoadOptions& options) {
   auto impl = std::make_unique<ModelImpl>();
   impl->graph = std::move(graph);
   ESCPOD_RETURN_IF_ERROR(prepare_graph(impl->graph));
-  impl->backend = options.backend;
-  const char* int8_env = std::getenv("ESCPOD_NN_LSTM_INT8");
-  impl->lstm_int8 = options.lstm_int8 || (int8_env != nullptr && std::string_view(int8_env) == "1");
+  impl->options = options;
+  auto env_on = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::string_view(v) == "1";
+  };
+  impl->options.lstm_int8 = options.lstm_int8 || env_on("ESCPOD_NN_LSTM_INT8");
+  impl->options.bf16_gemm = options.bf16_gemm || env_on("ESCPOD_NN_BF16");
   // When only the batch dimension is free, build the batch-1 plan now: unsupported attributes
   // are then reported at load, not at the first run.
   const ValueInfo& in = impl->graph.info.inputs[0];
@@ -210,7 +213,7 @@ Result<Model> make_model(Graph graph, const LoadOptions& options) {
 }  // namespace detail
 
 const ModelInfo& Model::info() const { return m_impl->graph.info; }
-Backend Model::backend() const { return m_impl->backend; }
+Backend Model::backend() const { return m_impl->options.backend; }
 
 Result<std::vector<int64_t>> Model::output_shape(std::span<const int64_t> input_shape) const {
   ESCPOD_ASSIGN_OR_RETURN(auto plan, m_impl->plan_for(input_shape));

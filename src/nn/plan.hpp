@@ -101,6 +101,9 @@ struct MatMulParams {
   const float* bias = nullptr;     // [N] or null
   std::vector<PostOp> post_ops;
   Loc src, dst;
+  // x and w rounded to bfloat16, float32 accumulation (LoadOptions::bf16_gemm; the planner sets
+  // it only where bf16_gemm_available()). The reference kernel ignores it.
+  bool bf16 = false;
 };
 
 // ONNX LSTM, one direction, zero initial state, default activations.
@@ -116,6 +119,8 @@ struct LstmParams {
   // lstm_int8_available()). The reference kernel and oneDNN's LSTM primitive
   // (ESCPOD_NN_LSTM=onednn) ignore it.
   bool int8_recurrent = false;
+  // The input projection x W^T in bfloat16 (as MatMulParams::bf16); GemmLstm only.
+  bool bf16_input = false;
 };
 
 // Reference (scalar) kernels and the data-movement steps both backends share.
@@ -184,8 +189,9 @@ Result<bool> fold_node(const Node& node, const std::vector<const Tensor*>& in,
                        std::vector<Tensor>& out);
 
 // Builds the plan for `input_shape`.
-// `lstm_int8`: LoadOptions::lstm_int8 (optimised backend only).
+// `options`: the backend, and the reduced-precision paths asked for (lstm_int8, bf16_gemm; each
+// taken only by the optimised backend where this CPU runs it).
 Result<std::unique_ptr<Plan>> build_plan(const Graph& graph, std::span<const int64_t> input_shape,
-                                         Backend backend, bool lstm_int8);
+                                         const LoadOptions& options);
 
 }  // namespace escpod::nn::detail

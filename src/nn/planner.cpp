@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "nn/gemm_bf16.hpp"
 #include "nn/lstm_int8.hpp"
 #include "nn/plan.hpp"
 #include "nn/planner_ir.hpp"
@@ -30,9 +31,9 @@ class ConcatPart final : public Step {
 // plan.
 class StepBuilder {
  public:
-  StepBuilder(const Graph& g, Backend backend, bool lstm_int8, const PlanIr& ir, const ArenaAssignment& arena,
+  StepBuilder(const Graph& g, const LoadOptions& options, const PlanIr& ir, const ArenaAssignment& arena,
               Plan& plan)
-      : m_g(g), m_backend(backend), m_lstm_int8(lstm_int8), m_ir(ir), m_arena(arena), m_plan(plan) {}
+      : m_g(g), m_backend(options.backend), m_lstm_int8(options.lstm_int8), m_bf16(options.bf16_gemm), m_ir(ir), m_arena(arena), m_plan(plan) {}
 
   Status run() {
     for (const RtNode* r : m_arena.order) {
@@ -115,7 +116,9 @@ class StepBuilder {
     MatMulParams p = r.mm;
     p.src = loc(r.in[0]);
     p.dst = loc(r.out);
-    text = fmt::format("matmul{} [{}x{}]x[{}x{}]", describe_post_ops(p.post_ops), p.m, p.k, p.k, p.n);
+    p.bf16 = m_bf16 && !reference() && bf16_gemm_available();
+    text = fmt::format("matmul{} [{}x{}]x[{}x{}]{}", describe_post_ops(p.post_ops), p.m, p.k, p.k, p.n,
+                       p.bf16 ? " bf16" : "");
     std::unique_ptr<Step> step = reference() ? make_ref_matmul(p) : make_dnnl_matmul(p, &error);
     if (step) step->flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.k) * static_cast<double>(p.n);
     return step;
@@ -126,8 +129,9 @@ class StepBuilder {
     p.src = loc(r.in[0]);
     p.dst = loc(r.out);
     p.int8_recurrent = m_lstm_int8 && !reference() && lstm_int8_available() && lstm_int8_shape_ok(4 * p.h, p.h);
-    text = fmt::format("lstm{} T{} N{} C{} H{}{}", p.reverse ? "(reverse)" : "", p.t, p.n, p.c, p.h,
-                       p.int8_recurrent ? " R int8" : "");
+    p.bf16_input = m_bf16 && !reference() && bf16_gemm_available();
+    text = fmt::format("lstm{} T{} N{} C{} H{}{}{}", p.reverse ? "(reverse)" : "", p.t, p.n, p.c, p.h,
+                       p.int8_recurrent ? " R int8" : "", p.bf16_input ? " Wx bf16" : "");
     std::unique_ptr<Step> step = reference() ? make_ref_lstm(p) : make_dnnl_lstm(p, &error);
     if (step) step->flops = 2.0 * static_cast<double>(p.t) * static_cast<double>(p.n) * 4.0 * static_cast<double>(p.h) * static_cast<double>(p.c + p.h);
     return step;
@@ -189,6 +193,7 @@ class StepBuilder {
   const Graph& m_g;
   Backend m_backend;
   bool m_lstm_int8;
+  bool m_bf16;
   const PlanIr& m_ir;
   const ArenaAssignment& m_arena;
   Plan& m_plan;
@@ -196,18 +201,18 @@ class StepBuilder {
 
 }  // namespace
 
-Result<std::unique_ptr<Plan>> build_plan(const Graph& graph, std::span<const int64_t> input_shape, Backend backend,
-                                         bool lstm_int8) {
+Result<std::unique_ptr<Plan>> build_plan(const Graph& graph, std::span<const int64_t> input_shape,
+                                         const LoadOptions& options) {
   auto plan = std::make_unique<Plan>();
   plan->input_shape.assign(input_shape.begin(), input_shape.end());
   PlanIr ir;
   ESCPOD_RETURN_IF_ERROR(lower_graph(graph, input_shape, ir));
   plan->output_shape = ir.shape_of(ir.output);
   fuse(ir);
-  assign_layouts(ir, backend);
+  assign_layouts(ir, options.backend);
   const ArenaAssignment arena = assign_arena(ir, graph.input);
   plan->arena_floats = arena.arena_floats;
-  ESCPOD_RETURN_IF_ERROR(StepBuilder(graph, backend, lstm_int8, ir, arena, *plan).run());
+  ESCPOD_RETURN_IF_ERROR(StepBuilder(graph, options, ir, arena, *plan).run());
   plan->owned = std::move(ir.owned);
   return plan;
 }

@@ -146,6 +146,27 @@ def test_posterior_decoder_and_window_options_change_the_calls_not_the_rows(
     check_one_row_and_one_output(loose, read_ids, tmp_path / "loose")
 
 
+def test_bf16_encoder_keeps_rows_and_default_calls_and_is_deterministic(
+        escpod, shared_data, reads, read_ids, cnn, tmp_path):
+    """--encoder-precision bf16 (bfloat16 GEMMs where the CPU has AMX, float32 elsewhere): one row
+    and one output per read, the same rows for any -t, and with the default gates the final calls
+    of float32 (bench/results/crf_encoder.md, Session 13); the scores move only where AMX runs."""
+    model = shared_data / "seqtagger/b04_RNA004"
+    flags = ["--cnn-model", cnn]
+    f32 = demux(escpod, reads, model, tmp_path / "f32", *flags)
+    one = demux(escpod, reads, model, tmp_path / "b1", *flags, "--encoder-precision", "bf16", "-t", "1")
+    two = demux(escpod, reads, model, tmp_path / "b2", *flags, "--encoder-precision", "bf16", "-t", "2")
+    check_one_row_and_one_output(one, read_ids, tmp_path / "b1")
+    assert one == two
+    assert [r["barcode"] for r in one] == [r["barcode"] for r in f32]
+    plan = run([escpod, "model", "info", model, "--shape", "1,1,2000", "--precision", "bf16"]).stdout
+    if " bf16" in plan:  # AMX: the scores moved somewhere
+        assert plan.count("Wx bf16") == 5
+        assert any(a["mean_post"] != b["mean_post"] for a, b in zip(one, f32) if a["edit_dist"] != "")
+    else:
+        assert one == f32
+
+
 def test_bad_crf_options_are_clear_errors(escpod, shared_data, reads, tmp_path):
     model = shared_data / "seqtagger/b04_RNA004"
     r = run([escpod, "demux", *reads, "--model", model, "--decoder", "viterbi", "--classifications",
@@ -154,6 +175,8 @@ def test_bad_crf_options_are_clear_errors(escpod, shared_data, reads, tmp_path):
     assert not (tmp_path / "c.csv").exists()
     r = run([escpod, "demux", "--model", model, "--crf-window", "middle", "--info"], check=False)
     assert r.returncode == 2 and "--crf-window" in r.stderr
+    r = run([escpod, "demux", "--model", model, "--encoder-precision", "fp16", "--info"], check=False)
+    assert r.returncode == 2 and "--encoder-precision: fp16 not in {f32,bf16,int8}" in r.stderr
 
 
 @pytest.fixture(scope="module")

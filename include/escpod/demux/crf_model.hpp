@@ -88,11 +88,17 @@ struct CrfModel {
 };
 
 struct CrfLoadOptions {
-  nn::Backend backend = nn::Backend::kOptimised;
+  // How the encoder is built and run: backend, and the opt-in reduced-precision paths
+  // (nn::LoadOptions::bf16_gemm, lstm_int8; `parse_encoder_precision`).
+  nn::LoadOptions encoder;
   // Check a bundle's pinned boundary CNN against its sha256 (off when the user supplies their
   // own CNN with --cnn-model: the pin is then unused).
   bool verify_boundary_pin = true;
 };
+
+// "f32" (the default: everything float32), "bf16" (bf16_gemm) or "int8" (lstm_int8) into
+// `encoder`; invalid_argument naming the choices otherwise.
+Status parse_encoder_precision(std::string_view name, nn::LoadOptions& encoder);
 
 // True when `dir` looks like a CRF model folder of either kind (has config.toml or metadata.json
 // with format escapepod-crf-encoder/...). Does not validate it.

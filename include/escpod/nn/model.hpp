@@ -51,6 +51,13 @@ struct LoadOptions {
   // variable ESCPOD_NN_LSTM_INT8=1 turns it on for every model loaded (for the CLI's commands);
   // `describe_plan` marks the LSTM steps that use it ("R int8").
   bool lstm_int8 = false;
+  // bfloat16 operands with float32 accumulation in the dense products: the LSTM's input
+  // projections and the MatMul steps (src/nn/gemm_bf16.hpp); the recurrence stays float32. On a
+  // CPU with AMX, oneDNN runs them on the tile unit. Outputs move, so off by default. Taken only
+  // by the optimised backend where oneDNN runs bfloat16 on AMX (within its ISA cap); elsewhere
+  // float32 runs. ESCPOD_NN_BF16=1 turns it on for every model loaded;
+  // `describe_plan` marks the steps that use it ("bf16").
+  bool bf16_gemm = false;
 };
 
 // One graph input or output as declared in the file. `dims[i]` is -1 where the dimension is

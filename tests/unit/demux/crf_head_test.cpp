@@ -186,7 +186,7 @@ TEST(CrfHead, BatchedRollingWindowsGiveTheCallsOfOneWindowPerCall) {
     EXPECT_EQ(compared, 18);
   }
   CrfHeadOptions ref;
-  ref.load.backend = nn::Backend::kReference;
+  ref.load.encoder.backend = nn::Backend::kReference;
   LoadedHead h = load("b13_RNA004_mRNA", ref);
   auto scratch = h.head->make_scratch();
   const std::vector<float> full = synthetic_signal(9000, 30), two = synthetic_signal(2600, 31);
@@ -278,7 +278,7 @@ TEST(CrfHead, SteadyStateClassifyDoesNotAllocate) {
   for (const char* folder : {"b04_RNA004", "b13_RNA004_mRNA"}) {
     for (CrfDecoderChoice decoder : {CrfDecoderChoice::kBeam, CrfDecoderChoice::kPosterior}) {
       CrfHeadOptions o;
-      o.load.backend = nn::Backend::kReference;
+      o.load.encoder.backend = nn::Backend::kReference;
       o.decoder = decoder;
       o.ref_scores = true;
       LoadedHead h = load(folder, o);

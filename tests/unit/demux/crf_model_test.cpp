@@ -168,7 +168,7 @@ TEST(CrfEncoder, BatchedRunEqualsSingleRuns) {
 // are all ours (oneDNN's execute() allocates its argument map; nn_test bounds that separately).
 TEST(CrfEncoder, SteadyStateRunsDoNotAllocate) {
   CrfLoadOptions o;
-  o.backend = nn::Backend::kReference;
+  o.encoder.backend = nn::Backend::kReference;
   auto m = load_crf_model(test::shared_data("seqtagger/b04_RNA004"), o);
   ASSERT_TRUE(m.is_ok()) << m.status().message();
   CrfEncoder enc(*m, 1);

@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <new>
 #include <thread>
 
 #include "escpod/nn/model.hpp"
 #include "escpod/nn/npy.hpp"
+#include "nn/gemm_bf16.hpp"
 #include "alloc_counter.hpp"
 #include "test_data.hpp"
 
@@ -292,6 +294,17 @@ TEST(NnRun, ReentrantAcrossThreadsWithOwnWorkspaces) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// Mean and largest |a[i] - b[i]| (same sizes), in double.
+std::pair<double, double> mean_and_max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double sum = 0.0, worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    sum += d;
+    worst = std::max(worst, d);
+  }
+  return {sum / static_cast<double>(a.size()), worst};
+}
+
 // The opt-in int8 recurrent weights (LoadOptions::lstm_int8). Where the CPU runs them (the plan
 // marks each LSTM "R int8": AVX-512 VNNI, ISA not capped) the scores move by the quantisation
 // error only: on these fixtures' windows (scores tanh-scaled, |s| <= 5) the mean |difference|
@@ -321,13 +334,7 @@ TEST(NnRun, Int8RecurrentWeightsStayNearFloat32OrFallBack) {
       continue;
     }
     EXPECT_EQ(n_int8, 5) << name;
-    double sum = 0.0, worst = 0.0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
-      sum += d;
-      worst = std::max(worst, d);
-    }
-    const double mean = sum / static_cast<double>(got.size());
+    const auto [mean, worst] = mean_and_max_abs_difference(got, want);
     std::printf("%s int8 vs float32: mean |d| %.3g, max |d| %.3g\n", name, mean, worst);
     EXPECT_GT(worst, 0.0) << name << ": the int8 path did not run";
     EXPECT_LT(mean, 5e-3) << name;
@@ -442,6 +449,102 @@ TEST(Npy, RoundTrip) {
   ASSERT_TRUE(fx.is_ok());
   EXPECT_EQ(fx->shape, (std::vector<int64_t>{3, 1, 1500}));
   EXPECT_EQ(write_npy(dir / "b.npy", shape, std::vector<float>(3)).code(), StatusCode::kInvalidArgument);
+}
+
+// The opt-in bfloat16 GEMMs (LoadOptions::bf16_gemm). Where the CPU runs them (AMX, ISA not
+// capped: the plan marks the five LSTM input projections "Wx bf16" and the linear layer "bf16")
+// the scores move by the rounding of the GEMM operands only: mean |difference| 1.4e-4 / 1.1e-4
+// (h96 / h128) and max 1.1e-3 / 7.4e-4 when this was written (int8's: 1.1e-3 and 7.4e-3); the
+// bounds are ~4x those.
+// Elsewhere the plan is float32's and so are the scores, exactly.
+TEST(NnRun, Bf16GemmsStayNearFloat32OrFallBack) {
+  for (const char* name : {"crf_h96_s10", "crf_h128_s5"}) {
+    auto f32 = Model::load(fixture(std::string(name) + ".onnx.gz"));
+    LoadOptions options;
+    options.bf16_gemm = true;
+    auto bf16 = Model::load(fixture(std::string(name) + ".onnx.gz"), options);
+    ASSERT_TRUE(f32.is_ok() && bf16.is_ok());
+    const Case c = npy_case(name, 1);
+    auto plan = bf16->describe_plan(c.in_shape);
+    ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+    const auto marked = [&](const char* op, const char* mark) {
+      return std::count_if(plan->begin(), plan->end(), [&](const std::string& line) {
+        return line.rfind(op, 0) == 0 && line.find(mark) != std::string::npos;
+      });
+    };
+    const auto n_lstm = marked("lstm", " Wx bf16"), n_matmul = marked("matmul", " bf16");
+    std::vector<float> want(c.expected.size()), got(c.expected.size());
+    Workspace ws_f32, ws_bf16;
+    ASSERT_TRUE(f32->run(ws_f32, c.input, c.in_shape, want).is_ok());
+    ASSERT_TRUE(bf16->run(ws_bf16, c.input, c.in_shape, got).is_ok());
+    EXPECT_EQ(n_lstm == 0, n_matmul == 0) << name << ": bf16 taken for some GEMMs only";
+    if (n_lstm == 0) {
+      EXPECT_EQ(got, want) << name << ": without bf16 GEMMs the plan must be float32's";
+      continue;
+    }
+    EXPECT_EQ(n_lstm, 5) << name;
+    EXPECT_EQ(n_matmul, 1) << name;
+    const auto [mean, worst] = mean_and_max_abs_difference(got, want);
+    std::printf("%s bf16 vs float32: mean |d| %.3g, max |d| %.3g\n", name, mean, worst);
+    EXPECT_GT(worst, 0.0) << name << ": the bf16 path did not run";
+    EXPECT_LT(mean, 6e-4) << name;
+    EXPECT_LT(worst, 5e-3) << name;
+    // After warm-up a run allocates the same each time: the conversions go to the step scratch,
+    // and what is left is oneDNN's own per-execute context (the input projections are oneDNN
+    // matmuls here, where float32 calls sgemm, so the count is higher than float32's).
+    std::vector<long> counts;
+    for (int k = 0; k < 3; ++k) {
+      const long before = static_cast<long>(escpod::test::allocation_count());
+      ASSERT_TRUE(bf16->run(ws_bf16, c.input, c.in_shape, got).is_ok());
+      counts.push_back(static_cast<long>(escpod::test::allocation_count()) - before);
+    }
+    std::printf("%s: %ld operator-new calls per bf16 run (inside oneDNN execute)\n", name, counts[0]);
+    EXPECT_EQ(counts[0], counts[1]) << name;
+    EXPECT_EQ(counts[1], counts[2]) << name;
+  }
+}
+
+// Round to nearest even on the upper 16 bits, written plainly from the format's definition;
+// denormals to zero of their sign (convert_to_bf16's contract).
+uint16_t plain_bf16(float f) {
+  if (std::isnan(f)) return 0x7fc0;  // any quiet NaN: compared as "is NaN" below
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::fpclassify(f) == FP_SUBNORMAL) return static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t lower = u & 0xffffu, upper = u >> 16;
+  const bool up = lower > 0x8000u || (lower == 0x8000u && (upper & 1u));
+  return static_cast<uint16_t>(upper + (up ? 1u : 0u));
+}
+
+TEST(Bf16Conversion, EqualsPlainRoundingIncludingTiesAndSpecials) {
+  std::vector<float> v;
+  uint32_t state = 12345;
+  for (int i = 0; i < 100000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    float f;
+    std::memcpy(&f, &state, 4);
+    v.push_back(f);  // every exponent, denormals, infinities and NaNs among them
+  }
+  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu, 0x00008000u,
+                        0x80018000u, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0x0u, 0x80000000u}) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    v.push_back(f);  // ties to even and away, the largest float (rounds to infinity), signs
+  }
+  std::vector<uint16_t> got(v.size() + 3);
+  for (size_t n : {v.size(), size_t{15}, size_t{17}}) {  // vector body and scalar tails
+    std::fill(got.begin(), got.end(), 0xabcd);
+    nn::detail::convert_to_bf16(v.data(), got.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t want = plain_bf16(v[i]);
+      if (std::isnan(v[i])) {
+        EXPECT_TRUE((got[i] & 0x7f80u) == 0x7f80u && (got[i] & 0x7fu) != 0) << "element " << i << ": not a NaN";
+      } else {
+        ASSERT_EQ(got[i], want) << "element " << i << " of " << n;
+      }
+    }
+    EXPECT_EQ(got[n], 0xabcd) << "wrote past the end";
+  }
 }
 
 }  // namespace

@@ -1,0 +1,23 @@
+// Opt-in bfloat16 GEMMs for the encoder's dense products (nn::LoadOptions::bf16_gemm): the
+// LSTM's input projection (x W^T for a block of time steps) and the MatMul steps (the CRF's
+// linear layer). Operands are rounded to bfloat16 (8 significant bits), products accumulate in
+// float32, and outputs stay float32; on CPUs with AMX oneDNN runs them on the tile unit (~3x the
+// float32 rate of a core, measured in bench/results/crf_encoder.md). The LSTM recurrence stays
+// float32: rounding there would compound over the time steps. Outputs move (not within float32
+// tolerance), so the path is off by default and its effect on calls is measured.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace escpod::nn::detail {
+
+// oneDNN runs bfloat16 matmuls on AMX here (AMX-BF16 within its ISA cap), and the conversion
+// kernel below has its AVX-512 BF16 form. Decided once.
+bool bf16_gemm_available();
+
+// dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), for i < n. NaNs stay NaNs;
+// denormal inputs become zeros of their sign (as the AVX-512 BF16 instruction treats them).
+void convert_to_bf16(const float* src, uint16_t* dst, size_t n);
+
+}  // namespace escpod::nn::detail
