@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "nn/plan.hpp"
+#include "nn/simd.hpp"
 
 namespace escpod::nn::detail {
 
@@ -295,6 +296,11 @@ class Pad final : public Step {
       m_before = m_p.pads_begin.back();
       m_after = m_p.out_shape.back() - m_p.in_shape.back() - m_before;
     }
+    const auto& ops = m_p.post_ops;
+    if (m_p.vectorised && m_last_axis_only && m_place.run == 4 && m_before == 1 && m_after == 0 && ops.size() == 2 &&
+        ops[0].kind == PostOp::Kind::kTanh && ops[1].kind == PostOp::Kind::kLinear) {
+      m_blank_pad_tanh = blank_pad_tanh_fn(simd_level());
+    }
   }
   void run(const ExecContext& ctx, StepState*) const override {
     float* y = resolve(ctx, m_p.dst);
@@ -302,6 +308,7 @@ class Pad final : public Step {
       pad_rows(resolve(ctx, m_p.src), y);
       return;
     }
+    // (The planner moves post-ops here only for a pad of the innermost axis alone.)
     std::fill(y, y + m_out_total, m_p.value);
     m_place.copy_block(m_p, resolve(ctx, m_p.src), y);
   }
@@ -314,6 +321,19 @@ class Pad final : public Step {
   void pad_rows(const float* x, float* y) const {
     const int64_t run = m_place.run, rows = m_place.rows, before = m_before, after = m_after;
     const float v = m_p.value;
+    if (m_blank_pad_tanh) {
+      m_blank_pad_tanh(x, y, rows, v, m_p.post_ops[1].alpha, m_p.post_ops[1].beta);
+      return;
+    }
+    if (!m_p.post_ops.empty()) {
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < before; ++j) *y++ = v;
+        for (int64_t j = 0; j < run; ++j) *y++ = apply_post_ops(m_p.post_ops, x[j]);
+        for (int64_t j = 0; j < after; ++j) *y++ = v;
+        x += run;
+      }
+      return;
+    }
     if (run == 4 && before == 1 && after == 0) {  // bonito's CRF scores: blank, then 4 bases
       for (int64_t i = 0; i < rows; ++i, x += 4, y += 5) {
         y[0] = v;
@@ -334,6 +354,7 @@ class Pad final : public Step {
   int64_t m_out_total = 0;
   bool m_last_axis_only = false;  // every axis but the innermost keeps its size
   int64_t m_before = 0, m_after = 0;
+  BlankPadTanhFn m_blank_pad_tanh = nullptr;  // bonito's pattern with p.vectorised
 };
 
 }  // namespace

@@ -86,7 +86,8 @@ class StepBuilder {
         PadParams p = r.pad;
         p.src = loc(r.in[0]);
         p.dst = loc(r.out);
-        text = fmt::format("pad {}->{}", shape_str(p.in_shape), shape_str(p.out_shape));
+        p.vectorised = !reference();
+        text = fmt::format("pad{} {}->{}", describe_post_ops(p.post_ops), shape_str(p.in_shape), shape_str(p.out_shape));
         return make_pad(std::move(p));
       }
       case RtKind::kConcat:

@@ -17,7 +17,7 @@ class Fusion {
       changed = false;
       for (size_t i = 0; i < m_ir.nodes.size() && !changed; ++i) {
         if (m_ir.nodes[i].dead) continue;
-        changed = fuse_silu(i) || fuse_bias(i) || fuse_eltwise(i) || fuse_lstm_flips(i);
+        changed = fuse_silu(i) || fuse_bias(i) || fuse_eltwise(i) || fuse_lstm_flips(i) || fuse_post_ops_into_pad(i);
       }
     }
   }
@@ -153,6 +153,41 @@ class Fusion {
     r.out = post.out;
     post.dead = true;
     if (alias_idx >= 0) node(alias_idx).dead = true;
+    return true;
+  }
+
+  // Bonito's CRF scores: MatMul+tanh+scale -> (reshapes) -> Pad of one blank before each run of
+  // 4. The post-ops move to the Pad, which applies them (vectorised, blank_pad_tanh_fn) to the
+  // values it copies, in the pass that writes the padded rows, instead of in oneDNN's post-op
+  // (~1.8 of 5.8 ms of the linear layer at batch 16, bench/results/crf_encoder.md Session 13).
+  // Element-wise ops commute with the reshapes and the pad value is not transformed, so the
+  // result is the same function. Other patterns keep oneDNN's (vectorised) post-ops.
+  bool fuse_post_ops_into_pad(size_t i) {
+    RtNode& r = m_ir.nodes[i];
+    if (r.kind != RtKind::kPad || !r.pad.post_ops.empty() || !is_blank_pad(r.pad)) return false;
+    int v = r.in[0];
+    int pi = producer(v);
+    while (pi >= 0 && node(pi).kind == RtKind::kAlias && single_use(v)) {
+      v = node(pi).in[0];
+      pi = producer(v);
+    }
+    if (pi < 0 || !single_use(v) || node(pi).kind != RtKind::kMatMul) return false;
+    std::vector<PostOp>& ops = node(pi).mm.post_ops;
+    if (ops.size() != 2 || ops[0].kind != PostOp::Kind::kTanh || ops[1].kind != PostOp::Kind::kLinear) return false;
+    r.pad.post_ops = std::move(ops);
+    ops.clear();
+    return true;
+  }
+  // [..., 4] -> [..., 5] with one value in front, every other axis unchanged.
+  static bool is_blank_pad(const PadParams& p) {
+    const size_t rank = p.in_shape.size();
+    if (rank == 0 || p.out_shape.size() != rank || p.in_shape.back() != 4 || p.out_shape.back() != 5 ||
+        p.pads_begin.back() != 1) {
+      return false;
+    }
+    for (size_t d = 0; d + 1 < rank; ++d) {
+      if (p.in_shape[d] != p.out_shape[d] || p.pads_begin[d] != 0) return false;
+    }
     return true;
   }
 

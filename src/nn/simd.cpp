@@ -165,7 +165,48 @@ void lstm_cell_sse2(const float* gates, const float* bias, float* c, float* h_ou
   lstm_cell_impl<4>(gates, bias, c, h_out, n, h, h_stride);
 }
 
+// W / 4 rows per vector: tanh over W inputs, then each row's four results behind its blank.
+template <int W>
+[[gnu::always_inline]] inline void blank_pad_tanh_impl(const float* x, float* y, int64_t rows, float blank,
+                                                       float alpha, float beta) {
+  constexpr int64_t kRowsPerVector = W / 4;
+  int64_t r = 0;
+  float t[W];
+  for (; r + kRowsPerVector <= rows; r += kRowsPerVector, x += W) {
+    store<W>(t, alpha * vtanh<W>(load<W>(x)) + beta);
+    for (int64_t q = 0; q < kRowsPerVector; ++q, y += 5) {
+      y[0] = blank;
+      __builtin_memcpy(y + 1, t + 4 * q, 4 * sizeof(float));
+    }
+  }
+  for (; r < rows; ++r, x += 4, y += 5) {
+    y[0] = blank;
+    for (int j = 0; j < 4; ++j) y[1 + j] = alpha * vtanh<1>(vf<1>{x[j]})[0] + beta;
+  }
+}
+
+__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void blank_pad_tanh_avx512(
+    const float* x, float* y, int64_t rows, float blank, float alpha, float beta) {
+  blank_pad_tanh_impl<16>(x, y, rows, blank, alpha, beta);
+}
+__attribute__((target("avx2,fma"))) void blank_pad_tanh_avx2(const float* x, float* y, int64_t rows, float blank,
+                                                              float alpha, float beta) {
+  blank_pad_tanh_impl<8>(x, y, rows, blank, alpha, beta);
+}
+void blank_pad_tanh_sse2(const float* x, float* y, int64_t rows, float blank, float alpha, float beta) {
+  blank_pad_tanh_impl<4>(x, y, rows, blank, alpha, beta);
+}
+
 }  // namespace
+
+BlankPadTanhFn blank_pad_tanh_fn(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512: return blank_pad_tanh_avx512;
+    case SimdLevel::kAvx2: return blank_pad_tanh_avx2;
+    case SimdLevel::kSse2: break;
+  }
+  return blank_pad_tanh_sse2;
+}
 
 GemmAccFn gemm_acc_fn(SimdLevel level) {
   switch (level) {

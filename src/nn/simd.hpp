@@ -28,4 +28,9 @@ using GemmAccFn = void (*)(const float* a, int64_t lda, const float* b, int64_t 
                            int64_t m, int64_t n, int64_t k);
 GemmAccFn gemm_acc_fn(SimdLevel level);
 
+// Bonito's CRF scores with their blank column: for each of `rows` runs of 4 values,
+//   y[5r] = blank, y[5r + 1 + j] = alpha * tanh(x[4r + j]) + beta.
+using BlankPadTanhFn = void (*)(const float* x, float* y, int64_t rows, float blank, float alpha, float beta);
+BlankPadTanhFn blank_pad_tanh_fn(SimdLevel level);
+
 }  // namespace escpod::nn::detail

@@ -19,6 +19,7 @@
 #include "escpod/nn/model.hpp"
 #include "escpod/nn/npy.hpp"
 #include "nn/gemm_bf16.hpp"
+#include "nn/simd.hpp"
 #include "alloc_counter.hpp"
 #include "test_data.hpp"
 
@@ -254,18 +255,20 @@ TEST(NnPlan, CrfEncoderFusesActivationsAndTimeReversals) {
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
     auto plan = m->describe_plan(std::vector<int64_t>{2, 1, 600});
     ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
-    int convs = 0, lstms = 0, reversed = 0, matmuls = 0, copies = 0;
+    int convs = 0, lstms = 0, reversed = 0, matmuls = 0, copies = 0, pads = 0;
     for (const std::string& line : plan.value()) {
       if (line.rfind("conv1d+silu", 0) == 0) ++convs;
       if (line.rfind("lstm", 0) == 0) ++lstms;
       if (line.rfind("lstm(reverse)", 0) == 0) ++reversed;
-      if (line.rfind("matmul+tanh+linear(5,0)", 0) == 0) ++matmuls;
+      if (line.rfind("matmul [", 0) == 0) ++matmuls;  // its tanh and scale moved into the pad:
+      if (line.rfind("pad+tanh+linear(5,0) ", 0) == 0) ++pads;  // bonito's blank column
       if (line.rfind("copy", 0) == 0) ++copies;
     }
     EXPECT_EQ(convs, 3) << name;
     EXPECT_EQ(lstms, 5) << name;
     EXPECT_EQ(reversed, 3) << name;
     EXPECT_EQ(matmuls, 1) << name;
+    EXPECT_EQ(pads, 1) << name;
     EXPECT_EQ(copies, 1) << name << ": only the [N,C,T] -> [T,N,C] transpose should remain";
   }
 }
@@ -544,6 +547,34 @@ TEST(Bf16Conversion, EqualsPlainRoundingIncludingTiesAndSpecials) {
       }
     }
     EXPECT_EQ(got[n], 0xabcd) << "wrote past the end";
+  }
+}
+
+// The blank column with tanh and scale (the CRF scores' last step, fused into the pad) at each
+// ISA level the CPU runs, against std::tanh, on row counts that leave every tail length.
+TEST(BlankPadTanh, EqualsPlainFormulaAtEveryLevel) {
+  using nn::detail::SimdLevel;
+  for (SimdLevel level : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (static_cast<int>(level) > static_cast<int>(nn::detail::simd_level())) continue;
+    const auto fn = nn::detail::blank_pad_tanh_fn(level);
+    for (int64_t rows : {0, 1, 3, 4, 5, 7, 300}) {
+      std::vector<float> x(static_cast<size_t>(4 * rows));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 6.0f - 0.5f;
+      if (rows > 0) {  // saturated both ways
+        x[0] = 95.0f;
+        x[1] = -95.0f;
+      }
+      std::vector<float> y(static_cast<size_t>(5 * rows) + 1, -7.0f);
+      fn(x.data(), y.data(), rows, 2.0f, 5.0f, 0.25f);
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(y[static_cast<size_t>(5 * r)], 2.0f) << r;
+        for (int j = 0; j < 4; ++j) {
+          const float want = 5.0f * std::tanh(x[static_cast<size_t>(4 * r + j)]) + 0.25f;
+          EXPECT_NEAR(y[static_cast<size_t>(5 * r + 1 + j)], want, 2e-6f) << "row " << r << " lane " << j;
+        }
+      }
+      EXPECT_EQ(y.back(), -7.0f) << "wrote past " << rows << " rows";
+    }
   }
 }
 
