@@ -30,8 +30,9 @@ void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
   sub->add_option("--boundary-margin", o.boundary_margin, "Bundles: samples required beyond the chunk")->group(g);
   sub->add_option("--clamp-max-shift", o.clamp_max_shift, "Bundles: window clamping allowance")->group(g);
   sub->add_option("--crf-batch", o.window_batch,
-                  "SeqTagger v2: rolling windows of a read per encoder call, 1..16 (default 16; calls do not "
-                  "depend on it)")->group(g);
+                  "Windows per encoder call, 1..16: a SeqTagger v2 read's rolling windows (default 16: all of "
+                  "them), or one window each of N reads for v1 models and bundles (default 4); calls do not "
+                  "depend on it")->group(g);
   sub->add_option("--encoder-precision", o.precision,
                   "f32 (default), or opt-in reduced precision that moves the scores: bf16 (dense products "
                   "in bfloat16 on CPUs with AMX, ~0.75x f32's time) or int8 (LSTM recurrent weights, AVX-512 "
@@ -64,8 +65,10 @@ Result<demux::CrfHeadOptions> crf_head_options(const CrfCliFlags& o) {
   c.barcodes_csv = o.barcodes;
   c.boundary_margin = set_or_none(o.boundary_margin);
   c.clamp_max_shift = set_or_none(o.clamp_max_shift);
-  if (o.window_batch < 1 || o.window_batch > 16) return Status::usage("--crf-batch must be 1..16");
-  c.max_window_batch = o.window_batch;
+  if (o.window_batch != -1) {
+    if (o.window_batch < 1 || o.window_batch > 16) return Status::usage("--crf-batch must be 1..16");
+    c.max_window_batch = o.window_batch;
+  }
   if (Status s = demux::parse_encoder_precision(o.precision, c.load.encoder); !s.is_ok()) {
     return Status::usage(s.message());
   }

@@ -21,7 +21,7 @@ struct CrfCliFlags {
          min_crf_prob = std::nan("");
   bool ref_scores = false;
   int64_t boundary_margin = -1, clamp_max_shift = -1;
-  int32_t window_batch = 16;  // --crf-batch
+  int32_t window_batch = -1;  // --crf-batch (-1: the head's default for the placement)
   std::string precision = "f32";  // --encoder-precision
 };
 

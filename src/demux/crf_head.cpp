@@ -80,7 +80,9 @@ struct CrfSettings {
   bool ref_scores = false;
   int64_t margin = 200;  // bundles
   int64_t clamp = 0;     // bundles
-  int64_t window_batch = 1;  // rolling windows per encoder call (1 for the one-window placements)
+  // Windows per encoder call: a v2 read's rolling windows, or one window each of up to this many
+  // reads per classify() call (the one-window placements).
+  int64_t window_batch = 1;
 };
 
 // One decoded window: its scores and both decodes (kept while a better window may come).
@@ -106,6 +108,7 @@ class CrfScratch final : public HeadScratch {
     const auto chunk = static_cast<size_t>(model.config.chunk);
     window.resize(chunk * batch);
     starts.resize(batch);
+    batch_reads.resize(batch);
     sorted.reserve(chunk);
     const auto n_scores = static_cast<size_t>(encoder.steps(chunk) * encoder.n_scores());
     current.scores.resize(n_scores);
@@ -120,6 +123,7 @@ class CrfScratch final : public HeadScratch {
   size_t batch;                     // windows per encoder call (CrfSettings::window_batch)
   std::vector<float> window;        // `batch` normalised windows of `chunk` samples, one after another
   std::vector<int64_t> starts;      // their first samples in the read
+  std::vector<size_t> batch_reads;  // one-window placements: the read (in the call) of each window
   std::vector<float> batch_scores;  // [T, batch, n_scores], the encoder's output for them
   std::vector<float> sorted;  // median/MAD work space
   WindowCall current, best;
@@ -184,7 +188,7 @@ class CrfHead final : public Head {
     // clamped windows, which reach past it.
     in.window_begin = -m_model.config.chunk;
     in.window_end = 0;
-    in.batch_size = 1;
+    in.batch_size = one_window() ? static_cast<size_t>(m_settings.window_batch) : 1;
     return in;
   }
   std::span<const std::string> extra_columns() const override { return m_columns; }
@@ -209,6 +213,13 @@ class CrfHead final : public Head {
   void classify(std::span<const PreparedRead> reads, HeadScratch& scratch,
                 std::span<Classification> calls) const override {
     auto& s = static_cast<CrfScratch&>(scratch);
+    if (one_window() && s.batch > 1) {
+      for (size_t first = 0; first < reads.size(); first += s.batch) {
+        const size_t n = std::min(s.batch, reads.size() - first);
+        classify_windows_of_reads(reads.subspan(first, n), s, calls.subspan(first, n));
+      }
+      return;
+    }
     for (size_t i = 0; i < reads.size(); ++i) classify_one(reads[i], s, calls[i]);
   }
 
@@ -228,11 +239,20 @@ class CrfHead final : public Head {
  private:
   int64_t chunk() const { return m_model.config.chunk; }
   bool seqtagger() const { return m_model.kind == CrfModelKind::kSeqTagger; }
+  // One window per read (bundles, SeqTagger v1): reads can share an encoder call.
+  bool one_window() const { return !seqtagger() || m_settings.placement != CrfWindowPlacement::kRollingStart; }
 
   void classify_one(const PreparedRead& r, CrfScratch& s, Classification& out) const;
+  void classify_windows_of_reads(std::span<const PreparedRead> reads, CrfScratch& s,
+                                 std::span<Classification> calls) const;
+  void start_call(CrfScratch& s, Classification& out) const;
+  void finish_call(CrfScratch& s, Classification& out) const;
   bool best_window(const PreparedRead& r, CrfScratch& s) const;
-  bool bundle_window(const PreparedRead& r, CrfScratch& s) const;
-  bool boundary_window(const PreparedRead& r, CrfScratch& s) const;
+  // The one-window placements' window, normalised into `dst` (`chunk` floats) with its first
+  // sample in *start; false when the read has no usable window.
+  bool place_window(const PreparedRead& r, CrfScratch& s, float* dst, int64_t* start) const;
+  bool bundle_window(const PreparedRead& r, CrfScratch& s, float* dst, int64_t* start) const;
+  bool boundary_window(const PreparedRead& r, CrfScratch& s, float* dst, int64_t* start) const;
   bool rolling_windows(const PreparedRead& r, CrfScratch& s) const;
   bool normalise(std::span<const float> samples, std::span<const float> norm_span, size_t pad,
                  CrfScratch& s, float* dst) const;
@@ -294,7 +314,7 @@ bool CrfHead::decode_view(const CrfScoresView& view, CrfScratch& s) const {
 }
 
 // Behaviour doc section 4.8 window rules (margin, clamping), on the decoded prefix.
-bool CrfHead::bundle_window(const PreparedRead& r, CrfScratch& s) const {
+bool CrfHead::bundle_window(const PreparedRead& r, CrfScratch& s, float* dst, int64_t* start) const {
   const int64_t ae = r.adapter_end, len = static_cast<int64_t>(r.num_samples), c = chunk();
   int64_t begin = 0;
   if (ae > len || ae <= 0) return false;
@@ -305,22 +325,26 @@ bool CrfHead::bundle_window(const PreparedRead& r, CrfScratch& s) const {
   }
   if (begin + c > static_cast<int64_t>(r.pa.size())) return false;  // beyond the decoded prefix
   const auto samples = r.pa.subspan(static_cast<size_t>(begin), static_cast<size_t>(c));
-  if (!normalise(samples, samples, 0, s, s.window.data())) return false;
-  s.current.start = begin;
-  return decode_current(s);
+  if (!normalise(samples, samples, 0, s, dst)) return false;
+  *start = begin;
+  return true;
 }
 
 // SeqTagger v1 convention: the last `chunk` samples before the boundary, left-padded with zeros.
-bool CrfHead::boundary_window(const PreparedRead& r, CrfScratch& s) const {
+bool CrfHead::boundary_window(const PreparedRead& r, CrfScratch& s, float* dst, int64_t* start) const {
   const int64_t ae = r.adapter_end, c = chunk();
   if (ae <= 0 || ae > static_cast<int64_t>(r.pa.size())) return false;
   const int64_t begin = std::max<int64_t>(0, ae - c);
   const auto samples = r.pa.subspan(static_cast<size_t>(begin), static_cast<size_t>(ae - begin));
   const auto span = m_settings.norm_span == CrfNormSpan::kPrefix
                         ? r.pa.subspan(0, static_cast<size_t>(ae)) : samples;
-  if (!normalise(samples, span, static_cast<size_t>(c - (ae - begin)), s, s.window.data())) return false;
-  s.current.start = ae - c;
-  return decode_current(s);
+  if (!normalise(samples, span, static_cast<size_t>(c - (ae - begin)), s, dst)) return false;
+  *start = ae - c;
+  return true;
+}
+
+bool CrfHead::place_window(const PreparedRead& r, CrfScratch& s, float* dst, int64_t* start) const {
+  return seqtagger() ? boundary_window(r, s, dst, start) : bundle_window(r, s, dst, start);
 }
 
 // SeqTagger v2 convention (our reading): `chunk`-sample windows at 0, step, 2 step, ... that end
@@ -387,12 +411,51 @@ void CrfHead::keep_best_scores(CrfScratch& s) const {
 }
 
 bool CrfHead::best_window(const PreparedRead& r, CrfScratch& s) const {
-  if (!seqtagger()) return bundle_window(r, s);
-  if (m_settings.placement == CrfWindowPlacement::kRollingStart) return rolling_windows(r, s);
-  return boundary_window(r, s);
+  if (!one_window()) return rolling_windows(r, s);
+  return place_window(r, s, s.window.data(), &s.current.start) && decode_current(s);
 }
 
 void CrfHead::classify_one(const PreparedRead& r, CrfScratch& s, Classification& out) const {
+  start_call(s, out);
+  if (!best_window(r, s)) {
+    out.status = CallStatus::kNoWindow;
+    return;
+  }
+  finish_call(s, out);
+}
+
+// The one-window placements, several reads per encoder call: each read's window goes into the
+// batch (a read without one is kNoWindow at once), one encoder call runs them all, then each is
+// decoded and called in read order. The scores are bitwise those of one call per window.
+void CrfHead::classify_windows_of_reads(std::span<const PreparedRead> reads, CrfScratch& s,
+                                        std::span<Classification> calls) const {
+  const auto len = static_cast<size_t>(chunk());
+  size_t n = 0;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    start_call(s, calls[i]);
+    if (place_window(reads[i], s, s.window.data() + n * len, &s.starts[n])) {
+      s.batch_reads[n++] = i;
+    } else {
+      calls[i].status = CallStatus::kNoWindow;
+    }
+  }
+  if (n == 0) return;
+  const bool encoded = s.encoder.run_batch(s.window.data(), n, len, s.batch_scores.data()).is_ok();
+  const int64_t n_scores = s.encoder.n_scores(), steps = s.encoder.steps(len);
+  for (size_t k = 0; k < n; ++k) {
+    Classification& out = calls[s.batch_reads[k]];
+    const CrfScoresView view{s.batch_scores.data() + static_cast<int64_t>(k) * n_scores, steps,
+                             static_cast<int64_t>(n) * n_scores};
+    s.current.start = s.starts[k];
+    if (!encoded || !decode_view(view, s)) {
+      out.status = CallStatus::kNoWindow;
+      continue;
+    }
+    finish_call(s, out);
+  }
+}
+
+void CrfHead::start_call(CrfScratch& s, Classification& out) const {
   out.label = kUnclassifiedLabel;
   out.best_label = kUnclassifiedLabel;
   out.class_index = -1;
@@ -402,10 +465,10 @@ void CrfHead::classify_one(const PreparedRead& r, CrfScratch& s, Classification&
   out.detail = {};
   s.last_ref = -1;
   s.last_crf_best = -1;
-  if (!best_window(r, s)) {
-    out.status = CallStatus::kNoWindow;
-    return;
-  }
+}
+
+// The call of the window decoded into s.current: matching, lattice scores, gates.
+void CrfHead::finish_call(CrfScratch& s, Classification& out) const {
   const WindowCall& w = s.current;
   const std::string& seq = s.beam ? w.beam.sequence : w.posterior.sequence;
   const BarcodeMatch m = m_panel.match(seq);
@@ -472,11 +535,13 @@ std::string CrfHead::describe() const {
     if (m_settings.placement == CrfWindowPlacement::kRollingStart) {
       out += fmt::format(", step {}, up to {} samples from the read start, best call kept; {} per encoder call",
                          c.step.value_or(c.chunk), c.max_chunk.value_or(c.chunk), m_settings.window_batch);
+    } else {
+      out += fmt::format("; windows of up to {} reads per encoder call", m_settings.window_batch);
     }
     out += ")\n";
   } else {
-    out += fmt::format("window: {} samples ending at the adapter end, margin {}, clamp {}\n", c.chunk,
-                       m_settings.margin, m_settings.clamp);
+    out += fmt::format("window: {} samples ending at the adapter end, margin {}, clamp {}; windows of up to {} "
+                       "reads per encoder call\n", c.chunk, m_settings.margin, m_settings.clamp, m_settings.window_batch);
   }
   out += fmt::format("decoder: {}\n", m_settings.beam ? "beam (width 32, cut 100)" : "posterior (two-pass)");
   out += fmt::format("panel: {} references matched in {} form, min pairwise distance {}\n", m_panel.size(),
@@ -541,7 +606,9 @@ CrfSettings resolve_settings(const CrfModel& model, const CrfHeadOptions& o) {
     const CrfConfig& c = model.config;
     const int64_t step = std::max<int64_t>(1, c.step.value_or(c.chunk));
     const int64_t most = std::max<int64_t>(1, (c.max_chunk.value_or(c.chunk) - c.chunk) / step + 1);
-    s.window_batch = std::min<int64_t>(o.max_window_batch, most);
+    s.window_batch = std::min<int64_t>(o.max_window_batch.value_or(kDefaultRollingWindowBatch), most);
+  } else {
+    s.window_batch = o.max_window_batch.value_or(kDefaultReadWindowBatch);  // one window each of this many reads
   }
   return s;
 }
@@ -663,9 +730,9 @@ int64_t crf_samples_needed(const Head& head, int64_t adapter_end) {
 }
 
 Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options) {
-  if (options.max_window_batch < 1 || options.max_window_batch > 16) {
+  if (options.max_window_batch && (*options.max_window_batch < 1 || *options.max_window_batch > 16)) {
     return Status::invalid_argument(fmt::format("CRF head: windows per encoder call must be 1..16, got {}",
-                                                options.max_window_batch));
+                                                *options.max_window_batch));
   }
   ESCPOD_ASSIGN_OR_RETURN(CrfModel model, load_crf_model(folder, options.load));
   if (model.config.chunk <= 0) {

@@ -62,6 +62,9 @@ enum class CrfWindowPlacement : uint8_t {
 Result<CrfWindowPlacement> parse_crf_window_placement(const std::string& text);
 const char* crf_window_placement_name(CrfWindowPlacement placement);
 
+inline constexpr int32_t kDefaultRollingWindowBatch = 16;
+inline constexpr int32_t kDefaultReadWindowBatch = 4;
+
 struct CrfHeadOptions {
   CrfDecoderChoice decoder = CrfDecoderChoice::kModelDefault;
   CrfWindowPlacement placement = CrfWindowPlacement::kModelDefault;
@@ -81,11 +84,16 @@ struct CrfHeadOptions {
   std::optional<int64_t> boundary_margin;   // bundles: overrides the bundle's margin
   std::optional<int64_t> clamp_max_shift;   // bundles: overrides the bundle's clamp allowance
   CrfLoadOptions load;                      // encoder backend, bundle pin check
-  // SeqTagger v2 rolling windows of one read run through the encoder together, this many per
-  // call (1..16; 1: one window per call). Batched scores are bitwise those of one window per
-  // call (the encoder's kernels treat batch rows independently), so the calls do not depend
-  // on it; it trades ~1 MB of scratch per window (b13: 200 steps x 1280 scores) for speed.
-  int32_t max_window_batch = 16;
+  // Windows per encoder call (1..16; 1: one window per call): a SeqTagger v2 read's rolling
+  // windows, or, for the one-window placements (SeqTagger v1, bundles), the windows of that many
+  // reads of one classify() call (the head asks the engine for batches of this size). Batched
+  // scores are bitwise those of one window per call (the encoder's kernels treat batch rows
+  // independently), so the calls do not depend on it; it trades scratch (~1 MB of scores and
+  // activations per window) for speed. nullopt: kDefaultRollingWindowBatch (all nine of b13's
+  // windows) or kDefaultReadWindowBatch reads (fused b04 demux, 1,500 reads, -t 1: 1.19x the
+  // reads/s of one read per call for +22 MiB; 8 and 16 reads were slower and larger,
+  // bench/results/crf_head.md Session 13).
+  std::optional<int32_t> max_window_batch;
   // --barcodes: references from a CSV (read_barcode_csv) instead of the model's, matched as given
   // (the CSV holds what the model emits). Empty: the model's references.
   std::filesystem::path barcodes_csv;

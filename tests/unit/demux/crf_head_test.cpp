@@ -60,7 +60,7 @@ TEST(CrfHead, SeqTaggerV1DeclaresItsWindowColumnsAndLabels) {
   EXPECT_EQ(in.kind, HeadInputKind::kSignalWindow);
   EXPECT_EQ(in.window_begin, -2000);
   EXPECT_EQ(in.window_end, 0);
-  EXPECT_EQ(in.batch_size, 1u);
+  EXPECT_EQ(in.batch_size, 4u);  // one window per read: reads share encoder calls (--crf-batch)
   const std::vector<std::string> want = {"window_start", "edit_dist", "second_dist", "call_len",
                                          "mean_post", "gate", "baseq"};
   EXPECT_EQ(std::vector<std::string>(h.head->extra_columns().begin(), h.head->extra_columns().end()), want);
@@ -202,6 +202,49 @@ TEST(CrfHead, BatchedRollingWindowsGiveTheCallsOfOneWindowPerCall) {
   auto refused = load_crf_head(test::shared_data("seqtagger/b13_RNA004_mRNA"), bad);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_NE(refused.status().message().find("1..16"), std::string::npos) << refused.status().message();
+}
+
+// One-window placements (SeqTagger v1, bundles) batch the windows of the reads of one classify()
+// call: every read's call equals its call alone, whatever the batch and wherever the reads
+// without a window fall in it, at both decoders.
+TEST(CrfHead, ReadsSharingAnEncoderCallGetTheCallsOfOneReadPerCall) {
+  std::vector<std::vector<float>> signals;
+  std::vector<PreparedRead> reads;
+  for (uint32_t seed = 40; seed < 51; ++seed) signals.push_back(synthetic_signal(3000 + 400 * (seed % 4), seed));
+  for (size_t i = 0; i < signals.size(); ++i) {
+    PreparedRead r;
+    r.pa = signals[i];
+    r.num_samples = signals[i].size();
+    r.adapter_end = i % 5 == 3 ? 0 : 2500 + 100 * static_cast<int64_t>(i);  // reads 3 and 8: no window
+    reads.push_back(r);
+  }
+  for (CrfDecoderChoice decoder : {CrfDecoderChoice::kBeam, CrfDecoderChoice::kPosterior}) {
+    CrfHeadOptions o;
+    o.decoder = decoder;
+    o.max_window_batch = 1;
+    LoadedHead single = load("b04_RNA004", o);
+    auto s1 = single.head->make_scratch();
+    std::vector<Classification> want(reads.size());
+    for (size_t i = 0; i < reads.size(); ++i) {
+      single.head->classify(std::span<const PreparedRead>(&reads[i], 1), *s1, std::span<Classification>(&want[i], 1));
+    }
+    EXPECT_EQ(want[3].status, CallStatus::kNoWindow);
+    EXPECT_EQ(want[8].status, CallStatus::kNoWindow);
+    for (int32_t batch : {4, 16}) {
+      o.max_window_batch = batch;
+      LoadedHead batched = load("b04_RNA004", o);
+      EXPECT_EQ(batched.head->input().batch_size, static_cast<size_t>(batch));
+      auto s = batched.head->make_scratch();
+      std::vector<Classification> got(reads.size());
+      batched.head->classify(reads, *s, got);  // 11 reads: batches of 4 + 4 + 3, or one of 11
+      for (size_t i = 0; i < reads.size(); ++i) {
+        EXPECT_EQ(got[i].status, want[i].status) << i << " batch " << batch;
+        EXPECT_EQ(got[i].label, want[i].label) << i;
+        EXPECT_EQ(got[i].probabilities, want[i].probabilities) << i << " batch " << batch << " "
+                                                               << crf_decoder_name(decoder);
+      }
+    }
+  }
 }
 
 TEST(CrfHead, GatesDecideTheStatusAndTheGateColumnNamesTheFirstFailure) {
