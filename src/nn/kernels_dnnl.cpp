@@ -219,6 +219,152 @@ class DnnlMatMul final : public DnnlStep {
   std::size_t m_src_elems;
 };
 
+// y[rows][N] = x[rows][K] w (+ bias) for a few fixed row counts (a full block of rows and the
+// shorter last one), one oneDNN matmul each, over caller-given pointers: the blocked products of
+// GemmLstm (bf16 input projections) and DnnlMatMulBlankPad. `w` is float32 [K][N] in the layout
+// `w_tag` (ab: row-major [K][N]; ba: [N][K], i.e. W^T), kept in the primitives' layout and type
+// (shared by every plan of the model); `in` is the input's type (f32 or bf16); y is float32.
+class RowBlockMatMul {
+ public:
+  RowBlockMatMul(std::initializer_list<int64_t> row_counts, int64_t k, int64_t n, dt in, const float* w, tag w_tag,
+                 const float* bias)
+      : m_n(n) {
+    if (bias) m_bias = plain_copy(bias, static_cast<size_t>(n));
+    for (int64_t rows : row_counts) {
+      if (rows > 0 && std::none_of(m_prims.begin(), m_prims.end(), [&](const Prim& q) { return q.rows == rows; })) {
+        m_prims.push_back(make(rows, k, n, in, w, w_tag));
+      }
+    }
+  }
+  std::size_t scratch_bytes() const {
+    std::size_t b = 0;
+    for (const Prim& q : m_prims) b = std::max(b, q.scratch_md.get_size());
+    return b;
+  }
+
+  struct State {
+    struct Bound {
+      dnnl::memory src, dst, scratch, weights, bias;
+      std::vector<dnnl_exec_arg_t> args;
+    };
+    std::vector<Bound> bound;  // one per primitive
+  };
+  State bind() const {
+    State st;
+    for (const Prim& q : m_prims) {
+      State::Bound b;
+      b.src = dnnl::memory(q.src_md, engine(), DNNL_MEMORY_NONE);
+      b.dst = dnnl::memory(q.dst_md, engine(), DNNL_MEMORY_NONE);
+      b.scratch = dnnl::memory(q.scratch_md, engine(), DNNL_MEMORY_NONE);
+      b.weights = dnnl::memory(q.weights_md, engine(), q.weights.get());
+      b.args = {{DNNL_ARG_SRC, b.src.get()}, {DNNL_ARG_WEIGHTS, b.weights.get()}, {DNNL_ARG_DST, b.dst.get()},
+                {DNNL_ARG_SCRATCHPAD, b.scratch.get()}};
+      if (m_bias) {
+        b.bias = dnnl::memory(bias_md(), engine(), m_bias.get());
+        b.args.push_back({DNNL_ARG_BIAS, b.bias.get()});
+      }
+      st.bound.push_back(std::move(b));
+    }
+    return st;
+  }
+  // y = x w (+ bias) for `rows`, one of the row counts given at construction.
+  void run(int64_t rows, const void* x, float* y, void* scratch, void* stream, State& st) const {
+    size_t i = 0;
+    while (m_prims[i].rows != rows) ++i;
+    State::Bound& b = st.bound[i];
+    dnnl_memory_set_data_handle(b.src.get(), const_cast<void*>(x));
+    dnnl_memory_set_data_handle(b.dst.get(), y);
+    dnnl_memory_set_data_handle(b.scratch.get(), scratch);
+    dnnl_primitive_execute(m_prims[i].prim.get(), static_cast<dnnl_stream_t>(stream), static_cast<int>(b.args.size()),
+                           b.args.data());
+  }
+
+ private:
+  struct Prim {
+    int64_t rows = 0;
+    dnnl::primitive prim;
+    dnnl::memory::desc src_md, dst_md, weights_md, scratch_md;
+    Buffer weights;
+  };
+  dnnl::memory::desc bias_md() const { return dnnl::memory::desc({1, m_n}, dt::f32, tag::ab); }
+  Prim make(int64_t rows, int64_t k, int64_t n, dt in, const float* w, tag w_tag) const {
+    Prim q;
+    q.rows = rows;
+    q.src_md = dnnl::memory::desc({rows, k}, in, tag::ab);
+    q.dst_md = dnnl::memory::desc({rows, n}, dt::f32, tag::ab);
+    dnnl::matmul::desc d(q.src_md, dnnl::memory::desc({k, n}, in, tag::any),
+                         m_bias ? bias_md() : dnnl::memory::desc(), q.dst_md);
+    dnnl::matmul::primitive_desc pd(d, make_attr({}), engine());
+    q.prim = dnnl::matmul(pd);
+    q.scratch_md = pd.scratchpad_desc();
+    q.weights_md = pd.weights_desc();
+    dnnl::memory user(dnnl::memory::desc({k, n}, dt::f32, w_tag), engine(), const_cast<float*>(w));
+    q.weights = shared_weights(w, q.weights_md, user);
+    return q;
+  }
+  int64_t m_n;
+  Buffer m_bias;
+  std::vector<Prim> m_prims;
+};
+
+// MatMulParams::blank_pad: the product a block of rows at a time into scratch (kBlockBytes of
+// output, L2-resident), then bonito's blank column, tanh and scale from there into the padded
+// output (blank_pad_tanh_fn). With bf16, the whole input is converted once first, as DnnlMatMul
+// does.
+class DnnlMatMulBlankPad final : public Step {
+ public:
+  explicit DnnlMatMulBlankPad(const MatMulParams& p)
+      : m_p(p),
+        m_pad(blank_pad_tanh_fn(simd_level())),
+        m_block_rows(std::clamp<int64_t>(kBlockBytes / (p.n * static_cast<int64_t>(sizeof(float))), 1, p.m)),
+        m_mm({m_block_rows, p.m % m_block_rows}, p.k, p.n, p.bf16 ? dt::bf16 : dt::f32, p.weights, tag::ab, p.bias) {}
+  // Scratch: the block's product, the converted input (bf16), oneDNN's scratchpad.
+  std::size_t scratch_bytes() const override { return dnnl_scratch_at() + m_mm.scratch_bytes(); }
+  std::unique_ptr<StepState> bind() const override {
+    auto st = std::make_unique<State>();
+    st->mm = m_mm.bind();
+    return st;
+  }
+  void run(const ExecContext& ctx, StepState* state) const override {
+    char* scratch = static_cast<char*>(ctx.scratchpad);
+    auto* block_out = reinterpret_cast<float*>(scratch);
+    const char* x = reinterpret_cast<const char*>(resolve(ctx, m_p.src));
+    size_t elem = sizeof(float);
+    if (m_p.bf16) {
+      auto* converted = reinterpret_cast<uint16_t*>(scratch + converted_at());
+      convert_to_bf16(resolve(ctx, m_p.src), converted, in_elems());
+      x = reinterpret_cast<const char*>(converted);
+      elem = sizeof(uint16_t);
+    }
+    float* y = resolve(ctx, m_p.dst);
+    const int64_t out_row = m_p.n / 4 * 5;
+    const MatMulParams::BlankPad& bp = *m_p.blank_pad;
+    for (int64_t first = 0; first < m_p.m; first += m_block_rows) {
+      const int64_t rows = std::min(m_block_rows, m_p.m - first);
+      m_mm.run(rows, x + static_cast<size_t>(first * m_p.k) * elem, block_out, scratch + dnnl_scratch_at(),
+               ctx.dnnl_stream, static_cast<State*>(state)->mm);
+      m_pad(block_out, y + first * out_row, rows * m_p.n / 4, bp.blank, bp.alpha, bp.beta);
+    }
+  }
+
+ private:
+  static constexpr int64_t kBlockBytes = 256 << 10;
+  struct State final : StepState {
+    RowBlockMatMul::State mm;
+  };
+  static std::size_t round_up(std::size_t b) { return (b + 63) / 64 * 64; }
+  std::size_t in_elems() const { return static_cast<std::size_t>(m_p.m * m_p.k); }
+  std::size_t converted_at() const { return round_up(static_cast<std::size_t>(m_block_rows * m_p.n) * sizeof(float)); }
+  std::size_t dnnl_scratch_at() const {
+    return converted_at() + (m_p.bf16 ? round_up(in_elems() * sizeof(uint16_t)) : 0);
+  }
+
+  MatMulParams m_p;
+  BlankPadTanhFn m_pad;
+  int64_t m_block_rows;
+  RowBlockMatMul m_mm;
+};
+
 class DnnlLstm final : public DnnlStep {
  public:
   explicit DnnlLstm(const LstmParams& p) {
@@ -265,81 +411,6 @@ class DnnlLstm final : public DnnlStep {
   }
 };
 
-// An LSTM's input projection gx = x W^T in bfloat16 (LstmParams::bf16_input): one oneDNN matmul
-// per block height (the full block of time steps and the shorter last one), W^T in bfloat16 in
-// the primitive's layout, shared by every plan of the model. x is given already converted.
-class Bf16Projection {
- public:
-  Bf16Projection(const LstmParams& p, int64_t block_steps) : m_k(p.c), m_n(4 * p.h) {
-    const int64_t last = p.t % block_steps;
-    for (int64_t rows : {block_steps * p.n, last * p.n}) {
-      if (rows > 0 && (m_prims.empty() || m_prims.front().rows != rows)) m_prims.push_back(make(rows, p.w));
-    }
-  }
-  std::size_t scratch_bytes() const {
-    std::size_t b = 0;
-    for (const Prim& q : m_prims) b = std::max(b, q.scratch_md.get_size());
-    return b;
-  }
-
-  struct State {
-    struct Bound {
-      dnnl::memory src, dst, scratch, weights;
-      std::vector<dnnl_exec_arg_t> args;
-    };
-    std::vector<Bound> bound;  // one per primitive
-  };
-  State bind() const {
-    State st;
-    for (const Prim& q : m_prims) {
-      State::Bound b;
-      b.src = dnnl::memory(q.src_md, engine(), DNNL_MEMORY_NONE);
-      b.dst = dnnl::memory(q.dst_md, engine(), DNNL_MEMORY_NONE);
-      b.scratch = dnnl::memory(q.scratch_md, engine(), DNNL_MEMORY_NONE);
-      b.weights = dnnl::memory(q.weights_md, engine(), q.weights.get());
-      b.args = {{DNNL_ARG_SRC, b.src.get()}, {DNNL_ARG_WEIGHTS, b.weights.get()}, {DNNL_ARG_DST, b.dst.get()},
-                {DNNL_ARG_SCRATCHPAD, b.scratch.get()}};
-      st.bound.push_back(std::move(b));
-    }
-    return st;
-  }
-  // gx[rows][4H] = x[rows][C] W^T, rows one of the heights given at construction.
-  void run(int64_t rows, const uint16_t* x, float* gx, void* scratch, void* stream, State& st) const {
-    const size_t i = m_prims.front().rows == rows ? 0 : 1;
-    State::Bound& b = st.bound[i];
-    dnnl_memory_set_data_handle(b.src.get(), const_cast<uint16_t*>(x));
-    dnnl_memory_set_data_handle(b.dst.get(), gx);
-    dnnl_memory_set_data_handle(b.scratch.get(), scratch);
-    dnnl_primitive_execute(m_prims[i].prim.get(), static_cast<dnnl_stream_t>(stream), static_cast<int>(b.args.size()),
-                           b.args.data());
-  }
-
- private:
-  struct Prim {
-    int64_t rows = 0;
-    dnnl::primitive prim;
-    dnnl::memory::desc src_md, dst_md, weights_md, scratch_md;
-    Buffer weights;
-  };
-  Prim make(int64_t rows, const float* w) const {
-    Prim q;
-    q.rows = rows;
-    q.src_md = dnnl::memory::desc({rows, m_k}, dt::bf16, tag::ab);
-    q.dst_md = dnnl::memory::desc({rows, m_n}, dt::f32, tag::ab);
-    dnnl::matmul::desc d(q.src_md, dnnl::memory::desc({m_k, m_n}, dt::bf16, tag::any), q.dst_md);
-    dnnl::matmul::primitive_desc pd(d, make_attr({}), engine());
-    q.prim = dnnl::matmul(pd);
-    q.scratch_md = pd.scratchpad_desc();
-    q.weights_md = pd.weights_desc();
-    // W is [4H][C] row-major: logically [C][4H] with swapped strides (ba).
-    dnnl::memory user(dnnl::memory::desc({m_k, m_n}, dt::f32, tag::ba), engine(), const_cast<float*>(w));
-    q.weights = shared_weights(w, q.weights_md, user);
-    return q;
-  }
-  int64_t m_k, m_n;
-  std::vector<Prim> m_prims;
-};
-
 // LSTM as GEMMs plus a fused cell: the input projections of a block of time steps in one sgemm
 // ([Tb*N, C] x [C, 4H]), then per time step one sgemm of the previous output rows with R^T
 // accumulated into that step's gates, and the vectorised cell (simd.cpp) writing h straight into
@@ -355,7 +426,11 @@ class GemmLstm final : public Step {
     m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
     m_block_steps = gate_block_steps(p);
     if (p.int8_recurrent) m_r_int8 = quantise_recurrent(p.r, 4 * p.h, p.h);
-    if (p.bf16_input) m_bf16 = std::make_unique<Bf16Projection>(p, m_block_steps);
+    // x W^T per block of steps in bfloat16: W is [4H][C], i.e. [C][4H] transposed (ba).
+    if (p.bf16_input) {
+      m_bf16 = std::make_unique<RowBlockMatMul>(std::initializer_list<int64_t>{m_block_steps * p.n, (p.t % m_block_steps) * p.n},
+                                                p.c, 4 * p.h, dt::bf16, p.w, tag::ba, nullptr);
+    }
   }
   // Scratch: the gates of a block of steps and c (float32); with bf16_input, x in bfloat16 and
   // the projection's oneDNN scratchpad after them.
@@ -442,7 +517,7 @@ class GemmLstm final : public Step {
   }
 
   struct Bf16State final : StepState {
-    Bf16Projection::State projection;
+    RowBlockMatMul::State projection;
   };
   std::size_t float_scratch_bytes() const {
     return static_cast<std::size_t>(m_block_steps * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
@@ -458,7 +533,7 @@ class GemmLstm final : public Step {
   GemmAccFn m_gemm;
   Buffer m_rt, m_bias;
   Int8Recurrent m_r_int8;  // R quantised when p.int8_recurrent (then m_rt goes unused)
-  std::unique_ptr<Bf16Projection> m_bf16;  // with p.bf16_input
+  std::unique_ptr<RowBlockMatMul> m_bf16;  // the input projection, with p.bf16_input
   int64_t m_block_steps = 1;
 };
 
@@ -477,7 +552,9 @@ std::unique_ptr<Step> make_guarded(const Params& p, std::string* error) {
 }  // namespace
 
 std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) { return make_guarded<DnnlConv>(p, error); }
-std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error) { return make_guarded<DnnlMatMul>(p, error); }
+std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error) {
+  return p.blank_pad ? make_guarded<DnnlMatMulBlankPad>(p, error) : make_guarded<DnnlMatMul>(p, error);
+}
 std::unique_ptr<Step> make_dnnl_lstm(const LstmParams& p, std::string* error) {
   static const bool use_primitive = [] {
     const char* env = std::getenv("ESCPOD_NN_LSTM");

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -96,6 +97,13 @@ struct ConvParams {
 
 // y[M, N] = post(x[M, K] * w[K, N] + bias[N]).
 struct MatMulParams {
+  // Bonito's blank column written by the MatMul itself (optimised backend only; the planner's
+  // fuse_blank_pad_into_matmul): y is then [M, N / 4 * 5], each run of 4 outputs v becoming
+  // {blank, alpha * tanh(v0) + beta, ...}. Rows are computed a block at a time into scratch
+  // small enough for L2 and padded from there, so the unpadded [M, N] never reaches memory.
+  struct BlankPad {
+    float blank = 0.0f, alpha = 1.0f, beta = 0.0f;
+  };
   int64_t m = 0, k = 0, n = 0;
   const float* weights = nullptr;  // [K][N] row-major
   const float* bias = nullptr;     // [N] or null
@@ -104,6 +112,7 @@ struct MatMulParams {
   // x and w rounded to bfloat16, float32 accumulation (LoadOptions::bf16_gemm; the planner sets
   // it only where bf16_gemm_available()). The reference kernel ignores it.
   bool bf16 = false;
+  std::optional<BlankPad> blank_pad;  // post_ops empty then
 };
 
 // ONNX LSTM, one direction, zero initial state, default activations.

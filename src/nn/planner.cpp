@@ -118,8 +118,9 @@ class StepBuilder {
     p.src = loc(r.in[0]);
     p.dst = loc(r.out);
     p.bf16 = m_bf16 && !reference() && bf16_gemm_available();
-    text = fmt::format("matmul{} [{}x{}]x[{}x{}]{}", describe_post_ops(p.post_ops), p.m, p.k, p.k, p.n,
-                       p.bf16 ? " bf16" : "");
+    text = fmt::format("matmul{}{} [{}x{}]x[{}x{}]{}", describe_post_ops(p.post_ops),
+                       p.blank_pad ? fmt::format("+blank_pad(tanh,{},{})", p.blank_pad->alpha, p.blank_pad->beta) : "",
+                       p.m, p.k, p.k, p.n, p.bf16 ? " bf16" : "");
     std::unique_ptr<Step> step = reference() ? make_ref_matmul(p) : make_dnnl_matmul(p, &error);
     if (step) step->flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.k) * static_cast<double>(p.n);
     return step;
@@ -209,7 +210,7 @@ Result<std::unique_ptr<Plan>> build_plan(const Graph& graph, std::span<const int
   PlanIr ir;
   ESCPOD_RETURN_IF_ERROR(lower_graph(graph, input_shape, ir));
   plan->output_shape = ir.shape_of(ir.output);
-  fuse(ir);
+  fuse(ir, options.backend);
   assign_layouts(ir, options.backend);
   const ArenaAssignment arena = assign_arena(ir, graph.input);
   plan->arena_floats = arena.arena_floats;

@@ -9,7 +9,7 @@ namespace {
 
 class Fusion {
  public:
-  explicit Fusion(PlanIr& ir) : m_ir(ir) {}
+  Fusion(PlanIr& ir, Backend backend) : m_ir(ir), m_backend(backend) {}
 
   void run() {
     bool changed = true;
@@ -17,7 +17,8 @@ class Fusion {
       changed = false;
       for (size_t i = 0; i < m_ir.nodes.size() && !changed; ++i) {
         if (m_ir.nodes[i].dead) continue;
-        changed = fuse_silu(i) || fuse_bias(i) || fuse_eltwise(i) || fuse_lstm_flips(i) || fuse_post_ops_into_pad(i);
+        changed = fuse_silu(i) || fuse_bias(i) || fuse_eltwise(i) || fuse_lstm_flips(i) || fuse_post_ops_into_pad(i) ||
+                  fuse_blank_pad_into_matmul(i);
       }
     }
   }
@@ -178,6 +179,32 @@ class Fusion {
     ops.clear();
     return true;
   }
+  // Then, on the optimised backend, that Pad into the MatMul (MatMulParams::blank_pad): the
+  // MatMul writes the padded rows block by block from L2, so its unpadded output ([T, N, 1024]
+  // floats, 4.9 MB at batch 4) is never written to memory and read back.
+  bool fuse_blank_pad_into_matmul(size_t i) {
+    RtNode& r = m_ir.nodes[i];
+    if (m_backend != Backend::kOptimised || r.kind != RtKind::kPad || r.pad.post_ops.size() != 2) return false;
+    std::vector<int> chain;
+    int v = r.in[0];
+    int pi = producer(v);
+    while (pi >= 0 && node(pi).kind == RtKind::kAlias && single_use(v)) {
+      chain.push_back(pi);
+      v = node(pi).in[0];
+      pi = producer(v);
+    }
+    if (pi < 0 || !single_use(v) || node(pi).kind != RtKind::kMatMul || !node(pi).mm.post_ops.empty() ||
+        node(pi).mm.n % 4 != 0) {
+      return false;
+    }
+    RtNode& mm = node(pi);
+    mm.mm.blank_pad = MatMulParams::BlankPad{r.pad.value, r.pad.post_ops[1].alpha, r.pad.post_ops[1].beta};
+    mm.out = r.out;
+    r.dead = true;
+    for (int a : chain) node(a).dead = true;
+    return true;
+  }
+
   // [..., 4] -> [..., 5] with one value in front, every other axis unchanged.
   static bool is_blank_pad(const PadParams& p) {
     const size_t rank = p.in_shape.size();
@@ -192,10 +219,11 @@ class Fusion {
   }
 
   PlanIr& m_ir;
+  Backend m_backend;
 };
 
 }  // namespace
 
-void fuse(PlanIr& ir) { Fusion(ir).run(); }
+void fuse(PlanIr& ir, Backend backend) { Fusion(ir, backend).run(); }
 
 }  // namespace escpod::nn::detail

@@ -89,7 +89,7 @@ struct PlanIr {
 Status lower_graph(const Graph& graph, std::span<const int64_t> input_shape, PlanIr& ir);
 
 // Rewrites `ir.nodes` in place (dead nodes marked, never removed) until no rule applies.
-void fuse(PlanIr& ir);
+void fuse(PlanIr& ir, Backend backend);
 
 // Optimised backend: convolutions write channels-last and converting copies are inserted where a
 // consumer needs the plain layout; fills ir.nwc (all false on the reference backend).
