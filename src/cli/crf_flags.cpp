@@ -35,7 +35,7 @@ void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
                   "depend on it")->group(g);
   sub->add_option("--encoder-precision", o.precision,
                   "f32 (default), or opt-in reduced precision that moves the scores: bf16 (dense products "
-                  "in bfloat16 on CPUs with AMX, ~0.75x f32's time) or int8 (LSTM recurrent weights, AVX-512 "
+                  "in bfloat16 on CPUs with AMX, ~0.73x f32's time) or int8 (LSTM recurrent weights, AVX-512 "
                   "VNNI); f32 runs where the CPU lacks them. Call agreement: bench/results/crf_encoder.md")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}))->group(g);
 }

@@ -90,8 +90,8 @@ struct CrfHeadOptions {
   // scores are bitwise those of one window per call (the encoder's kernels treat batch rows
   // independently), so the calls do not depend on it; it trades scratch (~1 MB of scores and
   // activations per window) for speed. nullopt: kDefaultRollingWindowBatch (all nine of b13's
-  // windows) or kDefaultReadWindowBatch reads (fused b04 demux, 1,500 reads, -t 1: 1.19x the
-  // reads/s of one read per call for +22 MiB; 8 and 16 reads were slower and larger,
+  // windows) or kDefaultReadWindowBatch reads (fused b04 demux, 1,500 reads, -t 1: 1.26x the
+  // reads/s of one read per call for +19 MiB; 8 and 16 reads were no faster and larger,
   // bench/results/crf_head.md Session 13).
   std::optional<int32_t> max_window_batch;
   // --barcodes: references from a CSV (read_barcode_csv) instead of the model's, matched as given
