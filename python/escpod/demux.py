@@ -71,6 +71,19 @@ def describe(model: PathLike, cnn_model: PathLike = "") -> str:
     return _core.describe_model(str(model), str(cnn_model))
 
 
+def _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
+                 min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision):
+    """The CRF head's request as the CLI's flags fill it: NaN / -1 where the argument is None."""
+    r = _core.CrfHeadRequest()
+    r.decoder, r.window, r.norm, r.barcodes = decoder, crf_window, crf_norm, str(barcodes)
+    r.precision, r.min_margin, r.ref_scores = encoder_precision, int(min_margin), bool(ref_scores)
+    unset = float("nan")
+    r.min_baseq, r.min_mean_post, r.min_crf_margin, r.min_crf_prob = (
+        unset if v is None else float(v) for v in (min_baseq, min_mean_post, min_crf_margin, min_crf_prob))
+    r.window_batch = -1 if crf_batch is None else int(crf_batch)
+    return r
+
+
 def demux(
     inputs,
     model: PathLike,
@@ -81,15 +94,37 @@ def demux(
     prefix: str = "barcode",
     threads: int = 0,
     report: Optional[dict] = None,
+    *,
+    decoder: str = "",
+    crf_window: str = "",
+    crf_norm: str = "window",
+    barcodes: PathLike = "",
+    min_margin: int = 0,
+    min_baseq: Optional[float] = None,
+    min_mean_post: Optional[float] = None,
+    min_crf_margin: Optional[float] = None,
+    min_crf_prob: Optional[float] = None,
+    ref_scores: bool = False,
+    crf_batch: Optional[int] = None,
+    encoder_precision: str = "f32",
 ) -> Dict[str, np.ndarray]:
     """`escpod demux`: detect, fingerprint and classify every read of `inputs` (files or folders);
     returns the classifications table (read_id, barcode, ... as the CLI's --classifications CSV).
-    With out_dir, also writes one POD5 per label there. `report` (a dict) receives the counts."""
+    With out_dir, also writes one POD5 per label there. `report` (a dict) receives the counts.
+
+    `model` is a WarpDemuX / GBM JSON file or a CTC-CRF model folder (SeqTagger or escapepod
+    bundle). The keyword-only arguments are the CRF head's, as `escpod demux`'s flags (None: the
+    model's or escapepod's default): `decoder` ("posterior" / "beam"), `crf_window`
+    ("before-boundary" / "rolling-start"), `crf_norm`, `barcodes` (a references CSV), the gates
+    `min_margin`, `min_baseq`, `min_mean_post`, `min_crf_margin`, `min_crf_prob`, `ref_scores`,
+    `crf_batch` (windows per encoder call) and `encoder_precision` ("f32", "bf16", "int8")."""
+    crf = _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
+                       min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision)
     with tempfile.TemporaryDirectory(prefix="escpod-demux-") as tmp:
         calls = os.path.join(tmp, "calls.csv")
         (rep,) = _core.demux_files(
             _inputs(inputs), str(model), str(out_dir or ""), calls, method, str(cnn_model),
-            dtw_precision, prefix, threads,
+            dtw_precision, prefix, threads, crf,
         )
         with open(calls) as f:
             table = parse_table(f.read())

@@ -3,12 +3,6 @@
 #include <optional>
 
 namespace escpod::cli {
-namespace {
-
-std::optional<double> set_or_none(double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); }
-std::optional<int64_t> set_or_none(int64_t v) { return v < 0 ? std::nullopt : std::optional<int64_t>(v); }
-
-}  // namespace
 
 void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
   const char* g = "CTC-CRF head (model folders)";
@@ -40,38 +34,9 @@ void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
       ->check(CLI::IsMember({"f32", "bf16", "int8"}))->group(g);
 }
 
-Result<demux::CrfHeadOptions> crf_head_options(const CrfCliFlags& o) {
-  demux::CrfHeadOptions c;
-  // Bad flag values are usage errors (exit status 2).
-  if (!o.decoder.empty()) {
-    auto d = demux::parse_crf_decoder(o.decoder);
-    if (!d.is_ok()) return Status::usage(d.status().message());
-    c.decoder = *d;
-  }
-  if (!o.window.empty()) {
-    auto w = demux::parse_crf_window_placement(o.window);
-    if (!w.is_ok()) return Status::usage(w.status().message());
-    c.placement = *w;
-  }
-  if (o.norm == "prefix") c.norm_span = demux::CrfNormSpan::kPrefix;
-  else if (o.norm != "window") return Status::usage("--crf-norm must be window or prefix");
-  if (o.min_margin < 0) return Status::usage("--min-margin must be >= 0");
-  c.min_margin = o.min_margin;
-  c.min_baseq = set_or_none(o.min_baseq);
-  c.min_mean_post = set_or_none(o.min_mean_post);
-  c.min_crf_margin = set_or_none(o.min_crf_margin);
-  c.min_crf_prob = set_or_none(o.min_crf_prob);
-  c.ref_scores = o.ref_scores;
-  c.barcodes_csv = o.barcodes;
-  c.boundary_margin = set_or_none(o.boundary_margin);
-  c.clamp_max_shift = set_or_none(o.clamp_max_shift);
-  if (o.window_batch != -1) {
-    if (o.window_batch < 1 || o.window_batch > 16) return Status::usage("--crf-batch must be 1..16");
-    c.max_window_batch = o.window_batch;
-  }
-  if (Status s = demux::parse_encoder_precision(o.precision, c.load.encoder); !s.is_ok()) {
-    return Status::usage(s.message());
-  }
+Result<demux::CrfHeadOptions> crf_head_options_from_flags(const CrfCliFlags& o) {
+  auto c = demux::crf_head_options(o);
+  if (!c.is_ok()) return Status::usage(c.status().message());  // bad flag values: exit status 2
   return c;
 }
 

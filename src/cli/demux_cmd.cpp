@@ -13,6 +13,7 @@
 #include "escpod/demux/crf_head.hpp"
 #include "escpod/demux/crf_model.hpp"
 #include "escpod/demux/train_svm.hpp"
+#include "escpod/pipeline/demux/crf_basecall.hpp"
 #include "escpod/pipeline/demux/demux.hpp"
 #include "escpod/pipeline/ops/annotations.hpp"
 #include "escpod/pipeline/tables/barcode_labels.hpp"
@@ -47,57 +48,14 @@ struct DemuxCliOptions {
   CrfCliFlags crf;
 };
 
-// A CRF bundle pins its boundary detector (behaviour doc 1.3, 2.10): a `cnn` pin refuses
-// --method llr, and its CNN file is the one used unless --cnn-model names another (the pin's
-// sha256 is then not checked). `cnn_model` is set to the pinned file when the user gave none.
-// A bundle that pins no detector needs --method (behaviour doc 1.3: LLR boundaries silently cost
-// barcode recall against encoders trained on CNN boundaries, so neither is a safe default), except
-// for --info (`describing`), which runs no detector.
-Status apply_crf_bundle_pin(const std::filesystem::path& model, const std::string& method, bool describing,
-                            std::string& cnn_model) {
-  std::error_code ec;
-  if (!std::filesystem::exists(model / "metadata.json", ec) || !demux::is_crf_model_dir(model)) {
-    return Status::ok();
-  }
-  demux::CrfLoadOptions lo;
-  lo.verify_boundary_pin = cnn_model.empty();
-  ESCPOD_ASSIGN_OR_RETURN(demux::CrfModel m, demux::load_crf_model(model, lo));
-  if (m.boundary.method.empty() && method.empty() && !describing) {
-    return Status::usage(model.string() + ": the bundle pins no boundary detector; pass --method cnn (with "
-                         "--cnn-model ONNX) or --method llr (LLR boundaries cost barcode recall against "
-                         "encoders trained on CNN boundaries)");
-  }
-  if (m.boundary.method != "cnn") return Status::ok();
-  if (method == "llr") {
-    return Status::invalid_argument(model.string() + ": the bundle pins the cnn boundary detector (its encoder "
-                                    "was trained on CNN boundaries); --method llr is refused");
-  }
-  if (cnn_model.empty()) cnn_model = m.boundary.onnx.string();
-  return Status::ok();
-}
-
-// A SeqTagger/bonito folder records no detector, and `--model DIR` alone must run: without
-// --method it takes the LLR detector (the model's default, load_crf_head), unless --cnn-model
-// names a CNN file, which asks for the CNN. Other models keep `method` as given.
-std::string seqtagger_method(const std::filesystem::path& model, const std::string& method,
-                             const std::string& cnn_model) {
-  std::error_code ec;
-  const bool seqtagger = std::filesystem::is_regular_file(model / "config.toml", ec) &&
-                         !std::filesystem::exists(model / "metadata.json", ec);
-  if (!seqtagger || !method.empty() || cnn_model.empty()) return method;
-  return "cnn";
-}
-
 // The CRF head's options from the command line, registered before any model is loaded; a
 // bundle's pinned CNN becomes `cnn_model` when none was given, and `method` the detector the
 // run uses ("" = the model's default).
 Status register_crf_options(const DemuxCliOptions& o, std::string& cnn_model, std::string& method) {
-  ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions c, crf_head_options(o.crf));
-  c.load.verify_boundary_pin = o.cnn_model.empty();
-  cnn_model = o.cnn_model;
-  method = seqtagger_method(o.model, o.method, o.cnn_model);
-  ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(o.model, method, o.info, cnn_model));
-  demux::register_crf_head(c);
+  ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions c, crf_head_options_from_flags(o.crf));
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::CrfRunSetup run, pipeline::setup_crf_run(o.model, c, o.cnn_model, o.method, o.info));
+  cnn_model = std::move(run.cnn_model);
+  method = std::move(run.method);
   return Status::ok();
 }
 

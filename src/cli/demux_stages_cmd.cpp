@@ -273,7 +273,7 @@ struct BasecallCliOptions {
 Status run_basecall(const BasecallCliOptions& o, const GlobalOptions& global) {
   pipeline::CrfBasecallOptions b;
   b.model_path = o.model;
-  ESCPOD_ASSIGN_OR_RETURN(b.head, crf_head_options(o.crf));
+  ESCPOD_ASSIGN_OR_RETURN(b.head, crf_head_options_from_flags(o.crf));
   b.n_threads = resolve_threads(global);
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   ESCPOD_ASSIGN_OR_RETURN(pipeline::BoundariesTable table, pipeline::read_boundaries_csv(o.boundaries));

@@ -767,6 +767,41 @@ Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfH
   return out;
 }
 
+Result<CrfHeadOptions> crf_head_options(const CrfHeadRequest& o) {
+  auto set_or_none = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
+  auto set_or_none_i = [](int64_t v) { return v < 0 ? std::nullopt : std::optional<int64_t>(v); };
+  CrfHeadOptions c;
+  if (!o.decoder.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(c.decoder, parse_crf_decoder(o.decoder));
+  }
+  if (!o.window.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(c.placement, parse_crf_window_placement(o.window));
+  }
+  if (o.norm == "prefix") {
+    c.norm_span = CrfNormSpan::kPrefix;
+  } else if (o.norm != "window") {
+    return Status::invalid_argument("--crf-norm must be window or prefix");
+  }
+  if (o.min_margin < 0) return Status::invalid_argument("--min-margin must be >= 0");
+  c.min_margin = o.min_margin;
+  c.min_baseq = set_or_none(o.min_baseq);
+  c.min_mean_post = set_or_none(o.min_mean_post);
+  c.min_crf_margin = set_or_none(o.min_crf_margin);
+  c.min_crf_prob = set_or_none(o.min_crf_prob);
+  c.ref_scores = o.ref_scores;
+  c.barcodes_csv = o.barcodes;
+  c.boundary_margin = set_or_none_i(o.boundary_margin);
+  c.clamp_max_shift = set_or_none_i(o.clamp_max_shift);
+  if (o.window_batch != -1) {
+    if (o.window_batch < 1 || o.window_batch > 16) return Status::invalid_argument("--crf-batch must be 1..16");
+    c.max_window_batch = o.window_batch;
+  }
+  if (Status s = parse_encoder_precision(o.precision, c.load.encoder); !s.is_ok()) {
+    return Status::invalid_argument("--encoder-precision: " + s.message());
+  }
+  return c;
+}
+
 void register_crf_head(const CrfHeadOptions& options) {
   HeadKind kind;
   kind.name = "crf";

@@ -8,6 +8,8 @@
 
 #include <sstream>
 
+#include "escpod/demux/crf_head.hpp"
+#include "escpod/pipeline/demux/crf_basecall.hpp"
 #include "escpod/pipeline/demux/demux.hpp"
 #include "escpod/pipeline/demux/demux_stages.hpp"
 #include "escpod/pipeline/tables/fingerprint_table.hpp"
@@ -46,16 +48,29 @@ nb::dict to_dict(const Map& m) {
   return d;
 }
 
-// Fused pipeline: returns (classifications CSV text when `classifications` is empty and
-// `want_csv`, report). Per-label POD5 files go to out_dir when given.
+// The CRF head's options from the Python arguments (the CLI's parser: demux::crf_head_options),
+// registered for the run; the detector and CNN file the run then uses (pipeline::setup_crf_run).
+pipeline::CrfRunSetup setup_crf(const std::string& model, const demux::CrfHeadRequest& crf, const std::string& cnn_model,
+                                const std::string& method, bool describing) {
+  auto options = demux::crf_head_options(crf);
+  if (!options.is_ok()) raise_status(options.status());
+  auto run = pipeline::setup_crf_run(model, *options, cnn_model, method, describing);
+  if (!run.is_ok()) raise_status(run.status());
+  return std::move(run).value();
+}
+
+// Fused pipeline: returns (report,); the classifications CSV goes to `classifications`.
+// Per-label POD5 files go to out_dir when given.
 nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string& model,
                       const std::string& out_dir, const std::string& classifications,
                       const std::string& method, const std::string& cnn_model,
-                      const std::string& dtw, const std::string& prefix, int n_threads) {
+                      const std::string& dtw, const std::string& prefix, int n_threads,
+                      const demux::CrfHeadRequest& crf) {
+  const pipeline::CrfRunSetup run = setup_crf(model, crf, cnn_model, method, false);
   pipeline::DemuxOptions d;
   d.model_path = model;
-  d.cnn_model = cnn_model;
-  d.detector = detector_choice(method);
+  d.cnn_model = run.cnn_model;
+  d.detector = detector_choice(run.method);
   d.dtw = dtw_precision(dtw);
   d.out_dir = out_dir;
   d.prefix = prefix;
@@ -136,7 +151,8 @@ std::string classify_file(const std::string& fingerprints, const std::string& mo
 }
 
 std::string describe_model(const std::string& model, const std::string& cnn_model) {
-  auto text = pipeline::describe_demux_model(model, cnn_model);
+  const pipeline::CrfRunSetup run = setup_crf(model, demux::CrfHeadRequest{}, cnn_model, "", true);
+  auto text = pipeline::describe_demux_model(model, run.cnn_model, detector_choice(run.method));
   if (!text.is_ok()) raise_status(text.status());
   return *text;
 }
@@ -144,8 +160,23 @@ std::string describe_model(const std::string& model, const std::string& cnn_mode
 }  // namespace
 
 void bind_demux(nb::module_& m) {
+  // The CTC-CRF head's options, as `escpod demux`'s flags (demux::CrfHeadRequest): NaN / -1 unset.
+  nb::class_<demux::CrfHeadRequest>(m, "CrfHeadRequest")
+      .def(nb::init<>())
+      .def_rw("decoder", &demux::CrfHeadRequest::decoder)
+      .def_rw("window", &demux::CrfHeadRequest::window)
+      .def_rw("norm", &demux::CrfHeadRequest::norm)
+      .def_rw("barcodes", &demux::CrfHeadRequest::barcodes)
+      .def_rw("precision", &demux::CrfHeadRequest::precision)
+      .def_rw("min_margin", &demux::CrfHeadRequest::min_margin)
+      .def_rw("min_baseq", &demux::CrfHeadRequest::min_baseq)
+      .def_rw("min_mean_post", &demux::CrfHeadRequest::min_mean_post)
+      .def_rw("min_crf_margin", &demux::CrfHeadRequest::min_crf_margin)
+      .def_rw("min_crf_prob", &demux::CrfHeadRequest::min_crf_prob)
+      .def_rw("ref_scores", &demux::CrfHeadRequest::ref_scores)
+      .def_rw("window_batch", &demux::CrfHeadRequest::window_batch);
   m.def("demux_files", &demux_files, "inputs"_a, "model"_a, "out_dir"_a, "classifications"_a,
-        "method"_a, "cnn_model"_a, "dtw"_a, "prefix"_a, "n_threads"_a);
+        "method"_a, "cnn_model"_a, "dtw"_a, "prefix"_a, "n_threads"_a, "crf"_a);
   m.def("detect_files", &detect_files, "inputs"_a, "model"_a, "method"_a, "cnn_model"_a,
         "emit_llr_delta"_a, "n_threads"_a);
   m.def("fingerprint_files", &fingerprint_files, "inputs"_a, "boundaries_csv"_a, "model"_a, "method"_a,

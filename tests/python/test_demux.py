@@ -4,6 +4,7 @@ import subprocess
 import uuid
 
 import numpy as np
+import pytest
 
 import escpod
 
@@ -34,6 +35,32 @@ def test_demux_equals_cli(shared_data, escpod_bin, tmp_path):
         else:
             assert [str(x) for x in got.tolist()] == expected, name
     assert sum(report["reads_per_label"].values()) == 400
+
+
+def test_crf_model_folder_demux_equals_cli_with_its_options(shared_data, escpod_bin, tmp_path):
+    """A SeqTagger folder through the Python API: the CLI's calls, with the CRF head's options
+    given as keyword arguments (here every gate opened, so calls go through), parsed as the CLI
+    parses them."""
+    model = shared_data / "seqtagger/b04_RNA004"
+    reads = shared_data / "escapepod/drna/yeast_trna_reads.pod5"
+    calls_csv = tmp_path / "cli.csv"
+    subprocess.run([str(escpod_bin), "demux", str(reads), "--model", str(model), "--min-baseq", "0",
+                    "--min-mean-post", "0", "--classifications", str(calls_csv), "-t", "2"],
+                   check=True, capture_output=True)
+    cli = _csv(calls_csv)
+    ours = escpod.demux.demux([reads], model=model, threads=2, min_baseq=0, min_mean_post=0)
+    assert list(ours.keys()) == list(cli[0].keys())
+    assert "baseq" in ours  # beam search, the SeqTagger default
+    for name in ("read_id", "barcode", "reason"):
+        assert [str(x) for x in ours[name].tolist()] == [row[name] for row in cli], name
+    assert any(b != "unclassified" for b in ours["barcode"].tolist())
+    gated = escpod.demux.demux([reads], model=model, threads=2)  # default gates: all rejected
+    assert set(gated["barcode"].tolist()) == {"unclassified"}
+    with pytest.raises(ValueError, match="--decoder: 'viterbi' is not a decoder"):
+        escpod.demux.demux([reads], model=model, decoder="viterbi")
+    with pytest.raises(ValueError, match="--encoder-precision"):
+        escpod.demux.demux([reads], model=model, encoder_precision="fp16")
+    assert "CTC-CRF SeqTagger" in escpod.demux.describe(model)
 
 
 def test_stages_equal_cli(shared_data, escpod_bin, tmp_path):

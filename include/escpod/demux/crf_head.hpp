@@ -23,6 +23,7 @@
 // lists the mapping.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -139,6 +140,22 @@ std::optional<CrfLastCall> crf_last_call(const HeadScratch& scratch);
 // Samples from the read start a CRF head reads for a read whose adapter ends at `adapter_end`
 // (what a caller must decode); 0 when `head` is not a CRF head.
 int64_t crf_samples_needed(const Head& head, int64_t adapter_end);
+
+// The head's options as a user gives them (the CLI's flags, the Python API's arguments): text,
+// with NaN / -1 for "unset" (the model's or escapepod's default applies). One parser for both.
+struct CrfHeadRequest {
+  std::string decoder, window, norm = "window", barcodes;
+  std::string precision = "f32";  // parse_encoder_precision
+  int32_t min_margin = 0;
+  double min_baseq = std::nan(""), min_mean_post = std::nan(""), min_crf_margin = std::nan(""),
+         min_crf_prob = std::nan("");
+  bool ref_scores = false;
+  int64_t boundary_margin = -1, clamp_max_shift = -1;
+  int32_t window_batch = -1;  // -1: the head's default for the placement
+};
+// Validates `request` (invalid_argument naming the option: --decoder, --crf-window, --crf-norm,
+// --min-margin, --crf-batch, --encoder-precision, as the CLI spells them).
+Result<CrfHeadOptions> crf_head_options(const CrfHeadRequest& request);
 
 // Loads a CRF model folder as a head with `options`.
 Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options);
