@@ -71,19 +71,6 @@ def describe(model: PathLike, cnn_model: PathLike = "") -> str:
     return _core.describe_model(str(model), str(cnn_model))
 
 
-def _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
-                 min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision):
-    """The CRF head's request as the CLI's flags fill it: NaN / -1 where the argument is None."""
-    r = _core.CrfHeadRequest()
-    r.decoder, r.window, r.norm, r.barcodes = decoder, crf_window, crf_norm, str(barcodes)
-    r.precision, r.min_margin, r.ref_scores = encoder_precision, int(min_margin), bool(ref_scores)
-    unset = float("nan")
-    r.min_baseq, r.min_mean_post, r.min_crf_margin, r.min_crf_prob = (
-        unset if v is None else float(v) for v in (min_baseq, min_mean_post, min_crf_margin, min_crf_prob))
-    r.window_batch = -1 if crf_batch is None else int(crf_batch)
-    return r
-
-
 def demux(
     inputs,
     model: PathLike,
@@ -118,8 +105,14 @@ def demux(
     ("before-boundary" / "rolling-start"), `crf_norm`, `barcodes` (a references CSV), the gates
     `min_margin`, `min_baseq`, `min_mean_post`, `min_crf_margin`, `min_crf_prob`, `ref_scores`,
     `crf_batch` (windows per encoder call) and `encoder_precision` ("f32", "bf16", "int8")."""
-    crf = _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
-                       min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision)
+    # The CRF head's request as the CLI's flags fill it: NaN / -1 where an argument is None.
+    crf = _core.CrfHeadRequest()
+    crf.decoder, crf.window, crf.norm, crf.barcodes = decoder, crf_window, crf_norm, str(barcodes)
+    crf.precision, crf.min_margin, crf.ref_scores = encoder_precision, int(min_margin), bool(ref_scores)
+    unset = float("nan")
+    crf.min_baseq, crf.min_mean_post, crf.min_crf_margin, crf.min_crf_prob = (
+        unset if v is None else float(v) for v in (min_baseq, min_mean_post, min_crf_margin, min_crf_prob))
+    crf.window_batch = -1 if crf_batch is None else int(crf_batch)
     with tempfile.TemporaryDirectory(prefix="escpod-demux-") as tmp:
         calls = os.path.join(tmp, "calls.csv")
         (rep,) = _core.demux_files(

@@ -52,6 +52,9 @@ dnnl::primitive_attr make_attr(const std::vector<PostOp>& ops) {
   return attr;
 }
 
+// `bytes` rounded up to a whole number of 64-byte cache lines (scratch regions start aligned).
+constexpr std::size_t align64(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
 // Weights in a primitive's preferred layout, shared across the plans (batch sizes) that ask for
 // the same source tensor in the same layout, so the model keeps one copy per layout.
 struct AlignedFree {
@@ -73,7 +76,7 @@ Buffer shared_weights(const void* source_key, const dnnl::memory::desc& want, co
       if (Buffer b = e.buf.lock()) return b;
     }
   }
-  const size_t bytes = (want.get_size() + 63) / 64 * 64;
+  const size_t bytes = align64(want.get_size());
   Buffer buf(std::aligned_alloc(64, bytes == 0 ? 64 : bytes), AlignedFree{});
   dnnl::memory dst(want, engine(), buf.get());
   dnnl::stream s(engine());
@@ -140,7 +143,7 @@ class DnnlStep : public Step {
 };
 
 Buffer plain_copy(const float* data, size_t n) {
-  Buffer b(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64), AlignedFree{});
+  Buffer b(std::aligned_alloc(64, align64(n * sizeof(float)) + 64), AlignedFree{});
   std::copy(data, data + n, static_cast<float*>(b.get()));
   return b;
 }
@@ -214,7 +217,7 @@ class DnnlMatMul final : public DnnlStep {
   }
 
  private:
-  std::size_t converted_at() const { return (DnnlStep::scratch_bytes() + 63) / 64 * 64; }
+  std::size_t converted_at() const { return align64(DnnlStep::scratch_bytes()); }
   bool m_bf16;
   std::size_t m_src_elems;
 };
@@ -352,11 +355,10 @@ class DnnlMatMulBlankPad final : public Step {
   struct State final : StepState {
     RowBlockMatMul::State mm;
   };
-  static std::size_t round_up(std::size_t b) { return (b + 63) / 64 * 64; }
   std::size_t in_elems() const { return static_cast<std::size_t>(m_p.m * m_p.k); }
-  std::size_t converted_at() const { return round_up(static_cast<std::size_t>(m_block_rows * m_p.n) * sizeof(float)); }
+  std::size_t converted_at() const { return align64(static_cast<std::size_t>(m_block_rows * m_p.n) * sizeof(float)); }
   std::size_t dnnl_scratch_at() const {
-    return converted_at() + (m_p.bf16 ? round_up(in_elems() * sizeof(uint16_t)) : 0);
+    return converted_at() + (m_p.bf16 ? align64(in_elems() * sizeof(uint16_t)) : 0);
   }
 
   MatMulParams m_p;
@@ -495,7 +497,7 @@ class GemmLstm final : public Step {
         if (Buffer b = weak.lock()) return b;
       }
     }
-    Buffer b(std::aligned_alloc(64, (static_cast<size_t>(rows * cols) * sizeof(float) + 63) / 64 * 64), AlignedFree{});
+    Buffer b(std::aligned_alloc(64, align64(static_cast<size_t>(rows * cols) * sizeof(float))), AlignedFree{});
     float* t = static_cast<float*>(b.get());
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t j = 0; j < cols; ++j) t[j * rows + i] = r[i * cols + j];
@@ -522,10 +524,9 @@ class GemmLstm final : public Step {
   std::size_t float_scratch_bytes() const {
     return static_cast<std::size_t>(m_block_steps * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
   }
-  std::size_t converted_at() const { return (float_scratch_bytes() + 63) / 64 * 64; }
+  std::size_t converted_at() const { return align64(float_scratch_bytes()); }
   std::size_t dnnl_scratch_at() const {
-    const auto x_bytes = static_cast<std::size_t>(m_p.t * m_p.n * m_p.c) * sizeof(uint16_t);
-    return (converted_at() + x_bytes + 63) / 64 * 64;
+    return converted_at() + align64(static_cast<std::size_t>(m_p.t * m_p.n * m_p.c) * sizeof(uint16_t));
   }
 
   LstmParams m_p;

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "nn/plan.hpp"
-#include "nn/simd.hpp"
 
 namespace escpod::nn::detail {
 
@@ -296,11 +295,6 @@ class Pad final : public Step {
       m_before = m_p.pads_begin.back();
       m_after = m_p.out_shape.back() - m_p.in_shape.back() - m_before;
     }
-    const auto& ops = m_p.post_ops;
-    if (m_p.vectorised && m_last_axis_only && m_place.run == 4 && m_before == 1 && m_after == 0 && ops.size() == 2 &&
-        ops[0].kind == PostOp::Kind::kTanh && ops[1].kind == PostOp::Kind::kLinear) {
-      m_blank_pad_tanh = blank_pad_tanh_fn(simd_level());
-    }
   }
   void run(const ExecContext& ctx, StepState*) const override {
     float* y = resolve(ctx, m_p.dst);
@@ -321,10 +315,6 @@ class Pad final : public Step {
   void pad_rows(const float* x, float* y) const {
     const int64_t run = m_place.run, rows = m_place.rows, before = m_before, after = m_after;
     const float v = m_p.value;
-    if (m_blank_pad_tanh) {
-      m_blank_pad_tanh(x, y, rows, v, m_p.post_ops[1].alpha, m_p.post_ops[1].beta);
-      return;
-    }
     if (!m_p.post_ops.empty()) {
       for (int64_t i = 0; i < rows; ++i) {
         for (int64_t j = 0; j < before; ++j) *y++ = v;
@@ -354,7 +344,6 @@ class Pad final : public Step {
   int64_t m_out_total = 0;
   bool m_last_axis_only = false;  // every axis but the innermost keeps its size
   int64_t m_before = 0, m_after = 0;
-  BlankPadTanhFn m_blank_pad_tanh = nullptr;  // bonito's pattern with p.vectorised
 };
 
 }  // namespace

@@ -164,12 +164,10 @@ struct PadParams {
   std::vector<int64_t> in_shape, out_shape, pads_begin;
   float value = 0.0f;
   Loc src, dst;
-  // Applied to the copied values (not to `value`): the tanh and scale of the producing MatMul,
-  // moved here by the planner for bonito's blank column (fuse_post_ops_into_pad), so they run in
-  // the pass that writes the padded rows. `vectorised`: with the SIMD kernel (optimised
-  // backend); otherwise apply_post_ops per value.
+  // Applied (apply_post_ops) to the copied values, not to `value`: the tanh and scale of the
+  // producing MatMul, moved here by the planner for bonito's blank column on the reference
+  // backend (fuse_post_ops_into_pad; the optimised backend fuses the pad into the MatMul).
   std::vector<PostOp> post_ops;
-  bool vectorised = false;
 };
 std::unique_ptr<Step> make_pad(PadParams p);
 // Where a PadParams block lands in its output, shared by Pad and the planner's Concat parts:

@@ -86,7 +86,6 @@ class StepBuilder {
         PadParams p = r.pad;
         p.src = loc(r.in[0]);
         p.dst = loc(r.out);
-        p.vectorised = !reference();
         text = fmt::format("pad{} {}->{}", describe_post_ops(p.post_ops), shape_str(p.in_shape), shape_str(p.out_shape));
         return make_pad(std::move(p));
       }

@@ -157,22 +157,30 @@ class Fusion {
     return true;
   }
 
+  // The MatMul whose output reaches value `v` through single-use reshapes only (their nodes in
+  // *aliases when given); -1 when there is none.
+  int matmul_behind_aliases(int v, std::vector<int>* aliases = nullptr) const {
+    int pi = producer(v);
+    while (pi >= 0 && m_ir.nodes[static_cast<size_t>(pi)].kind == RtKind::kAlias && single_use(v)) {
+      if (aliases) aliases->push_back(pi);
+      v = m_ir.nodes[static_cast<size_t>(pi)].in[0];
+      pi = producer(v);
+    }
+    const bool ok = pi >= 0 && single_use(v) && m_ir.nodes[static_cast<size_t>(pi)].kind == RtKind::kMatMul;
+    return ok ? pi : -1;
+  }
+
   // Bonito's CRF scores: MatMul+tanh+scale -> (reshapes) -> Pad of one blank before each run of
-  // 4. The post-ops move to the Pad, which applies them (vectorised, blank_pad_tanh_fn) to the
-  // values it copies, in the pass that writes the padded rows, instead of in oneDNN's post-op
-  // (~1.8 of 5.8 ms of the linear layer at batch 16, bench/results/crf_encoder.md Session 13).
-  // Element-wise ops commute with the reshapes and the pad value is not transformed, so the
-  // result is the same function. Other patterns keep oneDNN's (vectorised) post-ops.
+  // 4. The post-ops move to the Pad, which applies them to the values it copies. Element-wise ops
+  // commute with the reshapes and the pad value is not transformed, so the result is the same
+  // function. On the optimised backend the Pad then goes into the MatMul (next rule): oneDNN's
+  // tanh post-op cost ~1.8 of 5.8 ms of the linear layer at batch 16 (bench/results/
+  // crf_encoder.md Session 13). Other patterns keep oneDNN's (vectorised) post-ops.
   bool fuse_post_ops_into_pad(size_t i) {
     RtNode& r = m_ir.nodes[i];
     if (r.kind != RtKind::kPad || !r.pad.post_ops.empty() || !is_blank_pad(r.pad)) return false;
-    int v = r.in[0];
-    int pi = producer(v);
-    while (pi >= 0 && node(pi).kind == RtKind::kAlias && single_use(v)) {
-      v = node(pi).in[0];
-      pi = producer(v);
-    }
-    if (pi < 0 || !single_use(v) || node(pi).kind != RtKind::kMatMul) return false;
+    const int pi = matmul_behind_aliases(r.in[0]);
+    if (pi < 0) return false;
     std::vector<PostOp>& ops = node(pi).mm.post_ops;
     if (ops.size() != 2 || ops[0].kind != PostOp::Kind::kTanh || ops[1].kind != PostOp::Kind::kLinear) return false;
     r.pad.post_ops = std::move(ops);
@@ -186,17 +194,8 @@ class Fusion {
     RtNode& r = m_ir.nodes[i];
     if (m_backend != Backend::kOptimised || r.kind != RtKind::kPad || r.pad.post_ops.size() != 2) return false;
     std::vector<int> chain;
-    int v = r.in[0];
-    int pi = producer(v);
-    while (pi >= 0 && node(pi).kind == RtKind::kAlias && single_use(v)) {
-      chain.push_back(pi);
-      v = node(pi).in[0];
-      pi = producer(v);
-    }
-    if (pi < 0 || !single_use(v) || node(pi).kind != RtKind::kMatMul || !node(pi).mm.post_ops.empty() ||
-        node(pi).mm.n % 4 != 0) {
-      return false;
-    }
+    const int pi = matmul_behind_aliases(r.in[0], &chain);
+    if (pi < 0 || !node(pi).mm.post_ops.empty() || node(pi).mm.n % 4 != 0) return false;
     RtNode& mm = node(pi);
     mm.mm.blank_pad = MatMulParams::BlankPad{r.pad.value, r.pad.post_ops[1].alpha, r.pad.post_ops[1].beta};
     mm.out = r.out;
