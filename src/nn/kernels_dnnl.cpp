@@ -428,22 +428,17 @@ class GemmLstm final : public Step {
     m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
     m_block_steps = gate_block_steps(p);
     if (p.int8_recurrent) m_r_int8 = quantise_recurrent(p.r, 4 * p.h, p.h);
-    // x W^T per block of steps in bfloat16: W is [4H][C], i.e. [C][4H] transposed (ba).
-    if (p.bf16_input) {
-      m_bf16 = std::make_unique<RowBlockMatMul>(std::initializer_list<int64_t>{m_block_steps * p.n, (p.t % m_block_steps) * p.n},
-                                                p.c, 4 * p.h, dt::bf16, p.w, tag::ba, nullptr);
-    }
+    // x W^T per block of steps (in bfloat16 with bf16_input): W is [4H][C], i.e. [C][4H]
+    // transposed (ba).
+    m_proj = std::make_unique<RowBlockMatMul>(std::initializer_list<int64_t>{m_block_steps * p.n, (p.t % m_block_steps) * p.n},
+                                              p.c, 4 * p.h, p.bf16_input ? dt::bf16 : dt::f32, p.w, tag::ba, nullptr);
   }
   // Scratch: the gates of a block of steps and c (float32); with bf16_input, x in bfloat16 and
   // the projection's oneDNN scratchpad after them.
-  std::size_t scratch_bytes() const override {
-    if (!m_bf16) return float_scratch_bytes();
-    return dnnl_scratch_at() + m_bf16->scratch_bytes();
-  }
+  std::size_t scratch_bytes() const override { return dnnl_scratch_at() + m_proj->scratch_bytes(); }
   std::unique_ptr<StepState> bind() const override {
-    if (!m_bf16) return nullptr;
-    auto st = std::make_unique<Bf16State>();
-    st->projection = m_bf16->bind();
+    auto st = std::make_unique<ProjectionState>();
+    st->projection = m_proj->bind();
     return st;
   }
   void run(const ExecContext& ctx, StepState* state) const override {
@@ -456,20 +451,20 @@ class GemmLstm final : public Step {
     const float* rt = static_cast<const float*>(m_rt.get());
     const float* bias = static_cast<const float*>(m_bias.get());
     std::fill(c, c + N * H, 0.0f);
-    uint16_t* xb = nullptr;
-    if (m_bf16) {
-      xb = reinterpret_cast<uint16_t*>(static_cast<char*>(ctx.scratchpad) + converted_at());
+    const void* xin = x;  // the projection's input: x, or x converted to bfloat16
+    size_t xin_row = p.c * sizeof(float);
+    if (m_p.bf16_input) {
+      auto* xb = reinterpret_cast<uint16_t*>(static_cast<char*>(ctx.scratchpad) + converted_at());
       convert_to_bf16(x, xb, static_cast<size_t>(p.t * N * p.c));
+      xin = xb;
+      xin_row = p.c * sizeof(uint16_t);
     }
     for (int64_t first = 0; first < p.t; first += m_block_steps) {  // in processing order
       const int64_t nb = std::min(m_block_steps, p.t - first);
       const int64_t lo = p.reverse ? p.t - first - nb : first;  // the block is steps [lo, lo + nb)
-      if (m_bf16) {
-        m_bf16->run(nb * N, xb + lo * N * p.c, gx, static_cast<char*>(ctx.scratchpad) + dnnl_scratch_at(),
-                    ctx.dnnl_stream, static_cast<Bf16State*>(state)->projection);
-      } else {
-        dnnl_sgemm('N', 'T', nb * N, G, p.c, 1.0f, x + lo * N * p.c, p.c, p.w, p.c, 0.0f, gx, G);
-      }
+      m_proj->run(nb * N, static_cast<const char*>(xin) + lo * N * xin_row, gx,
+                  static_cast<char*>(ctx.scratchpad) + dnnl_scratch_at(), ctx.dnnl_stream,
+                  static_cast<ProjectionState*>(state)->projection);
       for (int64_t step = first; step < first + nb; ++step) {
         const int64_t t = p.reverse ? p.t - 1 - step : step;
         float* g = gx + (t - lo) * N * G;
@@ -518,7 +513,7 @@ class GemmLstm final : public Step {
     return std::clamp<int64_t>(block_bytes / std::max<int64_t>(1, step_bytes), 1, std::max<int64_t>(1, p.t));
   }
 
-  struct Bf16State final : StepState {
+  struct ProjectionState final : StepState {
     RowBlockMatMul::State projection;
   };
   std::size_t float_scratch_bytes() const {
@@ -526,6 +521,7 @@ class GemmLstm final : public Step {
   }
   std::size_t converted_at() const { return align64(float_scratch_bytes()); }
   std::size_t dnnl_scratch_at() const {
+    if (!m_p.bf16_input) return converted_at();
     return converted_at() + align64(static_cast<std::size_t>(m_p.t * m_p.n * m_p.c) * sizeof(uint16_t));
   }
 
@@ -534,7 +530,7 @@ class GemmLstm final : public Step {
   GemmAccFn m_gemm;
   Buffer m_rt, m_bias;
   Int8Recurrent m_r_int8;  // R quantised when p.int8_recurrent (then m_rt goes unused)
-  std::unique_ptr<RowBlockMatMul> m_bf16;  // the input projection, with p.bf16_input
+  std::unique_ptr<RowBlockMatMul> m_proj;  // the input projection x W^T
   int64_t m_block_steps = 1;
 };
 

@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 
+#include <immintrin.h>
+
 #include "escpod/nn/simd_vec.hpp"
 #include "nn/plan.hpp"
 
@@ -19,36 +21,124 @@ using simd::store;
 using simd::vf;
 using simd::vi;
 
-// exp(x) for any x, clamped to [-87, 88] (relative error ~2e-7, see simd::exp_in_range).
-// Written on GCC vector types (W floats) so every ISA variant gets the same arithmetic; W = 1
-// handles loop tails.
+// AVX-512 instructions GCC does not emit from vector-type arithmetic, as inline assembly (their
+// intrinsics would not inline through these untargeted templates; only W = 16 callers, which are
+// all AVX-512 functions, reach them).
+[[gnu::always_inline]] inline vf<16> avx512_min(vf<16> a, vf<16> b) {
+  asm("vminps %2, %1, %0" : "=v"(a) : "v"(a), "v"(b));
+  return a;
+}
+[[gnu::always_inline]] inline vf<16> avx512_max(vf<16> a, vf<16> b) {
+  asm("vmaxps %2, %1, %0" : "=v"(a) : "v"(a), "v"(b));
+  return a;
+}
+[[gnu::always_inline]] inline vf<16> avx512_round(vf<16> a) {  // to nearest, ties to even
+  asm("vrndscaleps $0, %1, %0" : "=v"(a) : "v"(a));
+  return a;
+}
+[[gnu::always_inline]] inline vf<16> avx512_scalef(vf<16> a, vf<16> n) {  // a * 2^floor(n)
+  asm("vscalefps %2, %1, %0" : "=v"(a) : "v"(a), "v"(n));
+  return a;
+}
+[[gnu::always_inline]] inline vf<16> avx512_rcp14(vf<16> d) {  // 1 / d, relative error < 2^-14
+  asm("vrcp14ps %1, %0" : "=v"(d) : "v"(d));
+  return d;
+}
+
+// exp(x) for x clamped to [-87, 88], in place over U independent vectors (relative error ~2e-7,
+// see simd::exp_in_range). Each step runs over all U before the next, so the U dependency chains
+// interleave in the instruction stream: one vector's chain is ~25 dependent instructions, and an
+// LSTM cell run one vector at a time was latency-bound. Written on GCC vector types (W floats) so
+// every ISA variant gets the same arithmetic; W = 1 handles loop tails. AVX-512 rounds with
+// vrndscaleps and applies 2^n with vscalefps (the same polynomial, 7 fewer instructions).
+template <int W, int U>
+[[gnu::always_inline]] inline void vexp_n(vf<W> (&x)[U]) {
+  const vf<W> lo = vf<W>{} - 87.0f, hi = vf<W>{} + 88.0f;
+  if constexpr (W == 16) {
+    vf<W> n[U], r[U], p[U];
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) x[u] = avx512_min(avx512_max(x[u], lo), hi);
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) n[u] = avx512_round(x[u] * 1.44269504088896341f);
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) r[u] = (x[u] - n[u] * 0.693359375f) - n[u] * -2.12194440e-4f;
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) p[u] = r[u] * 1.9875691500e-4f + 1.3981999507e-3f;
+    for (const float coefficient : {8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
+#pragma GCC unroll 16
+      for (int u = 0; u < U; ++u) p[u] = p[u] * r[u] + coefficient;
+    }
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) x[u] = avx512_scalef(p[u] * r[u] * r[u] + r[u] + 1.0f, n[u]);
+  } else {
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) {
+      x[u] = x[u] < lo ? lo : x[u];
+      x[u] = x[u] > hi ? hi : x[u];
+      x[u] = simd::exp_in_range<W>(x[u]);
+    }
+  }
+}
+
 template <int W>
 [[gnu::always_inline]] inline vf<W> vexp(vf<W> x) {
-  const vf<W> lo = vf<W>{} - 87.0f, hi = vf<W>{} + 88.0f;
-  x = x < lo ? lo : x;
-  x = x > hi ? hi : x;
-  return simd::exp_in_range<W>(x);
+  vf<W> v[1] = {x};
+  vexp_n<W, 1>(v);
+  return v[0];
+}
+
+// 1 / d for d >= 1 (the sigmoid and tanh denominators). On AVX-512 the 14-bit estimate and one
+// Newton step (relative error ~2^-27, within an ulp or two of the division) instead of vdivps;
+// elsewhere the division.
+template <int W>
+[[gnu::always_inline]] inline vf<W> vrecip(vf<W> d) {
+  if constexpr (W == 16) {
+    const vf<W> r = avx512_rcp14(d);
+    return r * (2.0f - d * r);
+  } else {
+    return 1.0f / d;
+  }
 }
 
 template <int W>
 [[gnu::always_inline]] inline vf<W> vsigmoid(vf<W> x) {
-  return 1.0f / (1.0f + vexp<W>(-x));
+  return vrecip<W>(1.0f + vexp<W>(-x));
 }
 template <int W>
 [[gnu::always_inline]] inline vf<W> vtanh(vf<W> x) {
-  return 1.0f - 2.0f / (1.0f + vexp<W>(2.0f * x));
+  return 1.0f - 2.0f * vrecip<W>(1.0f + vexp<W>(2.0f * x));
 }
 
-template <int W>
+// V vectors of one row, k to k + V * W: the 4V gate activations as one interleaved group, then the
+// V cell updates, then the V tanh(c) as another.
+template <int W, int V>
 [[gnu::always_inline]] inline void cell_block(const float* g, const float* bias, float* cr, float* hr, int64_t h,
                                               int64_t k) {
-  const vf<W> i = vsigmoid<W>(load<W>(g + k) + load<W>(bias + k));
-  const vf<W> o = vsigmoid<W>(load<W>(g + h + k) + load<W>(bias + h + k));
-  const vf<W> f = vsigmoid<W>(load<W>(g + 2 * h + k) + load<W>(bias + 2 * h + k));
-  const vf<W> cc = vtanh<W>(load<W>(g + 3 * h + k) + load<W>(bias + 3 * h + k));
-  const vf<W> cn = f * load<W>(cr + k) + i * cc;
-  store<W>(cr + k, cn);
-  store<W>(hr + k, o * vtanh<W>(cn));
+  vf<W> e[4 * V];  // per vector: i, o, f (sigmoids: exp(-x)), c candidate (tanh: exp(2x))
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v) {
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const int64_t at = q * h + k + v * W;
+      const vf<W> x = load<W>(g + at) + load<W>(bias + at);
+      e[4 * v + q] = q < 3 ? -x : 2.0f * x;
+    }
+  }
+  vexp_n<W, 4 * V>(e);
+  vf<W> o[V], t[V];
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v) {
+    const vf<W> i = vrecip<W>(1.0f + e[4 * v]);
+    o[v] = vrecip<W>(1.0f + e[4 * v + 1]);
+    const vf<W> f = vrecip<W>(1.0f + e[4 * v + 2]);
+    const vf<W> cc = 1.0f - 2.0f * vrecip<W>(1.0f + e[4 * v + 3]);
+    const vf<W> cn = f * load<W>(cr + k + v * W) + i * cc;
+    store<W>(cr + k + v * W, cn);
+    t[v] = 2.0f * cn;
+  }
+  vexp_n<W, V>(t);
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v) store<W>(hr + k + v * W, o[v] * (1.0f - 2.0f * vrecip<W>(1.0f + t[v])));
 }
 
 template <int W>
@@ -59,7 +149,8 @@ template <int W>
     float* cr = c + row * h;
     float* hr = h_out + row * h_stride;
     int64_t k = 0;
-    for (; k + W <= h; k += W) cell_block<W>(g, bias, cr, hr, h, k);
+    for (; k + 3 * W <= h; k += 3 * W) cell_block<W, 3>(g, bias, cr, hr, h, k);
+    for (; k + W <= h; k += W) cell_block<W, 1>(g, bias, cr, hr, h, k);
     if (k < h) {
       // Tail: run one full vector over padded copies of the last h - k lanes.
       const int64_t m = h - k;
@@ -71,7 +162,7 @@ template <int W>
         }
       }
       for (int64_t j = 0; j < m; ++j) tc[j] = cr[k + j];
-      cell_block<W>(tg, tb, tc, th, W, 0);
+      cell_block<W, 1>(tg, tb, tc, th, W, 0);
       for (int64_t j = 0; j < m; ++j) {
         cr[k + j] = tc[j];
         hr[k + j] = th[j];
@@ -165,29 +256,88 @@ void lstm_cell_sse2(const float* gates, const float* bias, float* c, float* h_ou
   lstm_cell_impl<4>(gates, bias, c, h_out, n, h, h_stride);
 }
 
-// W / 4 rows per vector: tanh over W inputs, then each row's four results behind its blank.
+// Bonito's padded CRF rows: y[5r] = blank, y[5r + 1 + j] = alpha tanh(x[4r + j]) + beta.
+// alpha tanh(x) + beta over four vectors of inputs as one interleaved group (see vexp_n).
 template <int W>
-[[gnu::always_inline]] inline void blank_pad_tanh_impl(const float* x, float* y, int64_t rows, float blank,
-                                                       float alpha, float beta) {
-  constexpr int64_t kRowsPerVector = W / 4;
-  int64_t r = 0;
-  float t[W];
-  for (; r + kRowsPerVector <= rows; r += kRowsPerVector, x += W) {
-    store<W>(t, alpha * vtanh<W>(load<W>(x)) + beta);
-    for (int64_t q = 0; q < kRowsPerVector; ++q, y += 5) {
-      y[0] = blank;
-      __builtin_memcpy(y + 1, t + 4 * q, 4 * sizeof(float));
-    }
-  }
-  for (; r < rows; ++r, x += 4, y += 5) {
+[[gnu::always_inline]] inline void scaled_tanh4(const float* x, vf<W> (&v)[4], float alpha, float beta) {
+#pragma GCC unroll 4
+  for (int u = 0; u < 4; ++u) v[u] = 2.0f * load<W>(x + u * W);
+  vexp_n<W, 4>(v);
+#pragma GCC unroll 4
+  for (int u = 0; u < 4; ++u) v[u] = alpha * (1.0f - 2.0f * vrecip<W>(1.0f + v[u])) + beta;
+}
+
+// The last rows, one at a time.
+inline void blank_pad_tanh_rows(const float* x, float* y, int64_t rows, float blank, float alpha, float beta) {
+  for (int64_t r = 0; r < rows; ++r, x += 4, y += 5) {
     y[0] = blank;
     for (int j = 0; j < 4; ++j) y[1 + j] = alpha * vtanh<1>(vf<1>{x[j]})[0] + beta;
   }
 }
 
+// W rows per round (four input vectors), each row's four results stored behind its blank.
+template <int W>
+[[gnu::always_inline]] inline void blank_pad_tanh_impl(const float* x, float* y, int64_t rows, float blank,
+                                                       float alpha, float beta) {
+  int64_t r = 0;
+  float t[4 * W];
+  for (; r + W <= rows; r += W, x += 4 * W) {
+    vf<W> v[4];
+    scaled_tanh4<W>(x, v, alpha, beta);
+    __builtin_memcpy(t, v, sizeof(t));
+    for (int64_t q = 0; q < W; ++q, y += 5) {
+      y[0] = blank;
+      __builtin_memcpy(y + 1, t + 4 * q, 4 * sizeof(float));
+    }
+  }
+  blank_pad_tanh_rows(x, y, rows - r, blank, alpha, beta);
+}
+
+// AVX-512: 16 rows per round, the 80 outputs as five vector stores. Output o = 5 r + q is the
+// blank (q = 0) or input 4 r + q - 1; output vector j draws from input vectors kFirst[j] and
+// kFirst[j] + 1 (vpermt2ps), its blank lanes from the blank vector (kBlank[j]).
+constexpr int pad_source(int o) { return o % 5 == 0 ? -1 : 4 * (o / 5) + o % 5 - 1; }
+constexpr int pad_first(int j) {
+  int first = 64;
+  for (int l = 0; l < 16; ++l) first = pad_source(16 * j + l) >= 0 ? std::min(first, pad_source(16 * j + l)) : first;
+  return std::min(first / 16, 2);
+}
+struct PadTables {
+  int first[5];
+  int shuffle[5][16];
+  uint16_t blank[5];
+};
+constexpr PadTables make_pad_tables() {
+  PadTables t{};
+  for (int j = 0; j < 5; ++j) {
+    t.first[j] = pad_first(j);
+    for (int l = 0; l < 16; ++l) {
+      const int src = pad_source(16 * j + l);
+      t.shuffle[j][l] = src < 0 ? 0 : src - 16 * t.first[j];
+      if (src < 0) t.blank[j] = static_cast<uint16_t>(t.blank[j] | (1u << l));
+    }
+  }
+  return t;
+}
+constexpr PadTables kPadTables = make_pad_tables();
+
 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void blank_pad_tanh_avx512(
     const float* x, float* y, int64_t rows, float blank, float alpha, float beta) {
-  blank_pad_tanh_impl<16>(x, y, rows, blank, alpha, beta);
+  __m512i shuffle[5];
+  for (int j = 0; j < 5; ++j) shuffle[j] = _mm512_loadu_si512(kPadTables.shuffle[j]);
+  const __m512 blank_v = _mm512_set1_ps(blank);
+  int64_t r = 0;
+  for (; r + 16 <= rows; r += 16, x += 64, y += 80) {
+    vf<16> v[4];
+    scaled_tanh4<16>(x, v, alpha, beta);
+#pragma GCC unroll 5
+    for (int j = 0; j < 5; ++j) {
+      const __m512 moved = _mm512_permutex2var_ps(reinterpret_cast<__m512>(v[kPadTables.first[j]]), shuffle[j],
+                                                  reinterpret_cast<__m512>(v[kPadTables.first[j] + 1]));
+      _mm512_storeu_ps(y + 16 * j, _mm512_mask_blend_ps(kPadTables.blank[j], moved, blank_v));
+    }
+  }
+  blank_pad_tanh_rows(x, y, rows - r, blank, alpha, beta);
 }
 __attribute__((target("avx2,fma"))) void blank_pad_tanh_avx2(const float* x, float* y, int64_t rows, float blank,
                                                               float alpha, float beta) {

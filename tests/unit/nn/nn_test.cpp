@@ -567,7 +567,7 @@ TEST(BlankPadTanh, EqualsPlainFormulaAtEveryLevel) {
   for (SimdLevel level : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
     if (static_cast<int>(level) > static_cast<int>(nn::detail::simd_level())) continue;
     const auto fn = nn::detail::blank_pad_tanh_fn(level);
-    for (int64_t rows : {0, 1, 3, 4, 5, 7, 300}) {
+    for (int64_t rows : {0, 1, 3, 4, 5, 7, 15, 16, 17, 33, 300}) {
       std::vector<float> x(static_cast<size_t>(4 * rows));
       for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 6.0f - 0.5f;
       if (rows > 0) {  // saturated both ways
@@ -584,6 +584,43 @@ TEST(BlankPadTanh, EqualsPlainFormulaAtEveryLevel) {
         }
       }
       EXPECT_EQ(y.back(), -7.0f) << "wrote past " << rows << " rows";
+    }
+  }
+}
+
+// One LSTM step at each ISA level against the plain formula in double: hidden sizes that leave
+// every tail (groups of three vectors, single vectors, padded lanes), gates saturated both ways,
+// and cell states beyond 44 (where exp(2c) alone would overflow float).
+TEST(LstmCell, EqualsPlainFormulaAtEveryLevel) {
+  using nn::detail::SimdLevel;
+  const auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  for (SimdLevel level : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (static_cast<int>(level) > static_cast<int>(nn::detail::simd_level())) continue;
+    const auto cell = nn::detail::lstm_cell_fn(level);
+    for (int64_t h : {1, 5, 16, 20, 48, 50, 96, 100}) {
+      const int64_t n = 3, stride = h + 3;
+      std::vector<float> gates(static_cast<size_t>(n * 4 * h)), bias(static_cast<size_t>(4 * h)),
+          c(static_cast<size_t>(n * h)), y(static_cast<size_t>(n * stride), -7.0f);
+      for (size_t i = 0; i < gates.size(); ++i) gates[i] = std::sin(0.61f * static_cast<float>(i)) * 9.0f;
+      for (size_t i = 0; i < bias.size(); ++i) bias[i] = std::cos(0.23f * static_cast<float>(i));
+      for (size_t i = 0; i < c.size(); ++i) c[i] = std::sin(0.17f * static_cast<float>(i)) * 30.0f;
+      gates[0] = 120.0f;  // saturated input gate
+      gates[static_cast<size_t>(h)] = -120.0f;  // saturated output gate
+      c[0] = 60.0f;
+      const std::vector<float> c0 = c;
+      cell(gates.data(), bias.data(), c.data(), y.data(), n, h, stride);
+      for (int64_t row = 0; row < n; ++row) {
+        for (int64_t k = 0; k < h; ++k) {
+          const auto at = [&](int64_t q) {
+            return static_cast<double>(gates[static_cast<size_t>(row * 4 * h + q * h + k)]) + bias[static_cast<size_t>(q * h + k)];
+          };
+          const double cn = sig(at(2)) * c0[static_cast<size_t>(row * h + k)] + sig(at(0)) * std::tanh(at(3));
+          const double hn = sig(at(1)) * std::tanh(cn);
+          EXPECT_NEAR(c[static_cast<size_t>(row * h + k)], cn, 4e-6 * std::max(1.0, std::abs(cn))) << "h " << h << " row " << row << " k " << k;
+          EXPECT_NEAR(y[static_cast<size_t>(row * stride + k)], hn, 2e-6) << "h " << h << " row " << row << " k " << k;
+        }
+        for (int64_t k = h; k < stride; ++k) ASSERT_EQ(y[static_cast<size_t>(row * stride + k)], -7.0f) << "wrote past h";
+      }
     }
   }
 }
