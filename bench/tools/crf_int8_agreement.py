@@ -10,7 +10,7 @@ once in float32 and once with int8; compared per read: the decoded sequence, the
 with the default gates: the final calls (`barcode`, classified or `unclassified`).
 
     .venv/bin/python bench/tools/crf_int8_agreement.py --escpod build/src/cli/escpod \\
-        [--shared ../shared/data] [--env ESCPOD_NN_LSTM_INT8=1]
+        [--shared ../shared/data] [--env ESCPOD_NN_LSTM_INT8=1[,NAME=VALUE...]]
 """
 import argparse
 import csv
@@ -42,14 +42,15 @@ def main():
     ap.add_argument("--escpod", required=True)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--shared", default=os.path.normpath(os.path.join(here, "..", "..", "..", "shared", "data")))
-    ap.add_argument("--env", default="ESCPOD_NN_LSTM_INT8=1", help="NAME=VALUE selecting the variant")
+    ap.add_argument("--env", default="ESCPOD_NN_LSTM_INT8=1",
+                    help="NAME=VALUE[,NAME=VALUE...] selecting the variant")
     a = ap.parse_args()
-    name, value = a.env.split("=", 1)
+    variant = dict(kv.split("=", 1) for kv in a.env.split(","))
     reads = [os.path.join(a.shared, "escapepod/drna/yeast_trna_reads.pod5"),
              os.path.join(a.shared, "escapepod/charging/trna_reads.pod5")]
     wdx = os.path.join(a.shared, "warpdemux/WDX4_rna004_v1_0.json")
-    base_env = {k: v for k, v in os.environ.items() if k != name}
-    variant_env = dict(base_env, **{name: value})
+    base_env = {k: v for k, v in os.environ.items() if k not in variant}
+    variant_env = dict(base_env, **variant)
     open_lines = ["| model | reads called | same sequence | same nearest reference | same best / runner-up distance "
                   "| max abs baseq diff | median abs baseq diff |", "|---|---|---|---|---|---|---|"]
     gated_lines = ["| model | rows | same final call (default gates) | classified f32 / variant |", "|---|---|---|---|"]

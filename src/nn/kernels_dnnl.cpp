@@ -184,6 +184,43 @@ class DnnlConv final : public DnnlStep {
   }
 };
 
+// Convolutions with few inputs per output (ic * k <= kMaxTaps) and at most 16 output channels,
+// channels-last output: the direct kernel of small_conv_fn (AVX-512), faster than oneDNN's
+// blocked convolution at these shapes (bench/results/crf_encoder.md, Session 14). Post-ops: none
+// or one SiLU.
+class SmallConv final : public Step {
+ public:
+  static constexpr int64_t kMaxTaps = 64;
+  static bool handles(const ConvParams& p) {
+    const bool post_ok = p.post_ops.empty() || (p.post_ops.size() == 1 && p.post_ops[0].kind == PostOp::Kind::kSilu);
+    return small_conv_fn(simd_level()) != nullptr && !p.transposed && p.dilation == 1 && p.oc <= 16 &&
+           p.ic * p.k <= kMaxTaps && (p.dst_nwc || p.oc == 1) && post_ok;
+  }
+  explicit SmallConv(const ConvParams& p)
+      : m_src(p.src), m_dst(p.dst), m_silu(!p.post_ops.empty()), m_fn(small_conv_fn(simd_level())) {
+    m_g = SmallConvGeometry{p.n, p.ic, p.oc, p.iw, p.ow, p.k, p.stride, p.pad_l, p.src_nwc};
+    m_weights.assign(static_cast<size_t>(p.k * p.ic * 16), 0.0f);
+    for (int64_t o = 0; o < p.oc; ++o) {
+      for (int64_t c = 0; c < p.ic; ++c) {
+        for (int64_t kk = 0; kk < p.k; ++kk) m_weights[static_cast<size_t>((kk * p.ic + c) * 16 + o)] = p.weights[(o * p.ic + c) * p.k + kk];
+      }
+    }
+    m_bias.fill(0.0f);
+    if (p.bias) std::copy(p.bias, p.bias + p.oc, m_bias.begin());
+  }
+  void run(const ExecContext& ctx, StepState*) const override {
+    m_fn(m_g, resolve(ctx, m_src), m_weights.data(), m_bias.data(), resolve(ctx, m_dst), m_silu);
+  }
+
+ private:
+  Loc m_src, m_dst;
+  bool m_silu;
+  SmallConvFn m_fn;
+  SmallConvGeometry m_g;
+  std::vector<float> m_weights;  // [k][ic][16]
+  std::array<float, 16> m_bias{};
+};
+
 // With MatMulParams::bf16, the input is rounded to bfloat16 into the step's scratch (after
 // oneDNN's scratchpad) and the weights are kept in bfloat16; the output stays float32.
 class DnnlMatMul final : public DnnlStep {
@@ -548,7 +585,10 @@ std::unique_ptr<Step> make_guarded(const Params& p, std::string* error) {
 
 }  // namespace
 
-std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) { return make_guarded<DnnlConv>(p, error); }
+std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) {
+  if (SmallConv::handles(p)) return std::make_unique<SmallConv>(p);
+  return make_guarded<DnnlConv>(p, error);
+}
 std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error) {
   return p.blank_pad ? make_guarded<DnnlMatMulBlankPad>(p, error) : make_guarded<DnnlMatMul>(p, error);
 }

@@ -347,6 +347,93 @@ void blank_pad_tanh_sse2(const float* x, float* y, int64_t rows, float blank, fl
   blank_pad_tanh_impl<4>(x, y, rows, blank, alpha, beta);
 }
 
+// y = x sigmoid(x) over n floats in place, eight vectors at a time as one interleaved group.
+template <int W>
+[[gnu::always_inline]] inline void silu_in_place(float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 * W <= n; i += 8 * W) {
+    vf<W> x[8], e[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; ++u) {
+      x[u] = load<W>(y + i + u * W);
+      e[u] = -x[u];
+    }
+    vexp_n<W, 8>(e);
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; ++u) store<W>(y + i + u * W, x[u] * vrecip<W>(1.0f + e[u]));
+  }
+  for (; i + W <= n; i += W) {
+    const vf<W> x = load<W>(y + i);
+    store<W>(y + i, x * vsigmoid<W>(x));
+  }
+  for (; i < n; ++i) y[i] = y[i] * vsigmoid<1>(vf<1>{y[i]})[0];
+}
+
+// One output position near an edge (taps outside the input skipped).
+__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void small_conv_edge(
+    const SmallConvGeometry& g, const float* xn, const float* weights, vf<16> acc, float* yn, int64_t t,
+    __mmask16 lanes) {
+  const int64_t c_step = g.src_nwc ? 1 : g.iw, pos_step = g.src_nwc ? g.ic : 1;
+  for (int64_t kk = 0; kk < g.k; ++kk) {
+    const int64_t pos = t * g.stride + kk - g.pad_l;
+    if (pos < 0 || pos >= g.iw) continue;
+    for (int64_t c = 0; c < g.ic; ++c) acc += load<16>(weights + (kk * g.ic + c) * 16) * xn[c * c_step + pos * pos_step];
+  }
+  _mm512_mask_storeu_ps(yn + t * g.oc, lanes, reinterpret_cast<__m512>(acc));
+}
+
+__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void small_conv_avx512(
+    const SmallConvGeometry& g, const float* x, const float* weights, const float* bias, float* y, bool silu) {
+  constexpr int64_t kBlock = 8;  // output positions per register block (independent accumulators)
+  const __mmask16 lanes = static_cast<__mmask16>((1u << g.oc) - 1u);
+  const vf<16> b = load<16>(bias);
+  // Output positions whose k taps all fall inside the input: [interior_lo, interior_hi).
+  const int64_t interior_lo = std::min(g.ow, (g.pad_l + g.stride - 1) / g.stride);
+  const int64_t last = g.iw - g.k + g.pad_l;
+  const int64_t interior_hi = last < 0 ? interior_lo : std::clamp(last / g.stride + 1, interior_lo, g.ow);
+  for (int64_t n = 0; n < g.n; ++n) {
+    const float* xn = x + n * g.ic * g.iw;
+    float* yn = y + n * g.ow * g.oc;
+    const int64_t c_step = g.src_nwc ? 1 : g.iw, pos_step = g.src_nwc ? g.ic : 1;
+    // With 16 channels a block's SiLU runs on its registers; otherwise over y afterwards.
+    const bool silu_in_registers = silu && g.oc == 16;
+    int64_t t = 0;
+    for (; t < interior_lo; ++t) small_conv_edge(g, xn, weights, b, yn, t, lanes);
+    if (silu_in_registers) silu_in_place<16>(yn, t * g.oc);
+    for (; t + kBlock <= interior_hi; t += kBlock) {
+      vf<16> acc[kBlock];
+#pragma GCC unroll 8
+      for (int64_t p = 0; p < kBlock; ++p) acc[p] = b;
+      const float* x0 = xn + (t * g.stride - g.pad_l) * pos_step;
+      for (int64_t kk = 0; kk < g.k; ++kk) {
+        for (int64_t c = 0; c < g.ic; ++c) {
+          const vf<16> w = load<16>(weights + (kk * g.ic + c) * 16);
+          const float* xc = x0 + kk * pos_step + c * c_step;
+#pragma GCC unroll 8
+          for (int64_t p = 0; p < kBlock; ++p) acc[p] += w * xc[p * g.stride * pos_step];
+        }
+      }
+      if (silu_in_registers) {
+        vf<16> e[kBlock];
+#pragma GCC unroll 8
+        for (int64_t p = 0; p < kBlock; ++p) e[p] = -acc[p];
+        vexp_n<16, kBlock>(e);
+#pragma GCC unroll 8
+        for (int64_t p = 0; p < kBlock; ++p) acc[p] *= vrecip<16>(1.0f + e[p]);
+      }
+#pragma GCC unroll 8
+      for (int64_t p = 0; p < kBlock; ++p) _mm512_mask_storeu_ps(yn + (t + p) * g.oc, lanes, reinterpret_cast<__m512>(acc[p]));
+    }
+    const int64_t block_end = t;
+    for (; t < g.ow; ++t) small_conv_edge(g, xn, weights, b, yn, t, lanes);
+    if (silu_in_registers) {
+      silu_in_place<16>(yn + block_end * g.oc, (g.ow - block_end) * g.oc);
+    } else if (silu) {
+      silu_in_place<16>(yn, g.ow * g.oc);
+    }
+  }
+}
+
 }  // namespace
 
 BlankPadTanhFn blank_pad_tanh_fn(SimdLevel level) {
@@ -385,6 +472,8 @@ const char* simd_level_name(SimdLevel level) {
   }
   return "sse2";
 }
+
+SmallConvFn small_conv_fn(SimdLevel level) { return level == SimdLevel::kAvx512 ? small_conv_avx512 : nullptr; }
 
 LstmCellFn lstm_cell_fn(SimdLevel level) {
   switch (level) {

@@ -625,5 +625,73 @@ TEST(LstmCell, EqualsPlainFormulaAtEveryLevel) {
   }
 }
 
+// The direct small convolution against the plain formula: channels 1..16, strides 1..3, padding
+// on either side or none, both input layouts, with and without SiLU, outputs short enough that
+// every position is near an edge and long enough for whole register blocks.
+TEST(SmallConv, EqualsPlainConvolution) {
+  using nn::detail::SmallConvGeometry;
+  const auto fn = nn::detail::small_conv_fn(nn::detail::simd_level());
+  if (fn == nullptr) GTEST_SKIP() << "the direct kernel needs AVX-512 (oneDNN runs these convolutions here)";
+  struct ConvCase {
+    int64_t n, ic, oc, iw, k, stride, pad_l, pad_r;
+  };
+  for (const ConvCase cs : {ConvCase{2, 1, 4, 3000, 5, 1, 2, 2}, ConvCase{3, 4, 16, 301, 5, 1, 2, 2}, ConvCase{1, 3, 7, 40, 4, 2, 0, 3},
+                        ConvCase{2, 2, 16, 9, 7, 3, 3, 1}, ConvCase{1, 1, 1, 17, 3, 1, 0, 0}, ConvCase{2, 8, 12, 64, 8, 2, 5, 0}}) {
+    const int64_t ow = (cs.iw + cs.pad_l + cs.pad_r - cs.k) / cs.stride + 1;
+    std::vector<float> x(static_cast<size_t>(cs.n * cs.ic * cs.iw)), w(static_cast<size_t>(cs.oc * cs.ic * cs.k)),
+        bias(static_cast<size_t>(cs.oc));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3f * static_cast<float>(i)) * 3.0f;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.7f * static_cast<float>(i));
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>(i) - 0.4f;
+    std::vector<float> packed(static_cast<size_t>(cs.k * cs.ic * 16), 0.0f), b16(16, 0.0f);
+    for (int64_t o = 0; o < cs.oc; ++o) {
+      b16[static_cast<size_t>(o)] = bias[static_cast<size_t>(o)];
+      for (int64_t c = 0; c < cs.ic; ++c) {
+        for (int64_t kk = 0; kk < cs.k; ++kk) {
+          packed[static_cast<size_t>((kk * cs.ic + c) * 16 + o)] = w[static_cast<size_t>((o * cs.ic + c) * cs.k + kk)];
+        }
+      }
+    }
+    for (bool nwc : {false, true}) {
+      std::vector<float> xin = x;  // [n][ic][iw] -> [n][iw][ic]
+      if (nwc) {
+        for (int64_t b = 0; b < cs.n; ++b) {
+          for (int64_t c = 0; c < cs.ic; ++c) {
+            for (int64_t i = 0; i < cs.iw; ++i) {
+              xin[static_cast<size_t>((b * cs.iw + i) * cs.ic + c)] = x[static_cast<size_t>((b * cs.ic + c) * cs.iw + i)];
+            }
+          }
+        }
+      }
+      for (bool silu : {false, true}) {
+        std::vector<float> y(static_cast<size_t>(cs.n * ow * cs.oc) + 1, -9.0f);
+        const SmallConvGeometry g{cs.n, cs.ic, cs.oc, cs.iw, ow, cs.k, cs.stride, cs.pad_l, nwc};
+        fn(g, xin.data(), packed.data(), b16.data(), y.data(), silu);
+        for (int64_t b = 0; b < cs.n; ++b) {
+          for (int64_t t = 0; t < ow; ++t) {
+            for (int64_t o = 0; o < cs.oc; ++o) {
+              double v = bias[static_cast<size_t>(o)];
+              for (int64_t c = 0; c < cs.ic; ++c) {
+                for (int64_t kk = 0; kk < cs.k; ++kk) {
+                  const int64_t pos = t * cs.stride + kk - cs.pad_l;
+                  if (pos >= 0 && pos < cs.iw) {
+                    v += static_cast<double>(w[static_cast<size_t>((o * cs.ic + c) * cs.k + kk)]) *
+                         x[static_cast<size_t>((b * cs.ic + c) * cs.iw + pos)];
+                  }
+                }
+              }
+              if (silu) v = v / (1.0 + std::exp(-v));
+              ASSERT_NEAR(y[static_cast<size_t>((b * ow + t) * cs.oc + o)], v, 2e-5 * std::max(1.0, std::abs(v)))
+                  << "ic " << cs.ic << " oc " << cs.oc << " stride " << cs.stride << " nwc " << nwc << " silu " << silu
+                  << " n " << b << " t " << t << " o " << o;
+            }
+          }
+        }
+        ASSERT_EQ(y.back(), -9.0f) << "wrote past the output";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace escpod::nn
