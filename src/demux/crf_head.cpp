@@ -128,9 +128,15 @@ class CrfScratch final : public HeadScratch {
   std::vector<float> sorted;  // median/MAD work space
   WindowCall current, best;
   std::vector<float> logp;
-  const BarcodePanel* panel = nullptr;  // the head's, for crf_last_call
-  int32_t last_ref = -1;                // chosen reference of the last read (-1: no window)
-  int32_t last_crf_best = -1;
+  const BarcodePanel* panel = nullptr;  // the head's, for crf_calls
+  // Per read of the last classify(), for crf_calls: the decoded call, the chosen reference (-1:
+  // no window) and the most probable one (-1 without lattice scores). Strings keep their capacity.
+  struct ReadCall {
+    std::string sequence;
+    int32_t ref = -1, crf_best = -1;
+  };
+  std::vector<ReadCall> calls;
+  size_t n_calls = 0;  // reads in the last classify()
 };
 
 // Median of `v` (reordered in place); v non-empty.
@@ -213,14 +219,16 @@ class CrfHead final : public Head {
   void classify(std::span<const PreparedRead> reads, HeadScratch& scratch,
                 std::span<Classification> calls) const override {
     auto& s = static_cast<CrfScratch&>(scratch);
+    if (s.calls.size() < reads.size()) s.calls.resize(reads.size());
+    s.n_calls = reads.size();
     if (one_window() && s.batch > 1) {
       for (size_t first = 0; first < reads.size(); first += s.batch) {
         const size_t n = std::min(s.batch, reads.size() - first);
-        classify_windows_of_reads(reads.subspan(first, n), s, calls.subspan(first, n));
+        classify_windows_of_reads(reads.subspan(first, n), first, s, calls.subspan(first, n));
       }
       return;
     }
-    for (size_t i = 0; i < reads.size(); ++i) classify_one(reads[i], s, calls[i]);
+    for (size_t i = 0; i < reads.size(); ++i) classify_one(reads[i], i, s, calls[i]);
   }
 
   BeamOptions beam_options() const {
@@ -242,11 +250,12 @@ class CrfHead final : public Head {
   // One window per read (bundles, SeqTagger v1): reads can share an encoder call.
   bool one_window() const { return !seqtagger() || m_settings.placement != CrfWindowPlacement::kRollingStart; }
 
-  void classify_one(const PreparedRead& r, CrfScratch& s, Classification& out) const;
-  void classify_windows_of_reads(std::span<const PreparedRead> reads, CrfScratch& s,
+  // `index`: the read's position in the classify() call (its CrfScratch::calls entry).
+  void classify_one(const PreparedRead& r, size_t index, CrfScratch& s, Classification& out) const;
+  void classify_windows_of_reads(std::span<const PreparedRead> reads, size_t first_index, CrfScratch& s,
                                  std::span<Classification> calls) const;
-  void start_call(CrfScratch& s, Classification& out) const;
-  void finish_call(CrfScratch& s, Classification& out) const;
+  void start_call(CrfScratch& s, size_t index, Classification& out) const;
+  void finish_call(CrfScratch& s, size_t index, Classification& out) const;
   bool best_window(const PreparedRead& r, CrfScratch& s) const;
   // The one-window placements' window, normalised into `dst` (`chunk` floats) with its first
   // sample in *start; false when the read has no usable window.
@@ -415,24 +424,24 @@ bool CrfHead::best_window(const PreparedRead& r, CrfScratch& s) const {
   return place_window(r, s, s.window.data(), &s.current.start) && decode_current(s);
 }
 
-void CrfHead::classify_one(const PreparedRead& r, CrfScratch& s, Classification& out) const {
-  start_call(s, out);
+void CrfHead::classify_one(const PreparedRead& r, size_t index, CrfScratch& s, Classification& out) const {
+  start_call(s, index, out);
   if (!best_window(r, s)) {
     out.status = CallStatus::kNoWindow;
     return;
   }
-  finish_call(s, out);
+  finish_call(s, index, out);
 }
 
 // The one-window placements, several reads per encoder call: each read's window goes into the
 // batch (a read without one is kNoWindow at once), one encoder call runs them all, then each is
 // decoded and called in read order. The scores are bitwise those of one call per window.
-void CrfHead::classify_windows_of_reads(std::span<const PreparedRead> reads, CrfScratch& s,
+void CrfHead::classify_windows_of_reads(std::span<const PreparedRead> reads, size_t first_index, CrfScratch& s,
                                         std::span<Classification> calls) const {
   const auto len = static_cast<size_t>(chunk());
   size_t n = 0;
   for (size_t i = 0; i < reads.size(); ++i) {
-    start_call(s, calls[i]);
+    start_call(s, first_index + i, calls[i]);
     if (place_window(reads[i], s, s.window.data() + n * len, &s.starts[n])) {
       s.batch_reads[n++] = i;
     } else {
@@ -451,11 +460,11 @@ void CrfHead::classify_windows_of_reads(std::span<const PreparedRead> reads, Crf
       out.status = CallStatus::kNoWindow;
       continue;
     }
-    finish_call(s, out);
+    finish_call(s, first_index + s.batch_reads[k], out);
   }
 }
 
-void CrfHead::start_call(CrfScratch& s, Classification& out) const {
+void CrfHead::start_call(CrfScratch& s, size_t index, Classification& out) const {
   out.label = kUnclassifiedLabel;
   out.best_label = kUnclassifiedLabel;
   out.class_index = -1;
@@ -463,12 +472,12 @@ void CrfHead::start_call(CrfScratch& s, Classification& out) const {
   out.threshold = 0.0;
   out.probabilities.clear();
   out.detail = {};
-  s.last_ref = -1;
-  s.last_crf_best = -1;
+  s.calls[index].sequence.clear();
+  s.calls[index].ref = s.calls[index].crf_best = -1;
 }
 
 // The call of the window decoded into s.current: matching, lattice scores, gates.
-void CrfHead::finish_call(CrfScratch& s, Classification& out) const {
+void CrfHead::finish_call(CrfScratch& s, size_t index, Classification& out) const {
   const WindowCall& w = s.current;
   const std::string& seq = s.beam ? w.beam.sequence : w.posterior.sequence;
   const BarcodeMatch m = m_panel.match(seq);
@@ -478,8 +487,10 @@ void CrfHead::finish_call(CrfScratch& s, Classification& out) const {
     if (s.scorer->score(w.view, log_z, s.logp).is_ok()) lattice = crf_ref_report(s.logp, m.best_idx);
   }
   const std::optional<float> baseq = s.beam ? std::optional<float>(w.beam.baseq) : std::nullopt;
-  s.last_ref = m.best_idx;
-  if (lattice) s.last_crf_best = lattice->crf_best;
+  CrfScratch::ReadCall& call = s.calls[index];
+  call.sequence.assign(seq);
+  call.ref = m.best_idx;
+  if (lattice) call.crf_best = lattice->crf_best;
   const CrfGateResult gate = apply_crf_gates(m_settings.gates, m, lattice, baseq);
   const bool mean_post_failed = std::exp(static_cast<double>(w.posterior.mean_logpost)) < m_settings.min_mean_post;
   fill_call(m, gate, mean_post_failed, lattice, s, out);
@@ -714,13 +725,14 @@ Result<std::vector<BarcodeRef>> read_barcode_csv(const std::filesystem::path& pa
   return refs;
 }
 
-std::optional<CrfLastCall> crf_last_call(const HeadScratch& scratch) {
+std::optional<CrfReadCall> crf_read_call(const HeadScratch& scratch, size_t index) {
   const auto* s = dynamic_cast<const CrfScratch*>(&scratch);
-  if (s == nullptr || s->last_ref < 0) return std::nullopt;
-  CrfLastCall c;
-  c.sequence = s->beam ? s->current.beam.sequence : s->current.posterior.sequence;
-  c.reference = s->panel->ref(static_cast<size_t>(s->last_ref)).name;
-  if (s->last_crf_best >= 0) c.crf_best = s->panel->ref(static_cast<size_t>(s->last_crf_best)).name;
+  if (s == nullptr || index >= s->n_calls || s->calls[index].ref < 0) return std::nullopt;
+  const CrfScratch::ReadCall& r = s->calls[index];
+  CrfReadCall c;
+  c.sequence = r.sequence;
+  c.reference = s->panel->ref(static_cast<size_t>(r.ref)).name;
+  if (r.crf_best >= 0) c.crf_best = s->panel->ref(static_cast<size_t>(r.crf_best)).name;
   return c;
 }
 

@@ -127,15 +127,15 @@ inline constexpr double kDefaultMinMeanPost = 0.95;
 //                 Classification::probabilities, written as the reference's name
 //                 (ColumnKind::kClassName)
 
-// The call behind the last classify() of a CRF head on `scratch` (for `demux basecall`, which
-// writes the sequence): views into the scratch, valid until its next classify(). nullopt when
-// `scratch` is not a CRF head's or the last read had no usable window.
-struct CrfLastCall {
+// The call behind read `index` of the last classify() of a CRF head on `scratch` (for `demux
+// basecall`, which writes the sequence): views into the scratch, valid until its next
+// classify(). nullopt when `scratch` is not a CRF head's or that read had no usable window.
+struct CrfReadCall {
   std::string_view sequence;   // the decoded call (beam or posterior, as the head runs)
   std::string_view reference;  // name of the nearest reference by edit distance
   std::string_view crf_best;   // name of the most probable reference (empty without ref_scores)
 };
-std::optional<CrfLastCall> crf_last_call(const HeadScratch& scratch);
+std::optional<CrfReadCall> crf_read_call(const HeadScratch& scratch, size_t index);
 
 // Samples from the read start a CRF head reads for a read whose adapter ends at `adapter_end`
 // (what a caller must decode); 0 when `head` is not a CRF head.

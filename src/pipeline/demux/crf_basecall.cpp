@@ -28,8 +28,11 @@ struct Out {
 
 struct Scratch {
   pod5::VbzCodec codec;
-  std::vector<int16_t> adc;
-  std::vector<float> pa;
+  std::vector<std::vector<int16_t>> adc;  // per read of a block
+  std::vector<std::vector<float>> pa;
+  std::vector<demux::PreparedRead> prepared;  // the block's reads with signal, in order
+  std::vector<size_t> task_of;                // their positions in the block
+  std::vector<demux::Classification> calls;
   std::unique_ptr<demux::HeadScratch> head;
 };
 
@@ -49,36 +52,63 @@ struct ColumnIndex {
   }
 };
 
-// Decodes what the head reads of one read and runs it; t.out.reason says why not.
-void call_read(const demux::Head& head, const BoundaryRow& br, ReadTask<Out>& t, Scratch& w) {
+// Decodes what the head reads of one read into slot `slot` of w and describes it in *r; false
+// (t.out.reason says why) when the read has no signal the head can use.
+bool prepare_read(const demux::Head& head, const BoundaryRow& br, ReadTask<Out>& t, Scratch& w, size_t slot,
+                  demux::PreparedRead* r) {
   const pod5::ReadBatch& b = *t.batch;
   const uint64_t n = b.num_samples[t.row];
   if (n == 0 || b.rows_of(t.row).empty()) {
     t.out.reason = "read has no signal";
-    return;
+    return false;
   }
   const auto need = static_cast<uint64_t>(std::max<int64_t>(0, demux::crf_samples_needed(head, br.adapter_end)));
   const size_t take = static_cast<size_t>(std::min(n, need));
-  w.adc.resize(take);
-  if (Status s = t.file->read_signal(b.rows_of(t.row), w.adc, w.codec); !s.is_ok()) {
+  std::vector<int16_t>& adc = w.adc[slot];
+  adc.resize(take);
+  if (Status s = t.file->read_signal(b.rows_of(t.row), adc, w.codec); !s.is_ok()) {
     t.out.reason = "signal could not be decoded: " + s.message();
-    return;
+    return false;
   }
-  w.pa.resize(take);
-  signal::calibrate_to_pa(w.adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, w.pa);
-  demux::PreparedRead r;
-  r.pa = w.pa;
-  r.num_samples = n;
-  r.adapter_start = br.adapter_start;
-  r.adapter_end = br.adapter_end;
-  head.classify(std::span<const demux::PreparedRead>(&r, 1), *w.head,
-                std::span<demux::Classification>(&t.out.call, 1));
-  if (auto c = demux::crf_last_call(*w.head)) {
-    t.out.sequence.assign(c->sequence);
-    t.out.reference.assign(c->reference);
-    t.out.crf_best.assign(c->crf_best);
-  } else {
-    t.out.reason = std::string(t.out.call.reason());
+  std::vector<float>& pa = w.pa[slot];
+  pa.resize(take);
+  signal::calibrate_to_pa(adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, pa);
+  r->pa = pa;
+  r->num_samples = n;
+  r->adapter_start = br.adapter_start;
+  r->adapter_end = br.adapter_end;
+  return true;
+}
+
+// Calls a block's reads with one classify(), so that reads share encoder calls where the head
+// batches windows of several reads (CrfHeadOptions::max_window_batch).
+void call_block(const demux::Head& head, const BoundariesTable& boundaries, ReadBlock<Out>& block, Scratch& w) {
+  if (w.adc.size() < block.reads.size()) {
+    w.adc.resize(block.reads.size());
+    w.pa.resize(block.reads.size());
+  }
+  w.prepared.clear();
+  w.task_of.clear();
+  for (size_t i = 0; i < block.reads.size(); ++i) {
+    ReadTask<Out>& t = block.reads[i];
+    demux::PreparedRead r;
+    if (prepare_read(head, boundaries.rows[t.tag], t, w, i, &r)) {
+      w.prepared.push_back(r);
+      w.task_of.push_back(i);
+    }
+  }
+  w.calls.resize(w.prepared.size());
+  head.classify(w.prepared, *w.head, w.calls);
+  for (size_t k = 0; k < w.prepared.size(); ++k) {
+    Out& out = block.reads[w.task_of[k]].out;
+    std::swap(out.call, w.calls[k]);
+    if (auto c = demux::crf_read_call(*w.head, k)) {
+      out.sequence.assign(c->sequence);
+      out.reference.assign(c->reference);
+      out.crf_best.assign(c->crf_best);
+    } else {
+      out.reason = std::string(out.call.reason());
+    }
   }
 }
 
@@ -160,9 +190,7 @@ Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs
         w.head = head.make_scratch();
         return w;
       },
-      [&](ReadBlock<Out>& block, Scratch& w) {
-        for (ReadTask<Out>& t : block.reads) call_read(head, boundaries.rows[t.tag], t, w);
-      },
+      [&](ReadBlock<Out>& block, Scratch& w) { call_block(head, boundaries, block, w); },
       [&](ReadTask<Out>& t) -> Status {
         writer.write(t.batch->read_id[t.row], boundaries.rows[t.tag], t.out);
         ++rep.n_rows;

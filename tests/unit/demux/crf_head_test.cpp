@@ -179,7 +179,7 @@ TEST(CrfHead, BatchedRollingWindowsGiveTheCallsOfOneWindowPerCall) {
         ASSERT_EQ(a.status, CallStatus::kClassified) << seed << " " << len;
         EXPECT_EQ(b.probabilities, a.probabilities) << seed << " " << len << " " << crf_decoder_name(decoder);
         EXPECT_EQ(c.probabilities, a.probabilities) << seed << " " << len << " " << crf_decoder_name(decoder);
-        EXPECT_EQ(crf_last_call(*s16)->sequence, crf_last_call(*s1)->sequence);
+        EXPECT_EQ(crf_read_call(*s16, 0)->sequence, crf_read_call(*s1, 0)->sequence);
         ++compared;
       }
     }
@@ -225,8 +225,13 @@ TEST(CrfHead, ReadsSharingAnEncoderCallGetTheCallsOfOneReadPerCall) {
     LoadedHead single = load("b04_RNA004", o);
     auto s1 = single.head->make_scratch();
     std::vector<Classification> want(reads.size());
+    std::vector<std::string> want_seq(reads.size()), want_ref(reads.size());
     for (size_t i = 0; i < reads.size(); ++i) {
       single.head->classify(std::span<const PreparedRead>(&reads[i], 1), *s1, std::span<Classification>(&want[i], 1));
+      if (auto c = crf_read_call(*s1, 0)) {
+        want_seq[i] = c->sequence;
+        want_ref[i] = c->reference;
+      }
     }
     EXPECT_EQ(want[3].status, CallStatus::kNoWindow);
     EXPECT_EQ(want[8].status, CallStatus::kNoWindow);
@@ -242,7 +247,15 @@ TEST(CrfHead, ReadsSharingAnEncoderCallGetTheCallsOfOneReadPerCall) {
         EXPECT_EQ(got[i].label, want[i].label) << i;
         EXPECT_EQ(got[i].probabilities, want[i].probabilities) << i << " batch " << batch << " "
                                                                << crf_decoder_name(decoder);
+        // Each read's own call text (demux basecall's columns), not the call's last read's.
+        const auto c = crf_read_call(*s, i);
+        ASSERT_EQ(c.has_value(), want[i].status != CallStatus::kNoWindow) << i;
+        if (c) {
+          EXPECT_EQ(c->sequence, want_seq[i]) << i << " batch " << batch;
+          EXPECT_EQ(c->reference, want_ref[i]) << i;
+        }
       }
+      EXPECT_FALSE(crf_read_call(*s, reads.size()).has_value());
     }
   }
 }
