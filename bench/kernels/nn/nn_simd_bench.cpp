@@ -1,0 +1,93 @@
+// The CRF encoder's element-wise kernels (src/nn/simd.hpp) at each ISA level this CPU runs, on the
+// bundle geometry's shapes (batch 4, chunk 3000): the LSTM cell of one layer (300 steps of 4 rows
+// x 96 units), the blank-pad tanh of the linear layer's output (1200 rows x 256 runs of 4), and
+// the direct small convolutions (1 -> 4 and 4 -> 16 channels, k 5, SiLU). Arg: 0 SSE2, 1 AVX2,
+// 2 AVX-512. bench/results/crf_encoder.md (Session 14) has the numbers.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <vector>
+
+#include "nn/simd.hpp"
+
+namespace {
+
+using escpod::nn::detail::SimdLevel;
+
+bool runnable(benchmark::State& s, SimdLevel* level) {
+  *level = static_cast<SimdLevel>(s.range(0));
+  if (static_cast<int>(*level) > static_cast<int>(escpod::nn::detail::simd_level())) {
+    s.SkipWithError("ISA not available here");
+    return false;
+  }
+  return true;
+}
+
+std::vector<float> wave(size_t n, float scale, float step) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = std::sin(step * static_cast<float>(i)) * scale;
+  return v;
+}
+
+// One layer's cells: 300 steps of n = 4 rows, h = 96 (gates as an LSTM sees them).
+void BM_LstmCellLayer(benchmark::State& s) {
+  SimdLevel level;
+  if (!runnable(s, &level)) return;
+  constexpr int64_t kSteps = 300, kRows = 4, kHidden = 96;
+  const auto cell = escpod::nn::detail::lstm_cell_fn(level);
+  const std::vector<float> gates = wave(static_cast<size_t>(kSteps * kRows * 4 * kHidden), 3.0f, 0.37f);
+  const std::vector<float> bias = wave(4 * kHidden, 0.5f, 0.11f);
+  std::vector<float> c(kRows * kHidden, 0.0f), h(static_cast<size_t>(kSteps * kRows * kHidden));
+  for (auto _ : s) {
+    for (int64_t t = 0; t < kSteps; ++t) {
+      cell(gates.data() + t * kRows * 4 * kHidden, bias.data(), c.data(), h.data() + t * kRows * kHidden, kRows,
+           kHidden, kHidden);
+    }
+    benchmark::DoNotOptimize(h.data());
+  }
+  s.counters["cells/s"] = benchmark::Counter(static_cast<double>(kSteps * kRows * kHidden) * static_cast<double>(s.iterations()),
+                                             benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LstmCellLayer)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+// The linear layer's output of batch 4 in its 64-row blocks: 1200 rows of 1024 scores.
+void BM_BlankPadTanh(benchmark::State& s) {
+  SimdLevel level;
+  if (!runnable(s, &level)) return;
+  constexpr int64_t kRows = 1200, kBlock = 64, kRuns = 256;
+  const auto pad = escpod::nn::detail::blank_pad_tanh_fn(level);
+  const std::vector<float> x = wave(static_cast<size_t>(kBlock * kRuns * 4), 2.0f, 0.29f);
+  std::vector<float> y(static_cast<size_t>(kRows * kRuns * 5));
+  for (auto _ : s) {
+    for (int64_t first = 0; first < kRows; first += kBlock) {
+      const int64_t rows = std::min(kBlock, kRows - first);
+      pad(x.data(), y.data() + first * kRuns * 5, rows * kRuns, 2.0f, 5.0f, 0.0f);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+BENCHMARK(BM_BlankPadTanh)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+// The encoders' first two convolutions at batch 4 (AVX-512 only; oneDNN runs them below it).
+// Arg: output channels (4: 1 -> 4 from the signal; 16: 4 -> 16, channels-last input).
+void BM_SmallConv(benchmark::State& s) {
+  const auto fn = escpod::nn::detail::small_conv_fn(escpod::nn::detail::simd_level());
+  if (fn == nullptr) {
+    s.SkipWithError("the direct kernel needs AVX-512");
+    return;
+  }
+  const int64_t oc = s.range(0), ic = oc == 4 ? 1 : 4, n = 4, w = 3000, k = 5;
+  const std::vector<float> x = wave(static_cast<size_t>(n * ic * w), 1.5f, 0.21f);
+  const std::vector<float> weights = wave(static_cast<size_t>(k * ic * 16), 0.4f, 0.7f), bias(16, 0.1f);
+  std::vector<float> y(static_cast<size_t>(n * w * oc));
+  const escpod::nn::detail::SmallConvGeometry g{n, ic, oc, w, w, k, 1, 2, ic > 1};
+  for (auto _ : s) {
+    fn(g, x.data(), weights.data(), bias.data(), y.data(), true);
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+BENCHMARK(BM_SmallConv)->Arg(4)->Arg(16)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
