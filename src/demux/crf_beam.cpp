@@ -70,8 +70,12 @@ Status CrfBeamSearch::decode(const CrfScoresView& scores, BeamCall& out) {
   int64_t table = 1;
   while (table < 2 * d.n_base * width) table *= 2;
   if (static_cast<int64_t>(m_table.size()) != table) m_table.assign(static_cast<size_t>(table), -1);
-  m_log_z = detail::crf_passes(m_backend).forward_backward(d, scores, &m_options.blank_score, m_alpha.data(),
-                                                           m_beta.data(), m_work.data());
+  const bool guided = m_guided.data == scores.data && m_guided.n_steps == T && m_guided.step_stride == scores.step_stride;
+  m_guided = {};
+  if (!guided) {
+    m_log_z = detail::crf_passes(m_backend).forward_backward(d, scores, &m_options.blank_score, m_alpha.data(),
+                                                             m_beta.data(), m_work.data());
+  }
   out.log_partition = m_log_z;
   search(scores, out);
   qualities(out);

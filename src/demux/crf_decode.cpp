@@ -207,9 +207,20 @@ float crf_forward_backward_scalar(const CrfDims& d, const CrfScoresView& s, cons
 }
 
 float crf_posterior_decode_scalar(const CrfDims& d, const CrfScoresView& s, float* alpha, float* beta,
-                                  float* work, int32_t* edge, float* value) {
+                                  float* work, int32_t* edge, float* value, CrfLogLattice* lattice) {
   const int64_t row = crf_row_floats(d), T = s.n_steps, C = d.n_scores;
   const float log_z = crf_forward_backward_scalar(d, s, nullptr, alpha, beta, work);
+  if (lattice) {
+    lattice->filled = true;
+    for (int64_t t = 0; t < T && lattice->filled; ++t) {
+      for (int64_t c = 0; c < d.n_states; ++c) lattice->filled &= s.data[t * s.step_stride + c * d.n_edges] == lattice->stay;
+    }
+  }
+  if (lattice && lattice->filled) {
+    std::copy(alpha, alpha + (T + 1) * row, lattice->alpha);
+    std::copy(beta, beta + (T + 1) * row, lattice->beta);
+    lattice->log_z = log_z;
+  }
   // Edge log-posteriors, ln(softmax + 1e-8), into work[t * C + flat].
   for (int64_t t = 0; t < T; ++t) {
     const float* step = s.data + t * s.step_stride;
@@ -279,7 +290,7 @@ Result<CrfPosteriorDecoder> CrfPosteriorDecoder::create(const CrfGeometry& geome
   return CrfPosteriorDecoder(geometry, backend);
 }
 
-Status CrfPosteriorDecoder::decode(const CrfScoresView& scores, PosteriorCall& out) {
+Status CrfPosteriorDecoder::decode(const CrfScoresView& scores, PosteriorCall& out, CrfBeamSearch* beam) {
   ESCPOD_RETURN_IF_ERROR(validate_scores(scores, m_geometry));
   const detail::CrfDims d = detail::crf_dims(m_geometry);
   const int64_t T = scores.n_steps, row = detail::crf_row_floats(d);
@@ -292,8 +303,24 @@ Status CrfPosteriorDecoder::decode(const CrfScoresView& scores, PosteriorCall& o
   grow(m_step, T);
   out.step_edge.resize(static_cast<size_t>(T));
   const detail::CrfPasses passes = detail::crf_passes(m_backend);
+  // The beam search's forward-backward is this pass's first half when both run the same backend
+  // and the scores' stays are its blank score (the pass checks those).
+  detail::CrfLogLattice lattice;
+  const bool share = beam != nullptr && beam->backend() == m_backend;
+  if (beam) beam->m_guided = {};
+  if (share) {
+    grow(beam->m_alpha, (T + 1) * row);
+    grow(beam->m_beta, (T + 1) * row);
+    lattice.alpha = beam->m_alpha.data();
+    lattice.beta = beam->m_beta.data();
+    lattice.stay = beam->options().blank_score;
+  }
   out.log_partition = passes.posterior_decode(d, scores, m_alpha.data(), m_beta.data(), m_work.data(),
-                                              out.step_edge.data(), m_step.data());
+                                              out.step_edge.data(), m_step.data(), share ? &lattice : nullptr);
+  if (lattice.filled) {
+    beam->m_log_z = lattice.log_z;
+    beam->m_guided = scores;
+  }
   out.sequence.clear();
   float best = -std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < T; ++t) {

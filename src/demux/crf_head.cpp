@@ -313,7 +313,8 @@ bool CrfHead::decode_current(CrfScratch& s) const {
 bool CrfHead::decode_view(const CrfScoresView& view, CrfScratch& s) const {
   WindowCall& w = s.current;
   w.view = view;
-  if (!s.posterior.decode(view, w.posterior).is_ok()) return false;
+  // With the beam decoder the posterior decode's first pass also fills the beam's guides.
+  if (!s.posterior.decode(view, w.posterior, s.beam ? &*s.beam : nullptr).is_ok()) return false;
   w.rank = w.posterior.mean_logpost;
   if (s.beam) {
     if (!s.beam->decode(view, w.beam).is_ok()) return false;

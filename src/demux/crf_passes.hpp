@@ -26,6 +26,17 @@ inline int64_t crf_work_floats(const CrfDims& d, int64_t n_steps) {
   return n_steps * d.n_scores + 2 * d.n_scores + 64;
 }
 
+// What posterior_decode can leave for a beam search over the same scores: forward_backward(d,
+// scores, &stay, ...)'s alpha and beta (n_steps + 1 rows of crf_row_floats each) and logZ, when
+// every stay score equals `stay` (then that is the lattice of the decode's own first pass).
+struct CrfLogLattice {
+  float* alpha = nullptr;
+  float* beta = nullptr;
+  float stay = 0.0f;
+  float log_z = 0.0f;   // out
+  bool filled = false;  // out: alpha, beta and log_z were written
+};
+
 // The passes of one backend. Buffers: alpha and beta hold n_steps + 1 rows of
 // crf_row_floats(d) floats; work holds crf_work_floats(d, n_steps) floats. Contents on entry are
 // ignored. Neither function allocates.
@@ -36,9 +47,12 @@ struct CrfPasses {
   float (*forward_backward)(const CrfDims& d, const CrfScoresView& scores, const float* stay,
                             float* alpha, float* beta, float* work);
   // The two-pass posterior decode of crf_decode.hpp: edge[t] = winning flat edge at step t,
-  // value[t] = its value. Returns logZ. alpha/beta are clobbered.
+  // value[t] = its value. Returns logZ. alpha/beta are clobbered. With `lattice`, when every stay
+  // score equals lattice->stay, its first pass also leaves there what forward_backward(d, scores,
+  // &lattice->stay, ...) computes, bit for bit (the beam search's guides, without a second pass
+  // over the lattice), and sets lattice->filled.
   float (*posterior_decode)(const CrfDims& d, const CrfScoresView& scores, float* alpha,
-                            float* beta, float* work, int32_t* edge, float* value);
+                            float* beta, float* work, int32_t* edge, float* value, CrfLogLattice* lattice);
 };
 
 // kScalar, kAvx2 or kAvx512 (never kAuto).
@@ -62,14 +76,17 @@ void crf_lse_rows_avx512(const float* planes, int n_planes, int64_t stride, int6
 float crf_forward_backward_scalar(const CrfDims& d, const CrfScoresView& scores, const float* stay,
                                   float* alpha, float* beta, float* work);
 float crf_posterior_decode_scalar(const CrfDims& d, const CrfScoresView& scores, float* alpha,
-                                  float* beta, float* work, int32_t* edge, float* value);
+                                  float* beta, float* work, int32_t* edge, float* value,
+                                  CrfLogLattice* lattice);
 float crf_forward_backward_avx2(const CrfDims& d, const CrfScoresView& scores, const float* stay,
                                 float* alpha, float* beta, float* work);
 float crf_posterior_decode_avx2(const CrfDims& d, const CrfScoresView& scores, float* alpha,
-                                float* beta, float* work, int32_t* edge, float* value);
+                                  float* beta, float* work, int32_t* edge, float* value,
+                                  CrfLogLattice* lattice);
 float crf_forward_backward_avx512(const CrfDims& d, const CrfScoresView& scores,
                                   const float* stay, float* alpha, float* beta, float* work);
 float crf_posterior_decode_avx512(const CrfDims& d, const CrfScoresView& scores, float* alpha,
-                                  float* beta, float* work, int32_t* edge, float* value);
+                                  float* beta, float* work, int32_t* edge, float* value,
+                                  CrfLogLattice* lattice);
 
 }  // namespace escpod::demux::detail

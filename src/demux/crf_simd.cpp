@@ -254,6 +254,15 @@ struct Pass {
   ESCPOD_INLINE void exp_step(float* P) const {
     for (int64_t i = 0; i < 5 * S; i += W) store<W>(P + i, vexp<W>(load<W>(P + i)));
   }
+  // Whether all S values of P equal v.
+  ESCPOD_INLINE bool all_equal(const float* P, float v) const {
+    vi<W> same = load<W>(P) == v;
+    for (int64_t i = W; i < S; i += W) same &= load<W>(P + i) == v;
+    for (int l = 0; l < W; ++l) {
+      if (same[l] == 0) return false;
+    }
+    return true;
+  }
   ESCPOD_INLINE float max_abs(const float* P, int64_t n) const {
     vf<W> mv{};
     for (int64_t i = 0; i < n; i += W) {
@@ -380,21 +389,45 @@ inline float max_prob_score(const CrfDims& d) {
   return (80.0f - sl * 1.6094379f) / (2.0f * sl);
 }
 
+// Row of normalised values -> log(row) + offset, into `out`.
+template <int W>
+ESCPOD_INLINE void to_log(const float* r, float* out, int64_t S, double offset) {
+  const auto off = static_cast<float>(offset);
+  for (int64_t i = 0; i < S; i += W) store<W>(out + i, vlog<W>(load<W>(r + i)) + off);
+}
+
+// With `lattice`, the rows also go there as forward_backward_impl turns them into logs (the same
+// normalisers, offsets and conversions, so the same bits).
 template <int W>
 ESCPOD_INLINE float prob_forward_backward_posteriors(const Pass<W>& pass, const CrfScoresView& scores,
-                                                     float* alpha, float* beta, float* work) {
+                                                     float* alpha, float* beta, float* work, CrfLogLattice* lattice) {
   const int64_t T = scores.n_steps;
   const int64_t S = pass.S, C = 5 * S, row = pass.row;
   for (int64_t t = 0; t < T; ++t) pass.exp_step(work + t * C);
   std::fill(alpha, alpha + S, 1.0f);
   double log_z = 0.0;
-  for (int64_t t = 0; t < T; ++t)
-    log_z += std::log(static_cast<double>(pass.prob_forward(work + t * C, alpha + t * row, alpha + (t + 1) * row)));
+  for (int64_t t = 0; t < T; ++t) {
+    const double next = log_z + std::log(static_cast<double>(
+                                    pass.prob_forward(work + t * C, alpha + t * row, alpha + (t + 1) * row)));
+    if (lattice) to_log<W>(alpha + t * row, lattice->alpha + t * row, S, log_z);
+    log_z = next;
+  }
+  if (lattice) {
+    to_log<W>(alpha + T * row, lattice->alpha + T * row, S, log_z);
+    lattice->log_z = crf_logsumexp(lattice->alpha + T * row, static_cast<int>(S));
+  }
   double last = 0.0;
   for (int64_t s = 0; s < S; ++s) last += alpha[T * row + s];
   log_z += std::log(last);
   std::fill(beta + T * row, beta + T * row + S, 1.0f);
-  for (int64_t t = T - 1; t >= 0; --t) pass.prob_backward(work + t * C, beta + (t + 1) * row, beta + t * row);
+  double offset = 0.0;
+  for (int64_t t = T - 1; t >= 0; --t) {
+    const double next = offset + std::log(static_cast<double>(
+                                     pass.prob_backward(work + t * C, beta + (t + 1) * row, beta + t * row)));
+    if (lattice) to_log<W>(beta + (t + 1) * row, lattice->beta + (t + 1) * row, S, offset);
+    offset = next;
+  }
+  if (lattice) to_log<W>(beta, lattice->beta, S, offset);
   for (int64_t t = 0; t < T; ++t) {
     float* P = work + t * C;
     if (pass.prob_posteriors(P, alpha + t * row, beta + (t + 1) * row)) continue;
@@ -405,12 +438,6 @@ ESCPOD_INLINE float prob_forward_backward_posteriors(const Pass<W>& pass, const 
   return static_cast<float>(log_z);
 }
 
-// Row of normalised values -> log(row) + offset, in place.
-template <int W>
-ESCPOD_INLINE void to_log(float* r, int64_t S, double offset) {
-  const auto off = static_cast<float>(offset);
-  for (int64_t i = 0; i < S; i += W) store<W>(r + i, vlog<W>(load<W>(r + i)) + off);
-}
 
 template <int W>
 ESCPOD_INLINE float forward_backward_impl(const CrfDims& d, const CrfScoresView& s, const float* stay,
@@ -428,33 +455,43 @@ ESCPOD_INLINE float forward_backward_impl(const CrfDims& d, const CrfScoresView&
   for (int64_t t = 0; t < T; ++t) {
     const double next = offset + std::log(static_cast<double>(
                                      pass.prob_forward(work + t * C, alpha + t * row, alpha + (t + 1) * row)));
-    to_log<W>(alpha + t * row, S, offset);
+    to_log<W>(alpha + t * row, alpha + t * row, S, offset);
     offset = next;
   }
-  to_log<W>(alpha + T * row, S, offset);
+  to_log<W>(alpha + T * row, alpha + T * row, S, offset);
   std::fill(beta + T * row, beta + T * row + S, 1.0f);
   offset = 0.0;
   for (int64_t t = T - 1; t >= 0; --t) {
     const double next = offset + std::log(static_cast<double>(
                                      pass.prob_backward(work + t * C, beta + (t + 1) * row, beta + t * row)));
-    to_log<W>(beta + (t + 1) * row, S, offset);
+    to_log<W>(beta + (t + 1) * row, beta + (t + 1) * row, S, offset);
     offset = next;
   }
-  to_log<W>(beta, S, offset);
+  to_log<W>(beta, beta, S, offset);
   return crf_logsumexp(alpha + T * row, static_cast<int>(S));
 }
 
 template <int W>
 ESCPOD_INLINE float posterior_decode_impl(const CrfDims& d, const CrfScoresView& s, float* alpha, float* beta,
-                                          float* work, int32_t* edge, float* value) {
+                                          float* work, int32_t* edge, float* value, CrfLogLattice* lattice) {
   const Pass<W> pass(d);
   const int64_t T = s.n_steps, C = d.n_scores, row = pass.row;
   pass.transpose_all(s, nullptr, work);
+  if (lattice) {  // plane 0 of every step holds the stays
+    lattice->filled = true;
+    for (int64_t t = 0; t < T && lattice->filled; ++t) lattice->filled = pass.all_equal(work + t * C, lattice->stay);
+    if (!lattice->filled) lattice = nullptr;
+  }
   float log_z;
   if (pass.max_abs(work, T * C) <= max_prob_score(d)) {
-    log_z = prob_forward_backward_posteriors<W>(pass, s, alpha, beta, work);
+    log_z = prob_forward_backward_posteriors<W>(pass, s, alpha, beta, work, lattice);
   } else {
     log_z = pass.log_forward_backward(work, T, alpha, beta);
+    if (lattice) {
+      std::copy(alpha, alpha + (T + 1) * row, lattice->alpha);
+      std::copy(beta, beta + (T + 1) * row, lattice->beta);
+      lattice->log_z = log_z;
+    }
     for (int64_t t = 0; t < T; ++t) pass.log_posteriors(work + t * C, alpha + t * row, beta + (t + 1) * row);
   }
   std::fill(alpha, alpha + d.n_states, 0.0f);
@@ -498,16 +535,17 @@ ESCPOD_AVX512 float crf_forward_backward_avx512(const CrfDims& d, const CrfScore
   return forward_backward_impl<16>(d, s, stay, alpha, beta, work);
 }
 ESCPOD_AVX512 float crf_posterior_decode_avx512(const CrfDims& d, const CrfScoresView& s, float* alpha,
-                                                float* beta, float* work, int32_t* edge, float* value) {
-  return posterior_decode_impl<16>(d, s, alpha, beta, work, edge, value);
+                                                float* beta, float* work, int32_t* edge, float* value,
+                                                CrfLogLattice* lattice) {
+  return posterior_decode_impl<16>(d, s, alpha, beta, work, edge, value, lattice);
 }
 ESCPOD_AVX2 float crf_forward_backward_avx2(const CrfDims& d, const CrfScoresView& s, const float* stay,
                                             float* alpha, float* beta, float* work) {
   return forward_backward_impl<8>(d, s, stay, alpha, beta, work);
 }
 ESCPOD_AVX2 float crf_posterior_decode_avx2(const CrfDims& d, const CrfScoresView& s, float* alpha, float* beta,
-                                            float* work, int32_t* edge, float* value) {
-  return posterior_decode_impl<8>(d, s, alpha, beta, work, edge, value);
+                                            float* work, int32_t* edge, float* value, CrfLogLattice* lattice) {
+  return posterior_decode_impl<8>(d, s, alpha, beta, work, edge, value, lattice);
 }
 ESCPOD_AVX512 void crf_lse_rows_avx512(const float* planes, int n_planes, int64_t stride, int64_t n, float* out) {
   lse_rows_impl<16>(planes, n_planes, stride, n, out);

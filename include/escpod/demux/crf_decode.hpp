@@ -78,6 +78,8 @@ struct PosteriorCall {
 // kScalar's in the last float bits (path_score by ~2e-5 relative); ties break the same way.
 // Owns its scratch (sized on first use to the longest read seen): one decoder per worker thread;
 // not thread-safe; movable.
+class CrfBeamSearch;
+
 class CrfPosteriorDecoder {
  public:
   // invalid_argument for a bad geometry or a backend this CPU/geometry cannot run.
@@ -86,7 +88,11 @@ class CrfPosteriorDecoder {
 
   // Decodes one read into `out`. invalid_argument if the view does not fit the geometry.
   // Scores are expected finite; a non-finite score gives a non-finite path_score, never a crash.
-  Status decode(const CrfScoresView& scores, PosteriorCall& out);
+  // With `beam` (the fused head runs both decoders on every window): when its forward-backward
+  // is this decoder's first pass (the same backend, and every stay score equal to its blank
+  // score), that pass also fills the beam search's guides, and its next decode() of the same,
+  // unchanged scores skips its own pass.
+  Status decode(const CrfScoresView& scores, PosteriorCall& out, CrfBeamSearch* beam = nullptr);
 
   const CrfGeometry& geometry() const { return m_geometry; }
   CrfBackend backend() const { return m_backend; }  // the resolved backend (never kAuto)
@@ -155,12 +161,15 @@ class CrfBeamSearch {
   static Result<CrfBeamSearch> create(const CrfGeometry& geometry, const BeamOptions& options = {},
                                       CrfBackend backend = CrfBackend::kAuto);
 
+  // Decodes one read. Uses the guides a CrfPosteriorDecoder::decode(scores, ..., this) of the
+  // same view has just left (the same bits as its own forward-backward), else runs its own.
   Status decode(const CrfScoresView& scores, BeamCall& out);
 
   const BeamOptions& options() const { return m_options; }
   CrfBackend backend() const { return m_backend; }
 
  private:
+  friend class CrfPosteriorDecoder;
   CrfBeamSearch(CrfGeometry geometry, BeamOptions options, CrfBackend backend);
   void search(const CrfScoresView& scores, BeamCall& out);
   int64_t init_beam();
@@ -174,6 +183,7 @@ class CrfBeamSearch {
   CrfBackend m_backend;
   float m_log_z = 0.0f;
   std::vector<float> m_alpha, m_beta, m_work;
+  CrfScoresView m_guided{};  // the scores m_alpha / m_beta / m_log_z were left for (data null: none)
   std::vector<int32_t> m_states;  // per step: the winning path's state after the step
   std::vector<int32_t> m_order;   // candidate indices during selection
   std::vector<int32_t> m_table;   // open-addressing hash -> move candidate (stay/move merging)

@@ -196,6 +196,47 @@ TEST(CrfBeamSearch, RealGeometryDeterministicAcrossBackends) {
   }
 }
 
+// Through the public API: a beam search handed its guides by the posterior decode of the same
+// scores (as the fused head runs them) makes the call of a beam search on its own, bit for bit,
+// on every backend and both lattice domains; guides left for other scores are not used.
+TEST(CrfBeamSearch, GuidesFromThePosteriorDecodeGiveTheSameCall) {
+  const CrfGeometry g;
+  for (const CrfBackend backend : {CrfBackend::kScalar, CrfBackend::kAvx2, CrfBackend::kAvx512}) {
+    if (!crf_backend_available(backend, g)) continue;
+    auto alone = CrfBeamSearch::create(g, {}, backend);
+    auto guided = CrfBeamSearch::create(g, {}, backend);
+    auto posterior = CrfPosteriorDecoder::create(g, backend);
+    ASSERT_TRUE(alone.is_ok() && guided.is_ok() && posterior.is_ok());
+    for (const float range : {5.0f, 12.0f}) {
+      for (uint32_t seed = 1; seed <= 3; ++seed) {
+        const std::vector<float> s = test::random_scores(g, 210, seed, -range, range);
+        const std::vector<float> other = test::random_scores(g, 210, seed + 50, -range, range);
+        BeamCall a, b, c, d;
+        PosteriorCall p, q;
+        ASSERT_TRUE(alone->decode(test::view_of(s, g), a).is_ok());
+        ASSERT_TRUE(posterior->decode(test::view_of(s, g), p, &*guided).is_ok());
+        ASSERT_TRUE(guided->decode(test::view_of(s, g), b).is_ok());
+        ASSERT_TRUE(posterior->decode(test::view_of(s, g), q).is_ok());
+        EXPECT_EQ(p.step_edge, q.step_edge);
+        EXPECT_EQ(p.log_partition, q.log_partition);
+        const std::string what = std::string(crf_backend_name(backend)) + " seed " + std::to_string(seed);
+        EXPECT_EQ(a.sequence, b.sequence) << what;
+        EXPECT_EQ(a.quality, b.quality) << what;
+        EXPECT_EQ(a.moves, b.moves) << what;
+        EXPECT_EQ(a.score, b.score) << what;
+        EXPECT_EQ(a.log_partition, b.log_partition) << what;
+        // Guides left for `s`, then a decode of `other`: its own pass runs.
+        ASSERT_TRUE(posterior->decode(test::view_of(s, g), p, &*guided).is_ok());
+        ASSERT_TRUE(guided->decode(test::view_of(other, g), c).is_ok());
+        ASSERT_TRUE(alone->decode(test::view_of(other, g), d).is_ok());
+        EXPECT_EQ(c.sequence, d.sequence) << what;
+        EXPECT_EQ(c.quality, d.quality) << what;
+        EXPECT_EQ(c.log_partition, d.log_partition) << what;
+      }
+    }
+  }
+}
+
 // A wider beam never finds a worse hypothesis than the greedy one on these reads.
 TEST(CrfBeamSearch, WiderBeamScoresAtLeastTheGreedy) {
   const CrfGeometry g;

@@ -122,6 +122,55 @@ TEST(CrfPosteriorDecode, ForwardBackwardMatchGoldenChecksums) {
   }
 }
 
+// The posterior decode's first pass, handed a lattice, leaves there exactly (bit for bit) what
+// forward_backward computes with the same stay score, in the scaled-probability domain (scores
+// within +-5) and the log domain (+-12) of every backend; a stay differing anywhere (one step
+// of one state) leaves it unfilled. The decode itself is unchanged by the lattice.
+TEST(CrfPosteriorDecode, FirstPassLeavesTheBeamGuidesBitForBit) {
+  const CrfGeometry g;
+  const detail::CrfDims d = detail::crf_dims(g);
+  const int64_t row = detail::crf_row_floats(d), T = 230;
+  int filled = 0;
+  for (const CrfBackend backend : all_backends()) {
+    if (!crf_backend_available(backend, g)) continue;
+    const detail::CrfPasses passes = detail::crf_passes(backend);
+    for (const float range : {5.0f, 12.0f}) {
+      for (const bool odd_stay : {false, true}) {
+        std::vector<float> s = test::random_scores(g, T, 7, -range, range, 2.0f);
+        if (odd_stay) s[static_cast<size_t>(101 * d.n_scores + 37 * d.n_edges)] = 2.5f;
+        const CrfScoresView view = test::view_of(s, g);
+        const auto rows = static_cast<size_t>((T + 1) * row);
+        std::vector<float> alpha(rows), beta(rows), work(static_cast<size_t>(detail::crf_work_floats(d, T)));
+        std::vector<float> want_a(rows), want_b(rows), got_a(rows, -1.0f), got_b(rows, -1.0f), value(T), value2(T);
+        std::vector<int32_t> edge(T), edge2(T);
+        const float stay = 2.0f;
+        const float want_z = passes.forward_backward(d, view, &stay, want_a.data(), want_b.data(), work.data());
+        detail::CrfLogLattice lattice{got_a.data(), got_b.data(), stay};
+        const float z1 = passes.posterior_decode(d, view, alpha.data(), beta.data(), work.data(), edge.data(),
+                                                 value.data(), &lattice);
+        const float z2 = passes.posterior_decode(d, view, alpha.data(), beta.data(), work.data(), edge2.data(),
+                                                 value2.data(), nullptr);
+        const std::string what = std::string(crf_backend_name(backend)) + " range " + std::to_string(range);
+        EXPECT_EQ(z1, z2) << what;
+        EXPECT_EQ(edge, edge2) << what;
+        EXPECT_EQ(value, value2) << what;
+        ASSERT_EQ(lattice.filled, !odd_stay) << what;
+        if (!lattice.filled) continue;
+        ++filled;
+        EXPECT_EQ(lattice.log_z, want_z) << what;
+        for (int64_t t = 0; t <= T; ++t) {
+          for (int64_t c = 0; c < d.n_states; ++c) {
+            const auto i = static_cast<size_t>(t * row + c);
+            ASSERT_EQ(got_a[i], want_a[i]) << what << " alpha t " << t << " state " << c;
+            ASSERT_EQ(got_b[i], want_b[i]) << what << " beta t " << t << " state " << c;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(filled, 2);  // the scalar backend at least, in both domains
+}
+
 // Vector backends against the scalar reference on encoder-like reads of the real geometry: the
 // same per-step edges and sequence, logZ and path score within float32 rounding.
 TEST(CrfPosteriorDecode, SimdMatchesScalarOnRandomReads) {
