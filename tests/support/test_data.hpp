@@ -5,6 +5,7 @@
 
 #include "test_paths.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -28,9 +29,12 @@ inline std::filesystem::path shared_data(const std::string& relative) {
 // A fresh, empty scratch folder for one test, under the build tree.
 inline std::filesystem::path scratch_dir(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  // The nn suite also runs with oneDNN's ISA capped (avx2:, sse41: in ctest), possibly at the
+  // same time as the uncapped run: each cap gets its own folder.
+  const char* isa_cap = std::getenv("ONEDNN_MAX_CPU_ISA");
   std::filesystem::path dir = std::filesystem::path(test_tmp_dir()) /
                               (std::string(info ? info->test_suite_name() : "t") + "." +
-                               (info ? info->name() : "x") + "." + name);
+                               (info ? info->name() : "x") + "." + name + (isa_cap ? std::string(".") + isa_cap : ""));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
