@@ -71,6 +71,19 @@ def describe(model: PathLike, cnn_model: PathLike = "") -> str:
     return _core.describe_model(str(model), str(cnn_model))
 
 
+def _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
+                 min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision):
+    """The CRF head's request as the CLI's flags fill it: NaN / -1 where an argument is None."""
+    crf = _core.CrfHeadRequest()
+    crf.decoder, crf.window, crf.norm, crf.barcodes = decoder, crf_window, crf_norm, str(barcodes)
+    crf.precision, crf.min_margin, crf.ref_scores = encoder_precision, int(min_margin), bool(ref_scores)
+    unset = float("nan")
+    crf.min_baseq, crf.min_mean_post, crf.min_crf_margin, crf.min_crf_prob = (
+        unset if v is None else float(v) for v in (min_baseq, min_mean_post, min_crf_margin, min_crf_prob))
+    crf.window_batch = -1 if crf_batch is None else int(crf_batch)
+    return crf
+
+
 def demux(
     inputs,
     model: PathLike,
@@ -105,14 +118,8 @@ def demux(
     ("before-boundary" / "rolling-start"), `crf_norm`, `barcodes` (a references CSV), the gates
     `min_margin`, `min_baseq`, `min_mean_post`, `min_crf_margin`, `min_crf_prob`, `ref_scores`,
     `crf_batch` (windows per encoder call) and `encoder_precision` ("f32", "bf16", "int8")."""
-    # The CRF head's request as the CLI's flags fill it: NaN / -1 where an argument is None.
-    crf = _core.CrfHeadRequest()
-    crf.decoder, crf.window, crf.norm, crf.barcodes = decoder, crf_window, crf_norm, str(barcodes)
-    crf.precision, crf.min_margin, crf.ref_scores = encoder_precision, int(min_margin), bool(ref_scores)
-    unset = float("nan")
-    crf.min_baseq, crf.min_mean_post, crf.min_crf_margin, crf.min_crf_prob = (
-        unset if v is None else float(v) for v in (min_baseq, min_mean_post, min_crf_margin, min_crf_prob))
-    crf.window_batch = -1 if crf_batch is None else int(crf_batch)
+    crf = _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
+                       min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision)
     with tempfile.TemporaryDirectory(prefix="escpod-demux-") as tmp:
         calls = os.path.join(tmp, "calls.csv")
         (rep,) = _core.demux_files(
@@ -124,6 +131,45 @@ def demux(
     if report is not None:
         report.update(rep)
     return table
+
+
+def basecall(
+    inputs,
+    boundaries,
+    model: PathLike,
+    threads: int = 0,
+    report: Optional[dict] = None,
+    *,
+    decoder: str = "",
+    crf_window: str = "",
+    crf_norm: str = "window",
+    barcodes: PathLike = "",
+    min_margin: int = 0,
+    min_baseq: Optional[float] = None,
+    min_mean_post: Optional[float] = None,
+    min_crf_margin: Optional[float] = None,
+    min_crf_prob: Optional[float] = None,
+    ref_scores: bool = False,
+    crf_batch: Optional[int] = None,
+    encoder_precision: str = "f32",
+) -> Dict[str, np.ndarray]:
+    """`escpod demux basecall`: the CTC-CRF head on the reads `boundaries` (a table from detect(),
+    or a boundaries CSV path) names; returns the basecall table (read_id, barcode, confidence,
+    best_dist, second_best_dist, adapter_end, decoded_len, decoded_seq [, baseq] [, crf_logp,
+    crf_margin, crf_best, mean_logpost]) as the CLI's CSV. `model` is a CRF model folder; the
+    keyword-only arguments are the head's, as demux()'s. `report` (a dict) receives the counts."""
+    crf = _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
+                       min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision)
+    with tempfile.TemporaryDirectory(prefix="escpod-bc-") as tmp:
+        if isinstance(boundaries, dict):
+            path = os.path.join(tmp, "boundaries.csv")
+            _write_table(boundaries, path)
+        else:
+            path = str(boundaries)
+        text, rep = _core.basecall_files(_inputs(inputs), path, str(model), threads, crf)
+    if report is not None:
+        report.update(rep)
+    return parse_table(text)
 
 
 def detect(inputs, model: PathLike, method: str = "", cnn_model: PathLike = "",

@@ -291,6 +291,7 @@ Result<CrfPosteriorDecoder> CrfPosteriorDecoder::create(const CrfGeometry& geome
 }
 
 Status CrfPosteriorDecoder::decode(const CrfScoresView& scores, PosteriorCall& out, CrfBeamSearch* beam) {
+  if (beam) beam->m_guided = {};  // whatever happens below, no earlier guides stay usable
   ESCPOD_RETURN_IF_ERROR(validate_scores(scores, m_geometry));
   const detail::CrfDims d = detail::crf_dims(m_geometry);
   const int64_t T = scores.n_steps, row = detail::crf_row_floats(d);
@@ -307,7 +308,6 @@ Status CrfPosteriorDecoder::decode(const CrfScoresView& scores, PosteriorCall& o
   // and the scores' stays are its blank score (the pass checks those).
   detail::CrfLogLattice lattice;
   const bool share = beam != nullptr && beam->backend() == m_backend;
-  if (beam) beam->m_guided = {};
   if (share) {
     grow(beam->m_alpha, (T + 1) * row);
     grow(beam->m_beta, (T + 1) * row);

@@ -150,6 +150,35 @@ std::string classify_file(const std::string& fingerprints, const std::string& mo
   return csv.str();
 }
 
+// `escpod demux basecall`: the basecall CSV's text and the run's counts.
+nb::tuple basecall_files(const std::vector<std::string>& inputs, const std::string& boundaries_csv,
+                         const std::string& model, int n_threads, const demux::CrfHeadRequest& crf) {
+  auto head = demux::crf_head_options(crf);
+  if (!head.is_ok()) raise_status(head.status());
+  pipeline::CrfBasecallOptions o;
+  o.model_path = model;
+  o.head = std::move(head).value();
+  o.n_threads = resolve_threads(n_threads);
+  auto table = pipeline::read_boundaries_csv(boundaries_csv);
+  if (!table.is_ok()) raise_status(table.status());
+  auto files = collect(inputs);
+  std::ostringstream csv;
+  pipeline::CrfBasecallReport report;
+  Status s = run_interruptible([&](const std::atomic<bool>&) {
+    return pipeline::basecall_from_boundaries(files, *table, o, csv, &report);
+  });
+  if (!s.is_ok()) raise_status(s);
+  nb::dict r;
+  r["n_boundaries"] = report.n_boundaries;
+  r["n_dropped"] = report.n_dropped;
+  r["n_rows"] = report.n_rows;
+  r["n_classified"] = report.n_classified;
+  r["n_not_in_inputs"] = report.n_not_in_inputs;
+  r["unclassified_reasons"] = to_dict(report.unclassified_reasons);
+  r["seconds"] = report.seconds;
+  return nb::make_tuple(csv.str(), r);
+}
+
 std::string describe_model(const std::string& model, const std::string& cnn_model) {
   const pipeline::CrfRunSetup run = setup_crf(model, demux::CrfHeadRequest{}, cnn_model, "", true);
   auto text = pipeline::describe_demux_model(model, run.cnn_model, detector_choice(run.method));
@@ -184,6 +213,7 @@ void bind_demux(nb::module_& m) {
   m.def("classify_file", &classify_file, "fingerprints"_a, "model"_a, "probabilities"_a, "dtw"_a,
         "n_threads"_a);
   m.def("describe_model", &describe_model, "model"_a, "cnn_model"_a);
+  m.def("basecall_files", &basecall_files, "inputs"_a, "boundaries_csv"_a, "model"_a, "threads"_a, "crf"_a);
 }
 
 }  // namespace escpod::python

@@ -63,6 +63,40 @@ def test_crf_model_folder_demux_equals_cli_with_its_options(shared_data, escpod_
     assert "CTC-CRF SeqTagger" in escpod.demux.describe(model)
 
 
+def test_crf_basecall_equals_cli(shared_data, escpod_bin, tmp_path):
+    """`escpod demux basecall` through the Python API: boundaries from detect() (a table) or a CSV
+    path, the CLI's rows and columns (sequence, distances, baseq, lattice scores) with the same
+    head options, the counts in `report`, and bad options refused as the CLI refuses them."""
+    model = shared_data / "seqtagger/b04_RNA004"
+    wdx = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    reads = shared_data / "escapepod/drna/yeast_trna_reads.pod5"
+    b_csv, cli_csv = tmp_path / "b.csv", tmp_path / "bc.csv"
+    run = lambda *a: subprocess.run([str(escpod_bin), "demux", *map(str, a)], check=True, capture_output=True)
+    run("detect", reads, "--method", "llr", "--model", wdx, "-o", b_csv)
+    run("basecall", reads, "--boundaries", b_csv, "--model", model, "--min-baseq", "0", "--min-mean-post", "0",
+        "--ref-scores", "-o", cli_csv)
+    cli = _csv(cli_csv)
+    report = {}
+    ours = escpod.demux.basecall(reads, b_csv, model, threads=2, report=report, min_baseq=0, min_mean_post=0,
+                                 ref_scores=True)
+    assert list(ours.keys()) == list(cli[0].keys())
+    assert "baseq" in ours and "crf_logp" in ours
+    for name in ("read_id", "barcode", "decoded_seq", "crf_best"):
+        assert [str(x) for x in ours[name].tolist()] == [row[name] for row in cli], name
+    for name in ("best_dist", "baseq", "crf_logp"):  # numeric columns (empty cells: NaN)
+        want = np.array([float(row[name]) if row[name] else np.nan for row in cli])
+        assert np.allclose(np.asarray(ours[name], dtype=float), want, rtol=0, atol=1e-4, equal_nan=True), name
+    assert report["n_rows"] == len(cli) and report["n_classified"] == sum(r["barcode"] != "unclassified" for r in cli)
+    assert report["n_classified"] > 0
+    bounds = escpod.demux.detect(reads, model=wdx, method="llr", threads=2)
+    from_table = escpod.demux.basecall([reads], bounds, model, min_baseq=0, min_mean_post=0, ref_scores=True)
+    assert from_table["decoded_seq"].tolist() == ours["decoded_seq"].tolist()
+    gated = escpod.demux.basecall(reads, b_csv, model)  # default gates: barcode-free reads rejected
+    assert set(gated["barcode"].tolist()) == {"unclassified"}
+    with pytest.raises(ValueError, match="--decoder"):
+        escpod.demux.basecall(reads, b_csv, model, decoder="viterbi")
+
+
 def test_stages_equal_cli(shared_data, escpod_bin, tmp_path):
     model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
     inp = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))[0]
