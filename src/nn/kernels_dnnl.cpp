@@ -261,9 +261,10 @@ class DnnlMatMul final : public DnnlStep {
 
 // y[rows][N] = x[rows][K] w (+ bias) for a few fixed row counts (a full block of rows and the
 // shorter last one), one oneDNN matmul each, over caller-given pointers: the blocked products of
-// GemmLstm (bf16 input projections) and DnnlMatMulBlankPad. `w` is float32 [K][N] in the layout
-// `w_tag` (ab: row-major [K][N]; ba: [N][K], i.e. W^T), kept in the primitives' layout and type
-// (shared by every plan of the model); `in` is the input's type (f32 or bf16); y is float32.
+// GemmLstm (the input projections, float32 or bf16) and DnnlMatMulBlankPad. `w` is float32
+// [K][N] in the layout `w_tag` (ab: row-major [K][N]; ba: [N][K], i.e. W^T), kept in the
+// primitives' layout and type (shared by every plan of the model); `in` is the input's type (f32
+// or bf16); y is float32.
 class RowBlockMatMul {
  public:
   RowBlockMatMul(std::initializer_list<int64_t> row_counts, int64_t k, int64_t n, dt in, const float* w, tag w_tag,
@@ -470,8 +471,8 @@ class GemmLstm final : public Step {
     m_proj = std::make_unique<RowBlockMatMul>(std::initializer_list<int64_t>{m_block_steps * p.n, (p.t % m_block_steps) * p.n},
                                               p.c, 4 * p.h, p.bf16_input ? dt::bf16 : dt::f32, p.w, tag::ba, nullptr);
   }
-  // Scratch: the gates of a block of steps and c (float32); with bf16_input, x in bfloat16 and
-  // the projection's oneDNN scratchpad after them.
+  // Scratch: the gates of a block of steps and c (float32); with bf16_input, x in bfloat16; then
+  // the projection's oneDNN scratchpad.
   std::size_t scratch_bytes() const override { return dnnl_scratch_at() + m_proj->scratch_bytes(); }
   std::unique_ptr<StepState> bind() const override {
     auto st = std::make_unique<ProjectionState>();

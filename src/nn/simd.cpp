@@ -24,13 +24,15 @@ using simd::vi;
 // AVX-512 instructions GCC does not emit from vector-type arithmetic, as inline assembly (their
 // intrinsics would not inline through these untargeted templates; only W = 16 callers, which are
 // all AVX-512 functions, reach them).
-[[gnu::always_inline]] inline vf<16> avx512_min(vf<16> a, vf<16> b) {
-  asm("vminps %2, %1, %0" : "=v"(a) : "v"(a), "v"(b));
-  return a;
+// min / max of x and a bound; a NaN x stays NaN (the instructions return their second source,
+// here x, when either is NaN).
+[[gnu::always_inline]] inline vf<16> avx512_min(vf<16> x, vf<16> bound) {
+  asm("vminps %1, %2, %0" : "=v"(x) : "v"(x), "v"(bound));
+  return x;
 }
-[[gnu::always_inline]] inline vf<16> avx512_max(vf<16> a, vf<16> b) {
-  asm("vmaxps %2, %1, %0" : "=v"(a) : "v"(a), "v"(b));
-  return a;
+[[gnu::always_inline]] inline vf<16> avx512_max(vf<16> x, vf<16> bound) {
+  asm("vmaxps %1, %2, %0" : "=v"(x) : "v"(x), "v"(bound));
+  return x;
 }
 [[gnu::always_inline]] inline vf<16> avx512_round(vf<16> a) {  // to nearest, ties to even
   asm("vrndscaleps $0, %1, %0" : "=v"(a) : "v"(a));

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -584,6 +585,11 @@ TEST(BlankPadTanh, EqualsPlainFormulaAtEveryLevel) {
         }
       }
       EXPECT_EQ(y.back(), -7.0f) << "wrote past " << rows << " rows";
+      if (rows > 0) {  // NaN in, NaN out
+        x[2] = std::numeric_limits<float>::quiet_NaN();
+        fn(x.data(), y.data(), rows, 2.0f, 5.0f, 0.25f);
+        EXPECT_TRUE(std::isnan(y[3])) << rows;
+      }
     }
   }
 }
@@ -621,6 +627,12 @@ TEST(LstmCell, EqualsPlainFormulaAtEveryLevel) {
         }
         for (int64_t k = h; k < stride; ++k) ASSERT_EQ(y[static_cast<size_t>(row * stride + k)], -7.0f) << "wrote past h";
       }
+      // A NaN gate reaches c and h as NaN (never a plausible-looking number).
+      std::vector<float> nan_gates = gates;
+      nan_gates[1] = std::numeric_limits<float>::quiet_NaN();
+      cell(nan_gates.data(), bias.data(), c.data(), y.data(), n, h, stride);
+      EXPECT_TRUE(std::isnan(c[h > 1 ? 1 : 0]) || h == 1) << "h " << h;
+      EXPECT_TRUE(std::isnan(y[h > 1 ? 1 : 0]) || h == 1) << "h " << h;
     }
   }
 }
