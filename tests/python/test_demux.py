@@ -83,9 +83,12 @@ def test_crf_basecall_equals_cli(shared_data, escpod_bin, tmp_path):
     assert "baseq" in ours and "crf_logp" in ours
     for name in ("read_id", "barcode", "decoded_seq", "crf_best"):
         assert [str(x) for x in ours[name].tolist()] == [row[name] for row in cli], name
-    for name in ("best_dist", "baseq", "crf_logp"):  # numeric columns (empty cells: NaN)
+    # Numeric columns (empty cells: NaN), printed to 4 decimals: the module may be another build
+    # than the CLI (CI tests an AddressSanitizer one), whose float32 rounding can move the last
+    # printed digit.
+    for name in ("best_dist", "baseq", "crf_logp"):
         want = np.array([float(row[name]) if row[name] else np.nan for row in cli])
-        assert np.allclose(np.asarray(ours[name], dtype=float), want, rtol=0, atol=1e-4, equal_nan=True), name
+        assert np.allclose(np.asarray(ours[name], dtype=float), want, rtol=0, atol=2.5e-4, equal_nan=True), name
     assert report["n_rows"] == len(cli) and report["n_classified"] == sum(r["barcode"] != "unclassified" for r in cli)
     assert report["n_classified"] > 0
     bounds = escpod.demux.detect(reads, model=wdx, method="llr", threads=2)
