@@ -71,17 +71,39 @@ def describe(model: PathLike, cnn_model: PathLike = "") -> str:
     return _core.describe_model(str(model), str(cnn_model))
 
 
-def _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
-                 min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision):
-    """The CRF head's request as the CLI's flags fill it: NaN / -1 where an argument is None."""
+# The CRF head's keyword options of demux() and basecall(), as `escpod demux`'s flags, with their
+# defaults (None: the model's or escapepod's default).
+_CRF_OPTIONS = {
+    "decoder": "", "crf_window": "", "crf_norm": "window", "barcodes": "", "min_margin": 0,
+    "min_baseq": None, "min_mean_post": None, "min_crf_margin": None, "min_crf_prob": None,
+    "ref_scores": False, "crf_batch": None, "encoder_precision": "f32",
+}
+
+
+def _crf_request(caller: str, options: dict):
+    """The CRF head's request from `caller`'s keyword options, as the CLI's flags fill it: NaN / -1
+    where an option is None (unknown names are a TypeError naming the caller)."""
+    unknown = sorted(set(options) - set(_CRF_OPTIONS))
+    if unknown:
+        raise TypeError(f"{caller}() got unexpected keyword argument(s): {', '.join(unknown)}")
+    o = {**_CRF_OPTIONS, **options}
     crf = _core.CrfHeadRequest()
-    crf.decoder, crf.window, crf.norm, crf.barcodes = decoder, crf_window, crf_norm, str(barcodes)
-    crf.precision, crf.min_margin, crf.ref_scores = encoder_precision, int(min_margin), bool(ref_scores)
-    unset = float("nan")
+    crf.decoder, crf.window, crf.norm, crf.barcodes = o["decoder"], o["crf_window"], o["crf_norm"], str(o["barcodes"])
+    crf.precision, crf.min_margin, crf.ref_scores = o["encoder_precision"], int(o["min_margin"]), bool(o["ref_scores"])
     crf.min_baseq, crf.min_mean_post, crf.min_crf_margin, crf.min_crf_prob = (
-        unset if v is None else float(v) for v in (min_baseq, min_mean_post, min_crf_margin, min_crf_prob))
-    crf.window_batch = -1 if crf_batch is None else int(crf_batch)
+        float("nan") if o[k] is None else float(o[k])
+        for k in ("min_baseq", "min_mean_post", "min_crf_margin", "min_crf_prob"))
+    crf.window_batch = -1 if o["crf_batch"] is None else int(o["crf_batch"])
     return crf
+
+
+def _table_path(table, tmp: str, name: str) -> str:
+    """A table (dict of columns) written as CSV into `tmp`, or a path as given."""
+    if isinstance(table, dict):
+        path = os.path.join(tmp, name)
+        _write_table(table, path)
+        return path
+    return str(table)
 
 
 def demux(
@@ -94,32 +116,19 @@ def demux(
     prefix: str = "barcode",
     threads: int = 0,
     report: Optional[dict] = None,
-    *,
-    decoder: str = "",
-    crf_window: str = "",
-    crf_norm: str = "window",
-    barcodes: PathLike = "",
-    min_margin: int = 0,
-    min_baseq: Optional[float] = None,
-    min_mean_post: Optional[float] = None,
-    min_crf_margin: Optional[float] = None,
-    min_crf_prob: Optional[float] = None,
-    ref_scores: bool = False,
-    crf_batch: Optional[int] = None,
-    encoder_precision: str = "f32",
+    **crf_options,
 ) -> Dict[str, np.ndarray]:
     """`escpod demux`: detect, fingerprint and classify every read of `inputs` (files or folders);
     returns the classifications table (read_id, barcode, ... as the CLI's --classifications CSV).
     With out_dir, also writes one POD5 per label there. `report` (a dict) receives the counts.
 
     `model` is a WarpDemuX / GBM JSON file or a CTC-CRF model folder (SeqTagger or escapepod
-    bundle). The keyword-only arguments are the CRF head's, as `escpod demux`'s flags (None: the
+    bundle). `crf_options` are the CRF head's, as `escpod demux`'s flags (None, or left out: the
     model's or escapepod's default): `decoder` ("posterior" / "beam"), `crf_window`
     ("before-boundary" / "rolling-start"), `crf_norm`, `barcodes` (a references CSV), the gates
     `min_margin`, `min_baseq`, `min_mean_post`, `min_crf_margin`, `min_crf_prob`, `ref_scores`,
     `crf_batch` (windows per encoder call) and `encoder_precision` ("f32", "bf16", "int8")."""
-    crf = _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
-                       min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision)
+    crf = _crf_request("demux", crf_options)
     with tempfile.TemporaryDirectory(prefix="escpod-demux-") as tmp:
         calls = os.path.join(tmp, "calls.csv")
         (rep,) = _core.demux_files(
@@ -139,33 +148,16 @@ def basecall(
     model: PathLike,
     threads: int = 0,
     report: Optional[dict] = None,
-    *,
-    decoder: str = "",
-    crf_window: str = "",
-    crf_norm: str = "window",
-    barcodes: PathLike = "",
-    min_margin: int = 0,
-    min_baseq: Optional[float] = None,
-    min_mean_post: Optional[float] = None,
-    min_crf_margin: Optional[float] = None,
-    min_crf_prob: Optional[float] = None,
-    ref_scores: bool = False,
-    crf_batch: Optional[int] = None,
-    encoder_precision: str = "f32",
+    **crf_options,
 ) -> Dict[str, np.ndarray]:
     """`escpod demux basecall`: the CTC-CRF head on the reads `boundaries` (a table from detect(),
     or a boundaries CSV path) names; returns the basecall table (read_id, barcode, confidence,
     best_dist, second_best_dist, adapter_end, decoded_len, decoded_seq [, baseq] [, crf_logp,
-    crf_margin, crf_best, mean_logpost]) as the CLI's CSV. `model` is a CRF model folder; the
-    keyword-only arguments are the head's, as demux()'s. `report` (a dict) receives the counts."""
-    crf = _crf_request(decoder, crf_window, crf_norm, barcodes, min_margin, min_baseq, min_mean_post,
-                       min_crf_margin, min_crf_prob, ref_scores, crf_batch, encoder_precision)
+    crf_margin, crf_best, mean_logpost]) as the CLI's CSV. `model` is a CRF model folder;
+    `crf_options` are the head's, as demux()'s. `report` (a dict) receives the counts."""
+    crf = _crf_request("basecall", crf_options)
     with tempfile.TemporaryDirectory(prefix="escpod-bc-") as tmp:
-        if isinstance(boundaries, dict):
-            path = os.path.join(tmp, "boundaries.csv")
-            _write_table(boundaries, path)
-        else:
-            path = str(boundaries)
+        path = _table_path(boundaries, tmp, "boundaries.csv")
         text, rep = _core.basecall_files(_inputs(inputs), path, str(model), threads, crf)
     if report is not None:
         report.update(rep)
@@ -184,11 +176,7 @@ def fingerprint(inputs, boundaries, model: PathLike = "", method: str = "",
     """`escpod demux fingerprint`: fingerprints (read_id, fp_0..) of the reads `boundaries` (a
     table from detect(), or a boundaries CSV path) names."""
     with tempfile.TemporaryDirectory(prefix="escpod-fp-") as tmp:
-        if isinstance(boundaries, dict):
-            path = os.path.join(tmp, "boundaries.csv")
-            _write_table(boundaries, path)
-        else:
-            path = str(boundaries)
+        path = _table_path(boundaries, tmp, "boundaries.csv")
         text = _core.fingerprint_files(_inputs(inputs), path, str(model), method, emit_dwell, threads)
     return parse_table(text)
 
@@ -198,12 +186,7 @@ def classify(fingerprints, model: PathLike, probabilities: bool = False,
     """`escpod demux classify`: calls (read_id, barcode, confidence, is_confident) from
     a fingerprint table (from fingerprint(), or a CSV/Parquet path)."""
     with tempfile.TemporaryDirectory(prefix="escpod-cls-") as tmp:
-        if isinstance(fingerprints, dict):
-            path = os.path.join(tmp, "fingerprints.csv")
-            table = dict(fingerprints)
-            _write_table(table, path)
-        else:
-            path = str(fingerprints)
+        path = _table_path(fingerprints, tmp, "fingerprints.csv")
         text = _core.classify_file(path, str(model), probabilities, dtw_precision, threads)
     return parse_table(text)
 
