@@ -127,7 +127,7 @@ def demux(
     model's or escapepod's default): `decoder` ("posterior" / "beam"), `crf_window`
     ("before-boundary" / "rolling-start"), `crf_norm`, `barcodes` (a references CSV), the gates
     `min_margin`, `min_baseq`, `min_mean_post`, `min_crf_margin`, `min_crf_prob`, `ref_scores`,
-    `crf_batch` (windows per encoder call) and `encoder_precision` ("f32", "bf16", "int8")."""
+    `crf_batch` (windows per encoder call) and `encoder_precision` ("f32", "f32-fma", "bf16", "int8")."""
     crf = _crf_request("demux", crf_options)
     with tempfile.TemporaryDirectory(prefix="escpod-demux-") as tmp:
         calls = os.path.join(tmp, "calls.csv")

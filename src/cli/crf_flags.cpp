@@ -28,10 +28,12 @@ void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
                   "them), or one window each of N reads for v1 models and bundles (default 4); calls do not "
                   "depend on it")->group(g);
   sub->add_option("--encoder-precision", o.precision,
-                  "f32 (default), or opt-in reduced precision that moves the scores: bf16 (dense products "
-                  "in bfloat16 on CPUs with AMX, ~0.73x f32's time) or int8 (LSTM recurrent weights, AVX-512 "
-                  "VNNI); f32 runs where the CPU lacks them. Call agreement: bench/results/crf_encoder.md")
-      ->check(CLI::IsMember({"f32", "bf16", "int8"}))->group(g);
+                  "f32 (default; on CPUs with AMX the dense products run on the tile unit as exact bfloat16 "
+                  "splits, within float32 rounding), f32-fma (float32 on the vector units only), or opt-in "
+                  "reduced precision that moves the scores: bf16 (dense products in bfloat16 on CPUs with AMX) "
+                  "or int8 (LSTM recurrent weights, AVX-512 VNNI); f32 runs where the CPU lacks them. Call "
+                  "agreement: bench/results/crf_encoder.md")
+      ->check(CLI::IsMember({"f32", "f32-fma", "bf16", "int8"}))->group(g);
 }
 
 Result<demux::CrfHeadOptions> crf_head_options_from_flags(const CrfCliFlags& o) {

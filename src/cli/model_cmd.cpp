@@ -266,10 +266,12 @@ void add_model_flags(CLI::App* sub, ModelOptions& o) {
       ->check(CLI::IsMember({"default", "avx2", "avx512"}));
   sub->add_flag("--reference", o.reference, "Use the scalar reference kernels");
   sub->add_option("--precision", o.precision,
-                  "f32 (default), bf16 (LSTM input projections and linear layers in bfloat16, on CPUs with "
-                  "AMX) or int8 (LSTM recurrent weights, on CPUs with AVX-512 VNNI); elsewhere f32 runs. "
+                  "f32 (default; on CPUs with AMX the dense products run on the tile unit as exact bfloat16 "
+                  "splits, within float32 rounding: marked amx-f32), f32-fma (float32 on the vector units "
+                  "only), bf16 (LSTM input projections and linear layers in bfloat16, on CPUs with AMX) or "
+                  "int8 (LSTM recurrent weights, on CPUs with AVX-512 VNNI); elsewhere f32 runs. "
                   "`info --shape` marks the steps that take it")
-      ->check(CLI::IsMember({"f32", "bf16", "int8"}));
+      ->check(CLI::IsMember({"f32", "f32-fma", "bf16", "int8"}));
 }
 
 }  // namespace

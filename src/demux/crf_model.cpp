@@ -482,8 +482,9 @@ bool is_crf_model_dir(const fs::path& dir) {
 Status parse_encoder_precision(std::string_view name, nn::LoadOptions& encoder) {
   encoder.bf16_gemm = name == "bf16";
   encoder.lstm_int8 = name == "int8";
-  if (name == "f32" || encoder.bf16_gemm || encoder.lstm_int8) return Status::ok();
-  return Status::invalid_argument("encoder precision '" + std::string(name) + "': expected f32, bf16 or int8");
+  encoder.amx_f32 = name != "f32-fma";
+  if (name == "f32" || name == "f32-fma" || encoder.bf16_gemm || encoder.lstm_int8) return Status::ok();
+  return Status::invalid_argument("encoder precision '" + std::string(name) + "': expected f32, f32-fma, bf16 or int8");
 }
 
 Result<CrfModel> load_crf_model(const fs::path& dir, const CrfLoadOptions& options) {

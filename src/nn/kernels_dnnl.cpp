@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <numeric>
 
 #include <fmt/format.h>
 
+#include "nn/gemm_amx.hpp"
 #include "nn/gemm_bf16.hpp"
 #include "nn/lstm_int8.hpp"
 #include "nn/plan.hpp"
@@ -221,6 +223,43 @@ class SmallConv final : public Step {
   std::array<float, 16> m_bias{};
 };
 
+// ConvParams::amx_f32: per batch element one product over the input windows (AmxF32Gemm): output
+// position t reads the k * ic floats from position t * stride - pad_l on, channels-last - a row
+// of x at stride `stride * ic`, overlapping its neighbours. The element's input is first copied
+// into scratch between its zero paddings, so every window is whole. SiLU (the only post-op taken)
+// then runs over the element's output while it is in L2.
+class AmxConv final : public Step {
+ public:
+  explicit AmxConv(const ConvParams& p)
+      : m_p(p),
+        m_gemm(p.ic * p.k, p.oc, p.weights, AmxF32Gemm::Layout::kConvOIW, p.bias, p.ic),
+        m_silu(p.post_ops.empty() ? nullptr : silu_fn(simd_level())) {}
+  std::size_t scratch_bytes() const override { return gemm_scratch_at() + m_gemm.scratch_bytes(); }
+  void run(const ExecContext& ctx, StepState*) const override {
+    const ConvParams& p = m_p;
+    auto* padded = static_cast<float*>(ctx.scratchpad);
+    const int64_t lead = p.pad_l * p.ic, body = p.iw * p.ic;
+    std::fill(padded, padded + lead, 0.0f);
+    std::fill(padded + lead + body, padded + padded_floats(), 0.0f);
+    const float* x = resolve(ctx, p.src);
+    float* y = resolve(ctx, p.dst);
+    void* gemm_scratch = static_cast<char*>(ctx.scratchpad) + gemm_scratch_at();
+    for (int64_t n = 0; n < p.n; ++n) {
+      std::copy(x + n * body, x + (n + 1) * body, padded + lead);
+      float* yn = y + n * p.ow * p.oc;
+      m_gemm.run(p.ow, padded, p.stride * p.ic, yn, p.oc, gemm_scratch);
+      if (m_silu) m_silu(yn, p.ow * p.oc);
+    }
+  }
+
+ private:
+  int64_t padded_floats() const { return (m_p.pad_l + m_p.iw + m_p.pad_r) * m_p.ic; }
+  std::size_t gemm_scratch_at() const { return align64(static_cast<std::size_t>(padded_floats()) * sizeof(float)); }
+  ConvParams m_p;
+  AmxF32Gemm m_gemm;
+  SiluFn m_silu;
+};
+
 // With MatMulParams::bf16, the input is rounded to bfloat16 into the step's scratch (after
 // oneDNN's scratchpad) and the weights are kept in bfloat16; the output stays float32.
 class DnnlMatMul final : public DnnlStep {
@@ -351,19 +390,28 @@ class RowBlockMatMul {
 // MatMulParams::blank_pad: the product a block of rows at a time into scratch (kBlockBytes of
 // output, L2-resident), then bonito's blank column, tanh and scale from there into the padded
 // output (blank_pad_tanh_fn). With bf16, the whole input is converted once first, as DnnlMatMul
-// does.
+// does; with amx_f32 the product runs on the tile unit (AmxF32Gemm) instead of oneDNN.
 class DnnlMatMulBlankPad final : public Step {
  public:
   explicit DnnlMatMulBlankPad(const MatMulParams& p)
       : m_p(p),
         m_pad(blank_pad_tanh_fn(simd_level())),
-        m_block_rows(std::clamp<int64_t>(kBlockBytes / (p.n * static_cast<int64_t>(sizeof(float))), 1, p.m)),
-        m_mm({m_block_rows, p.m % m_block_rows}, p.k, p.n, p.bf16 ? dt::bf16 : dt::f32, p.weights, tag::ab, p.bias) {}
-  // Scratch: the block's product, the converted input (bf16), oneDNN's scratchpad.
-  std::size_t scratch_bytes() const override { return dnnl_scratch_at() + m_mm.scratch_bytes(); }
+        m_block_rows(std::clamp<int64_t>(kBlockBytes / (p.n * static_cast<int64_t>(sizeof(float))), 1, p.m)) {
+    if (p.amx_f32) {
+      m_amx = std::make_unique<AmxF32Gemm>(p.k, p.n, p.weights, AmxF32Gemm::Layout::kKN, p.bias);
+    } else {
+      m_mm = std::make_unique<RowBlockMatMul>(std::initializer_list<int64_t>{m_block_rows, p.m % m_block_rows}, p.k, p.n,
+                                              p.bf16 ? dt::bf16 : dt::f32, p.weights, tag::ab, p.bias);
+    }
+  }
+  // Scratch: the block's product, the converted input (bf16), oneDNN's scratchpad or the tile
+  // kernel's.
+  std::size_t scratch_bytes() const override {
+    return dnnl_scratch_at() + (m_amx ? m_amx->scratch_bytes() : m_mm->scratch_bytes());
+  }
   std::unique_ptr<StepState> bind() const override {
     auto st = std::make_unique<State>();
-    st->mm = m_mm.bind();
+    if (m_mm) st->mm = m_mm->bind();
     return st;
   }
   void run(const ExecContext& ctx, StepState* state) const override {
@@ -380,10 +428,11 @@ class DnnlMatMulBlankPad final : public Step {
     float* y = resolve(ctx, m_p.dst);
     const int64_t out_row = m_p.n / 4 * 5;
     const MatMulParams::BlankPad& bp = *m_p.blank_pad;
+    if (m_amx) return run_amx(reinterpret_cast<const float*>(x), y, scratch);
     for (int64_t first = 0; first < m_p.m; first += m_block_rows) {
       const int64_t rows = std::min(m_block_rows, m_p.m - first);
-      m_mm.run(rows, x + static_cast<size_t>(first * m_p.k) * elem, block_out, scratch + dnnl_scratch_at(),
-               ctx.dnnl_stream, static_cast<State*>(state)->mm);
+      m_mm->run(rows, x + static_cast<size_t>(first * m_p.k) * elem, block_out, scratch + dnnl_scratch_at(),
+                ctx.dnnl_stream, static_cast<State*>(state)->mm);
       m_pad(block_out, y + first * out_row, rows * m_p.n / 4, bp.blank, bp.alpha, bp.beta);
     }
   }
@@ -393,8 +442,47 @@ class DnnlMatMulBlankPad final : public Step {
   struct State final : StepState {
     RowBlockMatMul::State mm;
   };
+
+  // A finished block's blank pad, a slice per step (AmxSideWork): one round of the AVX-512 pad
+  // (16 runs of 4 scores) is about a group of tile products long.
+  struct PadCursor {
+    static constexpr int64_t kRunsPerStep = 16;
+    BlankPadTanhFn pad;
+    MatMulParams::BlankPad bp;
+    const float* x = nullptr;
+    float* y = nullptr;
+    int64_t runs = 0, done = 0;
+    void advance(int64_t n) {
+      n = std::min(n, runs - done);
+      if (n <= 0) return;
+      pad(x + done * 4, y + done * 5, n, bp.blank, bp.alpha, bp.beta);
+      done += n;
+    }
+    static void step(void* self) { static_cast<PadCursor*>(self)->advance(kRunsPerStep); }
+  };
+
+  // On the tile unit: block i + 1's product runs while the vector ports pad block i (two output
+  // blocks in scratch, used in turn).
+  void run_amx(const float* x, float* y, char* scratch) const {
+    const int64_t out_row = m_p.n / 4 * 5;
+    PadCursor pad{m_pad, *m_p.blank_pad};
+    const AmxSideWork side{&PadCursor::step, &pad};
+    for (int64_t first = 0, b = 0; first < m_p.m; first += m_block_rows, ++b) {
+      const int64_t rows = std::min(m_block_rows, m_p.m - first);
+      float* out = reinterpret_cast<float*>(scratch + static_cast<size_t>(b & 1) * block_bytes());
+      m_amx->run(rows, x + first * m_p.k, out, scratch + dnnl_scratch_at(), side);
+      pad.advance(pad.runs);  // what the product left of the previous block
+      pad.x = out;
+      pad.y = y + first * out_row;
+      pad.runs = rows * m_p.n / 4;
+      pad.done = 0;
+    }
+    pad.advance(pad.runs);
+  }
+
   std::size_t in_elems() const { return static_cast<std::size_t>(m_p.m * m_p.k); }
-  std::size_t converted_at() const { return align64(static_cast<std::size_t>(m_block_rows * m_p.n) * sizeof(float)); }
+  std::size_t block_bytes() const { return align64(static_cast<std::size_t>(m_block_rows * m_p.n) * sizeof(float)); }
+  std::size_t converted_at() const { return block_bytes() * (m_amx ? 2 : 1); }
   std::size_t dnnl_scratch_at() const {
     return converted_at() + (m_p.bf16 ? align64(in_elems() * sizeof(uint16_t)) : 0);
   }
@@ -402,7 +490,22 @@ class DnnlMatMulBlankPad final : public Step {
   MatMulParams m_p;
   BlankPadTanhFn m_pad;
   int64_t m_block_rows;
-  RowBlockMatMul m_mm;
+  std::unique_ptr<RowBlockMatMul> m_mm;  // one of these two
+  std::unique_ptr<AmxF32Gemm> m_amx;
+};
+
+// MatMulParams::amx_f32 without a blank pad: y = x w (+ bias) on the tile unit, all rows at once.
+class AmxMatMul final : public Step {
+ public:
+  explicit AmxMatMul(const MatMulParams& p) : m_p(p), m_gemm(p.k, p.n, p.weights, AmxF32Gemm::Layout::kKN, p.bias) {}
+  std::size_t scratch_bytes() const override { return m_gemm.scratch_bytes(); }
+  void run(const ExecContext& ctx, StepState*) const override {
+    m_gemm.run(m_p.m, resolve(ctx, m_p.src), resolve(ctx, m_p.dst), ctx.scratchpad);
+  }
+
+ private:
+  MatMulParams m_p;
+  AmxF32Gemm m_gemm;
 };
 
 class DnnlLstm final : public DnnlStep {
@@ -466,17 +569,23 @@ class GemmLstm final : public Step {
     m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
     m_block_steps = gate_block_steps(p);
     if (p.int8_recurrent) m_r_int8 = quantise_recurrent(p.r, 4 * p.h, p.h);
-    // x W^T per block of steps (in bfloat16 with bf16_input): W is [4H][C], i.e. [C][4H]
-    // transposed (ba).
-    m_proj = std::make_unique<RowBlockMatMul>(std::initializer_list<int64_t>{m_block_steps * p.n, (p.t % m_block_steps) * p.n},
-                                              p.c, 4 * p.h, p.bf16_input ? dt::bf16 : dt::f32, p.w, tag::ba, nullptr);
+    // x W^T per block of steps (in bfloat16 with bf16_input, on the tile unit with
+    // amx_f32_input): W is [4H][C], i.e. [C][4H] transposed (ba).
+    if (p.amx_f32_input) {
+      m_amx = std::make_unique<AmxF32Gemm>(p.c, 4 * p.h, p.w, AmxF32Gemm::Layout::kNK, nullptr);
+    } else {
+      m_proj = std::make_unique<RowBlockMatMul>(std::initializer_list<int64_t>{m_block_steps * p.n, (p.t % m_block_steps) * p.n},
+                                                p.c, 4 * p.h, p.bf16_input ? dt::bf16 : dt::f32, p.w, tag::ba, nullptr);
+    }
   }
   // Scratch: the gates of a block of steps and c (float32); with bf16_input, x in bfloat16; then
-  // the projection's oneDNN scratchpad.
-  std::size_t scratch_bytes() const override { return dnnl_scratch_at() + m_proj->scratch_bytes(); }
+  // the projection's oneDNN scratchpad or the tile kernel's.
+  std::size_t scratch_bytes() const override {
+    return dnnl_scratch_at() + (m_amx ? m_amx->scratch_bytes() : m_proj->scratch_bytes());
+  }
   std::unique_ptr<StepState> bind() const override {
     auto st = std::make_unique<ProjectionState>();
-    st->projection = m_proj->bind();
+    if (m_proj) st->projection = m_proj->bind();
     return st;
   }
   void run(const ExecContext& ctx, StepState* state) const override {
@@ -500,9 +609,13 @@ class GemmLstm final : public Step {
     for (int64_t first = 0; first < p.t; first += m_block_steps) {  // in processing order
       const int64_t nb = std::min(m_block_steps, p.t - first);
       const int64_t lo = p.reverse ? p.t - first - nb : first;  // the block is steps [lo, lo + nb)
-      m_proj->run(nb * N, static_cast<const char*>(xin) + lo * N * xin_row, gx,
-                  static_cast<char*>(ctx.scratchpad) + dnnl_scratch_at(), ctx.dnnl_stream,
-                  static_cast<ProjectionState*>(state)->projection);
+      const void* block_x = static_cast<const char*>(xin) + lo * N * xin_row;
+      void* proj_scratch = static_cast<char*>(ctx.scratchpad) + dnnl_scratch_at();
+      if (m_amx) {
+        m_amx->run(nb * N, static_cast<const float*>(block_x), gx, proj_scratch);
+      } else {
+        m_proj->run(nb * N, block_x, gx, proj_scratch, ctx.dnnl_stream, static_cast<ProjectionState*>(state)->projection);
+      }
       for (int64_t step = first; step < first + nb; ++step) {
         const int64_t t = p.reverse ? p.t - 1 - step : step;
         float* g = gx + (t - lo) * N * G;
@@ -541,14 +654,20 @@ class GemmLstm final : public Step {
   }
 
   // Time steps whose gates fit in ~256 KB (half a core's L2 here), at least one; env
-  // ESCPOD_NN_LSTM_BLOCK_KB overrides the size for measurements.
+  // ESCPOD_NN_LSTM_BLOCK_KB overrides the size for measurements. On the tile unit, a whole
+  // number of 32-row blocks where that fits (a short block computes 32 rows all the same).
   static int64_t gate_block_steps(const LstmParams& p) {
     static const int64_t block_bytes = [] {
       const char* env = std::getenv("ESCPOD_NN_LSTM_BLOCK_KB");
       return env ? std::max<int64_t>(1, std::atoll(env)) << 10 : int64_t{256} << 10;
     }();
     const int64_t step_bytes = p.n * 4 * p.h * static_cast<int64_t>(sizeof(float));
-    return std::clamp<int64_t>(block_bytes / std::max<int64_t>(1, step_bytes), 1, std::max<int64_t>(1, p.t));
+    int64_t steps = std::clamp<int64_t>(block_bytes / std::max<int64_t>(1, step_bytes), 1, std::max<int64_t>(1, p.t));
+    if (p.amx_f32_input && steps < p.t) {
+      const int64_t whole = 32 / std::gcd<int64_t>(32, p.n);  // steps per whole number of 32-row blocks
+      if (steps >= whole) steps -= steps % whole;
+    }
+    return steps;
   }
 
   struct ProjectionState final : StepState {
@@ -568,7 +687,8 @@ class GemmLstm final : public Step {
   GemmAccFn m_gemm;
   Buffer m_rt, m_bias;
   Int8Recurrent m_r_int8;  // R quantised when p.int8_recurrent (then m_rt goes unused)
-  std::unique_ptr<RowBlockMatMul> m_proj;  // the input projection x W^T
+  std::unique_ptr<RowBlockMatMul> m_proj;  // the input projection x W^T: oneDNN's,
+  std::unique_ptr<AmxF32Gemm> m_amx;       // or the tile unit's
   int64_t m_block_steps = 1;
 };
 
@@ -588,10 +708,11 @@ std::unique_ptr<Step> make_guarded(const Params& p, std::string* error) {
 
 std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) {
   if (SmallConv::handles(p)) return std::make_unique<SmallConv>(p);
-  return make_guarded<DnnlConv>(p, error);
+  return p.amx_f32 ? make_guarded<AmxConv>(p, error) : make_guarded<DnnlConv>(p, error);
 }
 std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error) {
-  return p.blank_pad ? make_guarded<DnnlMatMulBlankPad>(p, error) : make_guarded<DnnlMatMul>(p, error);
+  if (p.blank_pad) return make_guarded<DnnlMatMulBlankPad>(p, error);
+  return p.amx_f32 ? make_guarded<AmxMatMul>(p, error) : make_guarded<DnnlMatMul>(p, error);
 }
 std::unique_ptr<Step> make_dnnl_lstm(const LstmParams& p, std::string* error) {
   static const bool use_primitive = [] {

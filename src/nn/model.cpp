@@ -196,6 +196,8 @@ Result<Model> make_model(Graph graph, const LoadOptions& options) {
   };
   impl->options.lstm_int8 = options.lstm_int8 || env_on("ESCPOD_NN_LSTM_INT8");
   impl->options.bf16_gemm = options.bf16_gemm || env_on("ESCPOD_NN_BF16");
+  const char* amx_env = std::getenv("ESCPOD_NN_AMX_F32");
+  impl->options.amx_f32 = options.amx_f32 && !(amx_env != nullptr && std::string_view(amx_env) == "0");
   // When only the batch dimension is free, build the batch-1 plan now: unsupported attributes
   // are then reported at load, not at the first run.
   const ValueInfo& in = impl->graph.info.inputs[0];

@@ -93,6 +93,11 @@ struct ConvParams {
   // Channels-last storage ([N, W, C] in memory) of src / dst; optimised backend only, chosen by
   // the planner for activations that pass between convolutions.
   bool src_nwc = false, dst_nwc = false;
+  // float32 on the AMX tile unit (LoadOptions::amx_f32): a product per batch element over the
+  // channels-last input windows. The planner sets it for convolutions (not transposed,
+  // dilation 1, channels-last in and out, no post-op or one SiLU) with oc % 32 == 0, where
+  // amx_f32_available(); the reference kernel ignores it.
+  bool amx_f32 = false;
 };
 
 // y[M, N] = post(x[M, K] * w[K, N] + bias[N]).
@@ -112,6 +117,10 @@ struct MatMulParams {
   // x and w rounded to bfloat16, float32 accumulation (LoadOptions::bf16_gemm; the planner sets
   // it only where bf16_gemm_available()). The reference kernel ignores it.
   bool bf16 = false;
+  // float32 on the AMX tile unit as split bfloat16 products (LoadOptions::amx_f32; the planner
+  // sets it only where amx_f32_available(), not with bf16, and for post-op-free products with
+  // n % 32 == 0). The reference kernel ignores it.
+  bool amx_f32 = false;
   std::optional<BlankPad> blank_pad;  // post_ops empty then
 };
 
@@ -130,6 +139,8 @@ struct LstmParams {
   bool int8_recurrent = false;
   // The input projection x W^T in bfloat16 (as MatMulParams::bf16); GemmLstm only.
   bool bf16_input = false;
+  // The input projection in float32 on the AMX tile unit (as MatMulParams::amx_f32).
+  bool amx_f32_input = false;
 };
 
 // Reference (scalar) kernels and the data-movement steps both backends share.

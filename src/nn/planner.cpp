@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "nn/gemm_amx.hpp"
 #include "nn/gemm_bf16.hpp"
 #include "nn/lstm_int8.hpp"
 #include "nn/plan.hpp"
@@ -33,7 +34,7 @@ class StepBuilder {
  public:
   StepBuilder(const Graph& g, const LoadOptions& options, const PlanIr& ir, const ArenaAssignment& arena,
               Plan& plan)
-      : m_g(g), m_backend(options.backend), m_lstm_int8(options.lstm_int8), m_bf16(options.bf16_gemm), m_ir(ir), m_arena(arena), m_plan(plan) {}
+      : m_g(g), m_backend(options.backend), m_lstm_int8(options.lstm_int8), m_bf16(options.bf16_gemm), m_amx_f32(options.amx_f32), m_ir(ir), m_arena(arena), m_plan(plan) {}
 
   Status run() {
     for (const RtNode* r : m_arena.order) {
@@ -53,6 +54,10 @@ class StepBuilder {
     return m_ir.nwc[static_cast<size_t>(m_arena.root[static_cast<size_t>(v)])];
   }
   bool reference() const { return m_backend == Backend::kReference; }
+  // A float32 product [.. x k] x [k x n] the optimised backend runs on the AMX tile unit.
+  bool amx_f32_ok(int64_t k, int64_t n) const {
+    return m_amx_f32 && !reference() && amx_f32_available() && AmxF32Gemm::shape_ok(k, n);
+  }
 
   Status add_step(const RtNode& r) {
     std::string error, text;
@@ -102,9 +107,12 @@ class StepBuilder {
     p.dst = loc(r.out);
     p.dst_nwc = is_nwc(r.out);
     p.src_nwc = is_nwc(r.in[0]) || (p.ic == 1 && p.dst_nwc);
-    text = fmt::format("{}{} {}->{} k{} s{} d{} p{},{}", p.transposed ? "conv_transpose1d" : "conv1d",
+    const bool silu_or_none = p.post_ops.empty() || (p.post_ops.size() == 1 && p.post_ops[0].kind == PostOp::Kind::kSilu);
+    p.amx_f32 = !p.transposed && p.dilation == 1 && p.src_nwc && p.dst_nwc && silu_or_none && amx_f32_ok(p.ic * p.k, p.oc);
+    text = fmt::format("{}{} {}->{} k{} s{} d{} p{},{}{}", p.transposed ? "conv_transpose1d" : "conv1d",
                        describe_post_ops(p.post_ops), shape_str(m_ir.shape_of(r.in[0])),
-                       shape_str(m_ir.shape_of(r.out)), p.k, p.stride, p.dilation, p.pad_l, p.pad_r);
+                       shape_str(m_ir.shape_of(r.out)), p.k, p.stride, p.dilation, p.pad_l, p.pad_r,
+                       p.amx_f32 ? " amx-f32" : "");
     const double flops = 2.0 * static_cast<double>(p.n) * static_cast<double>(p.oc) * static_cast<double>(p.ic) * static_cast<double>(p.k) *
                          static_cast<double>(p.transposed ? p.iw : p.ow);
     std::unique_ptr<Step> step = reference() ? make_ref_conv(p) : make_dnnl_conv(p, &error);
@@ -117,9 +125,10 @@ class StepBuilder {
     p.src = loc(r.in[0]);
     p.dst = loc(r.out);
     p.bf16 = m_bf16 && !reference() && bf16_gemm_available();
+    p.amx_f32 = !p.bf16 && p.post_ops.empty() && amx_f32_ok(p.k, p.n);
     text = fmt::format("matmul{}{} [{}x{}]x[{}x{}]{}", describe_post_ops(p.post_ops),
                        p.blank_pad ? fmt::format("+blank_pad(tanh,{},{})", p.blank_pad->alpha, p.blank_pad->beta) : "",
-                       p.m, p.k, p.k, p.n, p.bf16 ? " bf16" : "");
+                       p.m, p.k, p.k, p.n, p.bf16 ? " bf16" : p.amx_f32 ? " amx-f32" : "");
     std::unique_ptr<Step> step = reference() ? make_ref_matmul(p) : make_dnnl_matmul(p, &error);
     if (step) step->flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.k) * static_cast<double>(p.n);
     return step;
@@ -131,8 +140,10 @@ class StepBuilder {
     p.dst = loc(r.out);
     p.int8_recurrent = m_lstm_int8 && !reference() && lstm_int8_available() && lstm_int8_shape_ok(4 * p.h, p.h);
     p.bf16_input = m_bf16 && !reference() && bf16_gemm_available();
+    p.amx_f32_input = !p.bf16_input && amx_f32_ok(p.c, 4 * p.h);
     text = fmt::format("lstm{} T{} N{} C{} H{}{}{}", p.reverse ? "(reverse)" : "", p.t, p.n, p.c, p.h,
-                       p.int8_recurrent ? " R int8" : "", p.bf16_input ? " Wx bf16" : "");
+                       p.int8_recurrent ? " R int8" : "",
+                       p.bf16_input ? " Wx bf16" : p.amx_f32_input ? " Wx amx-f32" : "");
     std::unique_ptr<Step> step = reference() ? make_ref_lstm(p) : make_dnnl_lstm(p, &error);
     if (step) step->flops = 2.0 * static_cast<double>(p.t) * static_cast<double>(p.n) * 4.0 * static_cast<double>(p.h) * static_cast<double>(p.c + p.h);
     return step;
@@ -195,6 +206,7 @@ class StepBuilder {
   Backend m_backend;
   bool m_lstm_int8;
   bool m_bf16;
+  bool m_amx_f32;
   const PlanIr& m_ir;
   const ArenaAssignment& m_arena;
   Plan& m_plan;

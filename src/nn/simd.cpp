@@ -374,6 +374,12 @@ template <int W>
   for (; i < n; ++i) y[i] = y[i] * vsigmoid<1>(vf<1>{y[i]})[0];
 }
 
+__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void silu_avx512(float* y, int64_t n) {
+  silu_in_place<16>(y, n);
+}
+__attribute__((target("avx2,fma"))) void silu_avx2(float* y, int64_t n) { silu_in_place<8>(y, n); }
+void silu_sse2(float* y, int64_t n) { silu_in_place<4>(y, n); }
+
 // One output position near an edge (taps outside the input skipped).
 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void small_conv_edge(
     const SmallConvGeometry& g, const float* xn, const float* weights, vf<16> acc, float* yn, int64_t t,
@@ -479,6 +485,15 @@ const char* simd_level_name(SimdLevel level) {
 }
 
 SmallConvFn small_conv_fn(SimdLevel level) { return level == SimdLevel::kAvx512 ? small_conv_avx512 : nullptr; }
+
+SiluFn silu_fn(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512: return silu_avx512;
+    case SimdLevel::kAvx2: return silu_avx2;
+    case SimdLevel::kSse2: break;
+  }
+  return silu_sse2;
+}
 
 LstmCellFn lstm_cell_fn(SimdLevel level) {
   switch (level) {

@@ -47,4 +47,8 @@ using SmallConvFn = void (*)(const SmallConvGeometry& g, const float* x, const f
 // The AVX-512 kernel, or null below AVX-512 (callers then use oneDNN).
 SmallConvFn small_conv_fn(SimdLevel level);
 
+// y = y * sigmoid(y) over n floats, in place.
+using SiluFn = void (*)(float* y, int64_t n);
+SiluFn silu_fn(SimdLevel level);
+
 }  // namespace escpod::nn::detail

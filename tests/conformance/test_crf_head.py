@@ -167,6 +167,30 @@ def test_bf16_encoder_keeps_rows_and_default_calls_and_is_deterministic(
         assert one == f32
 
 
+def test_f32_on_the_tile_unit_gives_the_fma_paths_calls(escpod, shared_data, reads, read_ids, cnn, tmp_path):
+    """The default f32 encoder runs its dense products on the AMX tile unit as exact bfloat16
+    splits where the CPU has it (the plan marks them amx-f32); --encoder-precision f32-fma keeps
+    them on the FMA units. Within float32 rounding of each other: the same rows and calls, and the
+    confidences (six decimals) differ at most in their last digits."""
+    model = shared_data / "seqtagger/b04_RNA004"
+    flags = ["--cnn-model", cnn, "--min-baseq", "0", "--min-mean-post", "0"]
+    tiles = demux(escpod, reads, model, tmp_path / "t", *flags)
+    fma = demux(escpod, reads, model, tmp_path / "f", *flags, "--encoder-precision", "f32-fma")
+    check_one_row_and_one_output(fma, read_ids, tmp_path / "f")
+    assert [r["barcode"] for r in tiles] == [r["barcode"] for r in fma]
+    assert [r["edit_dist"] for r in tiles] == [r["edit_dist"] for r in fma]
+    for a, b in zip(tiles, fma):
+        if a["mean_post"] != "":
+            assert abs(float(a["mean_post"]) - float(b["mean_post"])) <= 2e-5, (a["read_id"], a["mean_post"], b["mean_post"])
+    plan = run([escpod, "model", "info", model, "--shape", "4,1,2000"]).stdout
+    plan_fma = run([escpod, "model", "info", model, "--shape", "4,1,2000", "--precision", "f32-fma"]).stdout
+    assert "amx-f32" not in plan_fma
+    if "amx-f32" in plan:  # an AMX CPU: projections, linear layer and third convolution
+        assert plan.count("Wx amx-f32") == 5 and plan.count("amx-f32") == 7
+    else:
+        assert tiles == fma
+
+
 def test_bad_crf_options_are_clear_errors(escpod, shared_data, reads, tmp_path):
     model = shared_data / "seqtagger/b04_RNA004"
     r = run([escpod, "demux", *reads, "--model", model, "--decoder", "viterbi", "--classifications",
@@ -176,7 +200,7 @@ def test_bad_crf_options_are_clear_errors(escpod, shared_data, reads, tmp_path):
     r = run([escpod, "demux", "--model", model, "--crf-window", "middle", "--info"], check=False)
     assert r.returncode == 2 and "--crf-window" in r.stderr
     r = run([escpod, "demux", "--model", model, "--encoder-precision", "fp16", "--info"], check=False)
-    assert r.returncode == 2 and "--encoder-precision: fp16 not in {f32,bf16,int8}" in r.stderr
+    assert r.returncode == 2 and "--encoder-precision: fp16 not in {f32,f32-fma,bf16,int8}" in r.stderr
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@
 
 #include "escpod/nn/model.hpp"
 #include "escpod/nn/npy.hpp"
+#include "nn/gemm_amx.hpp"
 #include "nn/gemm_bf16.hpp"
 #include "nn/simd.hpp"
 #include "alloc_counter.hpp"
@@ -518,6 +519,48 @@ TEST(NnRun, Bf16GemmsStayNearFloat32OrFallBack) {
   }
 }
 
+// Float32 products on the AMX tile unit (LoadOptions::amx_f32, on by default). Where the CPU has
+// it (ISA not capped below AMX) the plan marks the five LSTM input projections "Wx amx-f32", the
+// linear layer and the third convolution (16 -> 96 or 128 channels) "amx-f32", and the scores stay
+// within float32 rounding of the FMA path's: max |difference| 1.2e-6 for both (2-3 ulp of scores
+// near 5; mean 4e-8) when this was written, against 1.1e-3 for bfloat16 GEMMs; the bound is 25x
+// that. Elsewhere the plan and the scores are the FMA path's exactly.
+TEST(NnRun, AmxF32StaysWithinFloat32OfTheFmaPathOrFallsBack) {
+  for (const char* name : {"crf_h96_s10", "crf_h128_s5"}) {
+    LoadOptions fma_only;
+    fma_only.amx_f32 = false;
+    auto fma = Model::load(fixture(std::string(name) + ".onnx.gz"), fma_only);
+    auto amx = Model::load(fixture(std::string(name) + ".onnx.gz"));
+    ASSERT_TRUE(fma.is_ok() && amx.is_ok());
+    for (int batch : {1, 7}) {
+      const Case c = npy_case(name, batch);
+      auto plan = amx->describe_plan(c.in_shape);
+      ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+      const auto marked = [&](const char* op) {
+        return std::count_if(plan->begin(), plan->end(), [&](const std::string& line) {
+          return line.rfind(op, 0) == 0 && line.find("amx-f32") != std::string::npos;
+        });
+      };
+      std::vector<float> want(c.expected.size()), got(c.expected.size());
+      Workspace ws_fma, ws_amx;
+      ASSERT_TRUE(fma->run(ws_fma, c.input, c.in_shape, want).is_ok());
+      ASSERT_TRUE(amx->run(ws_amx, c.input, c.in_shape, got).is_ok());
+      if (!nn::detail::amx_f32_available()) {
+        EXPECT_EQ(marked("lstm") + marked("matmul") + marked("conv1d"), 0) << name;
+        EXPECT_EQ(got, want) << name << ": without AMX the plan must be the FMA path's";
+        continue;
+      }
+      EXPECT_EQ(marked("lstm"), 5) << name;
+      EXPECT_EQ(marked("matmul"), 1) << name;
+      EXPECT_EQ(marked("conv1d"), 1) << name;
+      const auto [mean, worst] = mean_and_max_abs_difference(got, want);
+      std::printf("%s batch %d amx-f32 vs FMA: mean |d| %.3g, max |d| %.3g\n", name, batch, mean, worst);
+      EXPECT_GT(worst, 0.0) << name << ": the tile path did not run";
+      EXPECT_LT(worst, 3e-5) << name;
+    }
+  }
+}
+
 // Round to nearest even on the upper 16 bits, written plainly from the format's definition;
 // denormals to zero of their sign (convert_to_bf16's contract).
 uint16_t plain_bf16(float f) {
@@ -563,6 +606,110 @@ TEST(Bf16Conversion, EqualsPlainRoundingIncludingTiesAndSpecials) {
 
 // The blank column with tanh and scale (the CRF scores' last step, fused into the pad) at each
 // ISA level the CPU runs, against std::tanh, on row counts that leave every tail length.
+// Float32 products as split bfloat16 tile products (gemm_amx.hpp), against a double-precision
+// product: every output within (k + 2) * 2^-24 * sum |x||w| of it - float32 accumulation's own
+// bound plus the dropped terms (2 * 2^-24 per product) - where one missing term of order 2^-8 or
+// 2^-16 (a wrong split or packing) is far outside. Shapes cover tails in every dimension (rows
+// not a multiple of 32 or 16, k not a multiple of 32 or 16), bias, both weight layouts and the
+// buffers' edges (a guard value after y). Skipped (reported) where the CPU or the ISA cap has
+// no AMX.
+TEST(AmxF32Gemm, WithinFloat32RoundingOfTheExactProduct) {
+  if (!nn::detail::amx_f32_available()) GTEST_SKIP() << "no AMX here (or oneDNN's ISA cap excludes it)";
+  uint32_t state = 777;
+  const auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
+  };
+  struct Shape {
+    int64_t rows, k, n;
+    bool bias, transposed;
+  };
+  const Shape shapes[] = {{1, 96, 384, false, true},  {5, 5, 32, true, false},    {16, 16, 64, false, false},
+                          {31, 100, 96, true, true},  {32, 96, 1024, true, false}, {33, 33, 32, false, true},
+                          {168, 96, 384, false, true}, {300, 96, 384, false, true}, {1200, 96, 1024, true, false}};
+  for (const Shape& sh : shapes) {
+    std::vector<float> x(static_cast<size_t>(sh.rows * sh.k)), w(static_cast<size_t>(sh.k * sh.n)), bias(static_cast<size_t>(sh.n));
+    for (float& v : x) v = 4.0f * next();
+    for (float& v : w) v = 0.5f * next();
+    for (float& v : bias) v = next();
+    const auto w_at = [&](int64_t kk, int64_t j) { return sh.transposed ? w[static_cast<size_t>(j * sh.k + kk)] : w[static_cast<size_t>(kk * sh.n + j)]; };
+    const nn::detail::AmxF32Gemm gemm(sh.k, sh.n, w.data(), sh.transposed ? nn::detail::AmxF32Gemm::Layout::kNK : nn::detail::AmxF32Gemm::Layout::kKN,
+                                      sh.bias ? bias.data() : nullptr);
+    std::vector<unsigned char> scratch_bytes(gemm.scratch_bytes() + 64);
+    void* scratch = scratch_bytes.data() + (64 - reinterpret_cast<uintptr_t>(scratch_bytes.data()) % 64) % 64;
+    std::vector<float> y(static_cast<size_t>(sh.rows * sh.n) + 1, 0.0f);
+    y.back() = 12345.0f;
+    gemm.run(sh.rows, x.data(), y.data(), scratch);
+    EXPECT_EQ(y.back(), 12345.0f) << "wrote past the end";
+    double worst_ratio = 0.0;
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      for (int64_t j = 0; j < sh.n; ++j) {
+        double exact = sh.bias ? bias[static_cast<size_t>(j)] : 0.0, magnitude = std::fabs(exact);
+        for (int64_t kk = 0; kk < sh.k; ++kk) {
+          const double p = static_cast<double>(x[static_cast<size_t>(r * sh.k + kk)]) * w_at(kk, j);
+          exact += p;
+          magnitude += std::fabs(p);
+        }
+        const double bound = static_cast<double>(sh.k + 2) * std::ldexp(magnitude, -24);
+        const double err = std::fabs(y[static_cast<size_t>(r * sh.n + j)] - exact);
+        worst_ratio = std::max(worst_ratio, err / bound);
+        ASSERT_LE(err, bound) << "rows " << sh.rows << " k " << sh.k << " n " << sh.n << ": y[" << r << "][" << j << "]";
+      }
+    }
+    std::printf("rows %ld k %ld n %ld: worst error %.3g of the bound\n", static_cast<long>(sh.rows), static_cast<long>(sh.k),
+                static_cast<long>(sh.n), worst_ratio);
+  }
+}
+
+// An infinite or NaN input makes its row NaN (gemm_amx.hpp: never a finite value); other rows
+// are untouched.
+TEST(AmxF32Gemm, InfinityAndNaNMakeTheirRowNaN) {
+  if (!nn::detail::amx_f32_available()) GTEST_SKIP() << "no AMX here (or oneDNN's ISA cap excludes it)";
+  const int64_t rows = 3, k = 40, n = 32;
+  std::vector<float> x(static_cast<size_t>(rows * k), 0.25f), w(static_cast<size_t>(k * n), 0.5f);
+  x[3] = std::numeric_limits<float>::infinity();
+  x[static_cast<size_t>(k + 7)] = std::numeric_limits<float>::quiet_NaN();
+  const nn::detail::AmxF32Gemm gemm(k, n, w.data(), nn::detail::AmxF32Gemm::Layout::kKN, nullptr);
+  std::vector<unsigned char> scratch_bytes(gemm.scratch_bytes() + 64);
+  void* scratch = scratch_bytes.data() + (64 - reinterpret_cast<uintptr_t>(scratch_bytes.data()) % 64) % 64;
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  gemm.run(rows, x.data(), y.data(), scratch);
+  for (int64_t j = 0; j < n; ++j) {
+    EXPECT_TRUE(std::isnan(y[static_cast<size_t>(j)])) << j;
+    EXPECT_TRUE(std::isnan(y[static_cast<size_t>(n + j)])) << j;
+    EXPECT_FLOAT_EQ(y[static_cast<size_t>(2 * n + j)], 0.25f * 0.5f * static_cast<float>(k)) << j;
+  }
+}
+
+TEST(Silu, EqualsPlainFormulaAtEveryLevel) {
+  using nn::detail::SimdLevel;
+  for (SimdLevel level : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (static_cast<int>(level) > static_cast<int>(nn::detail::simd_level())) continue;
+    const auto fn = nn::detail::silu_fn(level);
+    for (int64_t n : {0, 1, 15, 16, 17, 127, 128, 129, 1000}) {
+      std::vector<float> y(static_cast<size_t>(n) + 1, -7.0f), x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = std::sin(0.41f * static_cast<float>(i)) * 12.0f;
+      if (n > 2) {
+        x[0] = 100.0f;
+        x[1] = -100.0f;
+        x[2] = std::numeric_limits<float>::quiet_NaN();
+      }
+      std::copy(x.begin(), x.end(), y.begin());
+      fn(y.data(), n);
+      EXPECT_EQ(y.back(), -7.0f) << "wrote past the end";
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = x[static_cast<size_t>(i)], got = y[static_cast<size_t>(i)];
+        if (std::isnan(v)) {
+          EXPECT_TRUE(std::isnan(got)) << nn::detail::simd_level_name(level) << " " << i;
+          continue;
+        }
+        const double want = static_cast<double>(v) / (1.0 + std::exp(-static_cast<double>(v)));
+        EXPECT_NEAR(got, want, 1e-6 * std::max(1.0, std::fabs(want))) << nn::detail::simd_level_name(level) << " " << i;
+      }
+    }
+  }
+}
+
 TEST(BlankPadTanh, EqualsPlainFormulaAtEveryLevel) {
   using nn::detail::SimdLevel;
   for (SimdLevel level : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
