@@ -176,6 +176,12 @@ struct SplitCursor {
   ESCPOD_AMX_TARGET void finish() { advance(rows * kp / 16); }
 };
 
+// v[i] -> its three terms at planes + q * plane + i, i < n (lanes up to n rounded to 16 written,
+// zeros past n).
+ESCPOD_AMX_TARGET void split_planes(const float* v, int64_t n, uint16_t* planes, int64_t plane) {
+  for (int64_t i = 0; i < n; i += 16) split_vector(v, i, n, plane, planes);
+}
+
 // The four tile products of a 2 x 2 block: C[i][j] += A[i] B[j].
 [[gnu::always_inline]] inline void products_2x2() {
   _tile_dpbf16ps(0, 4, 6);
@@ -190,13 +196,19 @@ struct Geometry {
   const float* bias;  // or null
 };
 
-// One 32 x 32 output block over all of k: a = the block's split rows, b = its column block's
-// packing; the result is stored to out (row stride ldo floats). After each group of four tile
-// products, `per_group` vectors of the next block are split.
-ESCPOD_AMX_TARGET inline void output_block(const Geometry& g, const uint16_t* a, const uint16_t* b, int64_t jb,
+// Where a row block's split terms are: term q of row r at a + q * term + r * row (uint16).
+struct SplitRows {
+  const uint16_t* a;
+  int64_t term, row;
+};
+
+// One 32 x 32 output block over all of k: x's split rows, b = the column block's packing; the
+// result is stored to out (row stride ldo floats). After each group of four tile products,
+// `per_group` vectors of the next block are split.
+ESCPOD_AMX_TARGET inline void output_block(const Geometry& g, const SplitRows& x, const uint16_t* b, int64_t jb,
                                            float* out, int64_t ldo, SplitCursor& next, int64_t per_group,
                                            const AmxSideWork& side) {
-  const int64_t lda = kTerms * g.kp * 2;  // bytes per split row
+  const int64_t lda = x.row * 2;  // bytes per split row
   const int64_t term_stride = g.kp / 2 * kBlock * 2;  // uint16 per term of a column block's packing
   if (g.bias) {
     const float* bias = g.bias + jb * kBlock;  // every row of the tile: the same 16 biases
@@ -210,12 +222,12 @@ ESCPOD_AMX_TARGET inline void output_block(const Geometry& g, const uint16_t* a,
     _tile_zero(2);
     _tile_zero(3);
   }
-  const int64_t a_half = 16 * kTerms * g.kp;  // uint16 from row 0 to row 16
+  const int64_t a_half = 16 * x.row;  // uint16 from row 0 to row 16
   for (int64_t s = 0; s < g.kp / kStep; ++s) {
-    const uint16_t* x0 = a + s * kStep;
+    const uint16_t* x0 = x.a + s * kStep;
     const uint16_t* w0 = b + s * 16 * kBlock * 2;
     for (int xt = 0; xt < kTerms; ++xt) {  // x term xt meets w terms 0 .. 2 - xt
-      const uint16_t* xa = x0 + xt * g.kp;
+      const uint16_t* xa = x0 + xt * x.term;
       _tile_loadd(4, xa, lda);
       _tile_loadd(5, xa + a_half, lda);
       for (int wt = 0; wt < kTerms - xt; ++wt) {
@@ -247,35 +259,53 @@ ESCPOD_AMX_TARGET inline void load_tile_config() {
   asm volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
+// The 32 x 32 output blocks of one row block (r0, `valid` rows of it) from its split rows x; a
+// short last row block is stored through `tail`.
+ESCPOD_AMX_TARGET inline void row_block(const Geometry& g, const SplitRows& x, int64_t r0, int64_t valid, float* y,
+                                        float* tail, SplitCursor& next, int64_t per_group, const AmxSideWork& side) {
+  for (int64_t jb = 0; jb < g.n / kBlock; ++jb) {
+    const uint16_t* bj = g.packed + jb * kTerms * (g.kp / 2) * kBlock * 2;
+    if (valid == kBlock) {
+      output_block(g, x, bj, jb, y + r0 * g.ldy + jb * kBlock, g.ldy, next, per_group, side);
+    } else {
+      output_block(g, x, bj, jb, tail, kBlock, next, per_group, side);
+      for (int64_t r = 0; r < valid; ++r) {
+        std::memcpy(y + (r0 + r) * g.ldy + jb * kBlock, tail + r * kBlock, kBlock * sizeof(float));
+      }
+    }
+  }
+}
+
 ESCPOD_AMX_TARGET void run_blocks(const Geometry& g, int64_t rows, const float* x, float* y, char* scratch,
                                   const AmxSideWork& side) {
   load_tile_config();
   const size_t a_elems = static_cast<size_t>(kBlock * kTerms * g.kp);
   uint16_t* abuf[2] = {reinterpret_cast<uint16_t*>(scratch), reinterpret_cast<uint16_t*>(scratch) + a_elems};
   float* tail = reinterpret_cast<float*>(scratch + 2 * align64(a_elems * sizeof(uint16_t)));
-  const int64_t col_blocks = g.n / kBlock;
   // Groups of four tile products per block of rows, and vectors to split per block.
-  const int64_t groups = col_blocks * (g.kp / kStep) * 6, vectors = kBlock * g.kp / 16;
+  const int64_t groups = g.n / kBlock * (g.kp / kStep) * 6, vectors = kBlock * g.kp / 16;
   const int64_t per_group = (vectors + groups - 1) / groups;
   SplitCursor first{x, g.ldx, g.k, g.kp, std::min(kBlock, rows), abuf[0]};
   first.finish();
   for (int64_t r0 = 0, b = 0; r0 < rows; r0 += kBlock, ++b) {
-    const uint16_t* a = abuf[b & 1];
-    const int64_t valid = std::min(kBlock, rows - r0);
     const int64_t next_rows = std::clamp<int64_t>(rows - r0 - kBlock, 0, kBlock);
     SplitCursor next{next_rows > 0 ? x + (r0 + kBlock) * g.ldx : nullptr, g.ldx, g.k, g.kp, next_rows, abuf[(b + 1) & 1]};
-    for (int64_t jb = 0; jb < col_blocks; ++jb) {
-      const uint16_t* bj = g.packed + jb * kTerms * (g.kp / 2) * kBlock * 2;
-      if (valid == kBlock) {
-        output_block(g, a, bj, jb, y + r0 * g.ldy + jb * kBlock, g.ldy, next, per_group, side);
-      } else {  // a short last block: through scratch, then its valid rows
-        output_block(g, a, bj, jb, tail, kBlock, next, per_group, side);
-        for (int64_t r = 0; r < valid; ++r) {
-          std::memcpy(y + (r0 + r) * g.ldy + jb * kBlock, tail + r * kBlock, kBlock * sizeof(float));
-        }
-      }
-    }
+    const SplitRows split{abuf[b & 1], g.kp, kTerms * g.kp};
+    row_block(g, split, r0, std::min(kBlock, rows - r0), y, tail, next, per_group, side);
     next.finish();
+  }
+  _tile_release();
+}
+
+// x already split into planes (AmxF32Gemm::split_to_planes): term q of row r at
+// planes + q * plane + r * ld.
+ESCPOD_AMX_TARGET void run_planes(const Geometry& g, int64_t rows, const uint16_t* planes, int64_t plane, int64_t ld,
+                                  float* y, char* scratch) {
+  load_tile_config();
+  auto* tail = reinterpret_cast<float*>(scratch);
+  SplitCursor none;
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+    row_block(g, SplitRows{planes + r0 * ld, plane, ld}, r0, std::min(kBlock, rows - r0), y, tail, none, 0, {});
   }
   _tile_release();
 }
@@ -311,6 +341,21 @@ void AmxF32Gemm::run(int64_t rows, const float* x, int64_t ldx, float* y, int64_
   if (rows <= 0) return;
   const Geometry g{m_k, m_kp, m_n, ldx, ldy, m_packed.get(), m_bias.empty() ? nullptr : m_bias.data()};
   run_blocks(g, rows, x, y, static_cast<char*>(scratch), side);
+}
+
+int64_t AmxF32Gemm::plane_elems(int64_t rows, int64_t ld) const {
+  return round_up((round_up(rows, kBlock) - 1) * ld + m_kp, kStep);
+}
+
+void AmxF32Gemm::split_to_planes(const float* v, int64_t n, uint16_t* planes, int64_t plane) {
+  split_planes(v, n, planes, plane);
+}
+
+void AmxF32Gemm::run_planes(int64_t rows, const uint16_t* planes, int64_t plane, int64_t ld, float* y, int64_t ldy,
+                            void* scratch) const {
+  if (rows <= 0) return;
+  const Geometry g{m_k, m_kp, m_n, ld, ldy, m_packed.get(), m_bias.empty() ? nullptr : m_bias.data()};
+  detail::run_planes(g, rows, planes, plane, ld, y, static_cast<char*>(scratch));
 }
 
 }  // namespace escpod::nn::detail

@@ -46,8 +46,10 @@ struct AmxSideWork {
 // and layout); run() is const and allocation-free, one caller's scratch each.
 class AmxF32Gemm {
  public:
-  // n a multiple of 32 (two tile columns); any k >= 1 (zero-padded to a multiple of 32).
-  static bool shape_ok(int64_t k, int64_t n) { return k >= 1 && n >= 32 && n % 32 == 0; }
+  // What the planner sends here: n a multiple of 32 (two tile columns), k >= 64 (k is
+  // zero-padded to a multiple of 32; at k 7 - a convolution from one channel - that padding made
+  // the product 3x slower than the FMA path's). run() itself takes any k >= 1.
+  static bool shape_ok(int64_t k, int64_t n) { return k >= 64 && n >= 32 && n % 32 == 0; }
 
   // How w holds the [k][n] operand.
   enum class Layout {
@@ -71,6 +73,19 @@ class AmxF32Gemm {
   void run(int64_t rows, const float* x, float* y, void* scratch, const AmxSideWork& side = {}) const {
     run(rows, x, m_k, y, m_n, scratch, side);
   }
+
+  // x split once, ahead (split_to_planes), for rows that overlap: a stride-1 convolution's input
+  // windows repeat each input value k times, and run() would split every copy. Term q of row r's
+  // k values starts at planes + q * plane + r * ld; every plane must hold plane_elems(rows, ld)
+  // elements, finite ones past the data (tiles read whole 32-row blocks and k rounded up to 32;
+  // the extra columns meet zero weights). planes 64-byte aligned; tile rows are too when ld is a
+  // multiple of 32 (otherwise only slower).
+  void run_planes(int64_t rows, const uint16_t* planes, int64_t plane, int64_t ld, float* y, int64_t ldy,
+                  void* scratch) const;
+  int64_t plane_elems(int64_t rows, int64_t ld) const;
+  // v[i] -> its three terms at planes + q * plane + i for i < n; writes up to n rounded up to 16
+  // (zeros past n).
+  static void split_to_planes(const float* v, int64_t n, uint16_t* planes, int64_t plane);
 
  private:
   int64_t m_k, m_kp, m_n;

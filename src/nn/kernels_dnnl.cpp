@@ -224,40 +224,52 @@ class SmallConv final : public Step {
 };
 
 // ConvParams::amx_f32: per batch element one product over the input windows (AmxF32Gemm): output
-// position t reads the k * ic floats from position t * stride - pad_l on, channels-last - a row
-// of x at stride `stride * ic`, overlapping its neighbours. The element's input is first copied
-// into scratch between its zero paddings, so every window is whole. SiLU (the only post-op taken)
-// then runs over the element's output while it is in L2.
+// position t reads the k * ic values from position t * stride - pad_l on, channels-last - a row at
+// stride `stride * ic`, overlapping its neighbours. The element's input is split once into the
+// tile unit's three bfloat16 planes, between zero paddings (run_planes), rather than once per
+// window (k / stride times over). The activation (none, SiLU or ReLU: what the planner lets
+// through) then runs over the element's output while it is in L2.
 class AmxConv final : public Step {
  public:
   explicit AmxConv(const ConvParams& p)
       : m_p(p),
         m_gemm(p.ic * p.k, p.oc, p.weights, AmxF32Gemm::Layout::kConvOIW, p.bias, p.ic),
-        m_silu(p.post_ops.empty() ? nullptr : silu_fn(simd_level())) {}
+        m_plane(round_up32(std::max(m_gemm.plane_elems(p.ow, p.stride * p.ic), (p.pad_l + p.iw) * p.ic + 16))),
+        m_post(p.post_ops.empty() ? nullptr
+               : p.post_ops[0].kind == PostOp::Kind::kSilu ? silu_fn(simd_level())
+                                                            : &relu_in_place) {}
   std::size_t scratch_bytes() const override { return gemm_scratch_at() + m_gemm.scratch_bytes(); }
   void run(const ExecContext& ctx, StepState*) const override {
     const ConvParams& p = m_p;
-    auto* padded = static_cast<float*>(ctx.scratchpad);
+    auto* planes = static_cast<uint16_t*>(ctx.scratchpad);
     const int64_t lead = p.pad_l * p.ic, body = p.iw * p.ic;
-    std::fill(padded, padded + lead, 0.0f);
-    std::fill(padded + lead + body, padded + padded_floats(), 0.0f);
+    const int64_t written = (body + 15) / 16 * 16;  // split_to_planes writes whole vectors
+    for (int q = 0; q < 3; ++q) {  // the zero paddings (and what the tiles read past them)
+      std::fill(planes + q * m_plane, planes + q * m_plane + lead, uint16_t{0});
+      std::fill(planes + q * m_plane + lead + written, planes + (q + 1) * m_plane, uint16_t{0});
+    }
     const float* x = resolve(ctx, p.src);
     float* y = resolve(ctx, p.dst);
     void* gemm_scratch = static_cast<char*>(ctx.scratchpad) + gemm_scratch_at();
     for (int64_t n = 0; n < p.n; ++n) {
-      std::copy(x + n * body, x + (n + 1) * body, padded + lead);
+      AmxF32Gemm::split_to_planes(x + n * body, body, planes + lead, m_plane);
       float* yn = y + n * p.ow * p.oc;
-      m_gemm.run(p.ow, padded, p.stride * p.ic, yn, p.oc, gemm_scratch);
-      if (m_silu) m_silu(yn, p.ow * p.oc);
+      m_gemm.run_planes(p.ow, planes, m_plane, p.stride * p.ic, yn, p.oc, gemm_scratch);
+      if (m_post) m_post(yn, p.ow * p.oc);
     }
   }
 
  private:
-  int64_t padded_floats() const { return (m_p.pad_l + m_p.iw + m_p.pad_r) * m_p.ic; }
-  std::size_t gemm_scratch_at() const { return align64(static_cast<std::size_t>(padded_floats()) * sizeof(float)); }
+  // y = max(y, 0), NaN staying NaN (as ONNX Relu).
+  static void relu_in_place(float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+  }
+  static int64_t round_up32(int64_t v) { return (v + 31) / 32 * 32; }
+  std::size_t gemm_scratch_at() const { return align64(static_cast<std::size_t>(3 * m_plane) * sizeof(uint16_t)); }
   ConvParams m_p;
   AmxF32Gemm m_gemm;
-  SiluFn m_silu;
+  int64_t m_plane;  // uint16 per plane, a multiple of 32 (planes stay 64-byte aligned)
+  SiluFn m_post;    // the activation over the output, or null
 };
 
 // With MatMulParams::bf16, the input is rounded to bfloat16 into the step's scratch (after

@@ -95,8 +95,9 @@ struct ConvParams {
   bool src_nwc = false, dst_nwc = false;
   // float32 on the AMX tile unit (LoadOptions::amx_f32): a product per batch element over the
   // channels-last input windows. The planner sets it for convolutions (not transposed,
-  // dilation 1, channels-last in and out, no post-op or one SiLU) with oc % 32 == 0, where
-  // amx_f32_available(); the reference kernel ignores it.
+  // dilation 1, channels-last in and out, no post-op or one SiLU or ReLU) whose product
+  // (ic * k inputs, oc outputs) AmxF32Gemm::shape_ok, where amx_f32_available(); the reference
+  // kernel ignores it.
   bool amx_f32 = false;
 };
 
@@ -118,8 +119,8 @@ struct MatMulParams {
   // it only where bf16_gemm_available()). The reference kernel ignores it.
   bool bf16 = false;
   // float32 on the AMX tile unit as split bfloat16 products (LoadOptions::amx_f32; the planner
-  // sets it only where amx_f32_available(), not with bf16, and for post-op-free products with
-  // n % 32 == 0). The reference kernel ignores it.
+  // sets it only where amx_f32_available(), not with bf16, and for post-op-free products that
+  // AmxF32Gemm::shape_ok). The reference kernel ignores it.
   bool amx_f32 = false;
   std::optional<BlankPad> blank_pad;  // post_ops empty then
 };

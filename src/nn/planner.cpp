@@ -107,8 +107,9 @@ class StepBuilder {
     p.dst = loc(r.out);
     p.dst_nwc = is_nwc(r.out);
     p.src_nwc = is_nwc(r.in[0]) || (p.ic == 1 && p.dst_nwc);
-    const bool silu_or_none = p.post_ops.empty() || (p.post_ops.size() == 1 && p.post_ops[0].kind == PostOp::Kind::kSilu);
-    p.amx_f32 = !p.transposed && p.dilation == 1 && p.src_nwc && p.dst_nwc && silu_or_none && amx_f32_ok(p.ic * p.k, p.oc);
+    const bool post_ok = p.post_ops.empty() || (p.post_ops.size() == 1 && (p.post_ops[0].kind == PostOp::Kind::kSilu ||
+                                                                           p.post_ops[0].kind == PostOp::Kind::kRelu));
+    p.amx_f32 = !p.transposed && p.dilation == 1 && p.src_nwc && p.dst_nwc && post_ok && amx_f32_ok(p.ic * p.k, p.oc);
     text = fmt::format("{}{} {}->{} k{} s{} d{} p{},{}{}", p.transposed ? "conv_transpose1d" : "conv1d",
                        describe_post_ops(p.post_ops), shape_str(m_ir.shape_of(r.in[0])),
                        shape_str(m_ir.shape_of(r.out)), p.k, p.stride, p.dilation, p.pad_l, p.pad_r,

@@ -61,9 +61,9 @@ struct LoadOptions {
   // float32 dense products (the LSTM's input projections, the MatMul steps without fused
   // activations) on the AMX tile unit, each operand split into three exact bfloat16 terms
   // (src/nn/gemm_amx.hpp): float32 accuracy - within (k + 2) * 2^-24 of the exact product, as an
-  // FMA sgemm - at 1.6-1.9x its speed. On by default; taken only by the optimised backend on a CPU
-  // with AMX (within oneDNN's ISA cap) for products with a multiple of 32 outputs, and not when
-  // bf16_gemm is. ESCPOD_NN_AMX_F32=0 turns it off for every model loaded; `describe_plan` marks
+  // FMA sgemm - at 1.4-1.9x its speed. On by default; taken only by the optimised backend on a CPU
+  // with AMX (within oneDNN's ISA cap) for products with a multiple of 32 outputs and at least 64
+  // inputs, and not when bf16_gemm is. ESCPOD_NN_AMX_F32=0 turns it off for every model loaded; `describe_plan` marks
   // the steps that use it ("amx-f32").
   bool amx_f32 = true;
 };

@@ -661,6 +661,55 @@ TEST(AmxF32Gemm, WithinFloat32RoundingOfTheExactProduct) {
   }
 }
 
+// Convolution windows from planes split once (run_planes, kConvOIW weights): channels-last input
+// between zero paddings, rows overlapping at stride * ic, against a double-precision convolution
+// under the same bound; strides 1 and 3, a short last row block, ReLU-free.
+TEST(AmxF32Gemm, ConvolutionWindowsFromPlanesWithinFloat32Rounding) {
+  if (!nn::detail::amx_f32_available()) GTEST_SKIP() << "no AMX here (or oneDNN's ISA cap excludes it)";
+  using nn::detail::AmxF32Gemm;
+  uint32_t state = 99;
+  const auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f;
+  };
+  struct Conv {
+    int64_t ic, oc, k, stride, pad, iw;
+  };
+  for (const Conv cv : {Conv{64, 64, 7, 1, 3, 301}, Conv{16, 96, 31, 10, 15, 3000}, Conv{20, 32, 5, 3, 2, 97}}) {
+    const int64_t ow = (cv.iw + 2 * cv.pad - cv.k) / cv.stride + 1, kk_n = cv.ic * cv.k;
+    std::vector<float> x(static_cast<size_t>(cv.iw * cv.ic)), w(static_cast<size_t>(cv.oc * cv.ic * cv.k)), bias(static_cast<size_t>(cv.oc));
+    for (float& v : x) v = 3.0f * next();
+    for (float& v : w) v = 0.3f * next();
+    for (float& v : bias) v = next();
+    const AmxF32Gemm gemm(kk_n, cv.oc, w.data(), AmxF32Gemm::Layout::kConvOIW, bias.data(), cv.ic);
+    const int64_t ld = cv.stride * cv.ic, lead = cv.pad * cv.ic;
+    const int64_t plane = (std::max(gemm.plane_elems(ow, ld), lead + static_cast<int64_t>(x.size()) + 16) + 31) / 32 * 32;
+    std::vector<uint16_t> planes(static_cast<size_t>(3 * plane) + 32, 0);
+    uint16_t* p0 = planes.data() + (64 - reinterpret_cast<uintptr_t>(planes.data()) % 64) % 64 / 2;
+    AmxF32Gemm::split_to_planes(x.data(), static_cast<int64_t>(x.size()), p0 + lead, plane);
+    std::vector<unsigned char> scratch_bytes(gemm.scratch_bytes() + 64);
+    void* scratch = scratch_bytes.data() + (64 - reinterpret_cast<uintptr_t>(scratch_bytes.data()) % 64) % 64;
+    std::vector<float> y(static_cast<size_t>(ow * cv.oc));
+    gemm.run_planes(ow, p0, plane, ld, y.data(), cv.oc, scratch);
+    for (int64_t t = 0; t < ow; ++t) {
+      for (int64_t o = 0; o < cv.oc; ++o) {
+        double exact = bias[static_cast<size_t>(o)], magnitude = std::fabs(exact);
+        for (int64_t c = 0; c < cv.ic; ++c) {
+          for (int64_t tap = 0; tap < cv.k; ++tap) {
+            const int64_t pos = t * cv.stride - cv.pad + tap;
+            if (pos < 0 || pos >= cv.iw) continue;
+            const double prod = static_cast<double>(x[static_cast<size_t>(pos * cv.ic + c)]) * w[static_cast<size_t>((o * cv.ic + c) * cv.k + tap)];
+            exact += prod;
+            magnitude += std::fabs(prod);
+          }
+        }
+        const double bound = static_cast<double>(kk_n + 2) * std::ldexp(magnitude, -24);
+        ASSERT_LE(std::fabs(y[static_cast<size_t>(t * cv.oc + o)] - exact), bound) << "ic " << cv.ic << " stride " << cv.stride << ": y[" << t << "][" << o << "]";
+      }
+    }
+  }
+}
+
 // An infinite or NaN input makes its row NaN (gemm_amx.hpp: never a finite value); other rows
 // are untouched.
 TEST(AmxF32Gemm, InfinityAndNaNMakeTheirRowNaN) {
