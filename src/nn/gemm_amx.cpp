@@ -173,7 +173,12 @@ struct SplitCursor {
       }
     }
   }
-  ESCPOD_AMX_TARGET void finish() { advance(rows * kp / 16); }
+  // The rest, then a compiler barrier: GCC's tile-load intrinsics declare no memory input, so
+  // without it the split's stores could be scheduled after the tile loads that read them.
+  ESCPOD_AMX_TARGET void finish() {
+    advance(rows * kp / 16);
+    asm volatile("" ::: "memory");
+  }
 };
 
 // v[i] -> its three terms at planes + q * plane + i, i < n (lanes up to n rounded to 16 written,
