@@ -665,14 +665,17 @@ class GemmLstm final : public Step {
     return b;
   }
 
-  // Time steps whose gates fit in ~256 KB (half a core's L2 here), at least one; env
-  // ESCPOD_NN_LSTM_BLOCK_KB overrides the size for measurements. On the tile unit, a whole
-  // number of 32-row blocks where that fits (a short block computes 32 rows all the same).
+  // Time steps whose gates fit in ~256 KB (an eighth of a core's L2 on the AMX CPUs, half on
+  // older ones), at least one; on the tile unit ~1 MB, in a whole number of 32-row blocks where
+  // that fits (a short block computes 32 rows all the same): each projection call splits its
+  // first row block with nothing to hide it behind and wakes the tile unit from idle, and with 4x
+  // fewer calls the encoder ran 1.04-1.06x faster at B 1, 4 and 16 (bench/results/crf_encoder.md,
+  // Session 15); the FMA path's time did not change. Env ESCPOD_NN_LSTM_BLOCK_KB overrides both
+  // for measurements.
   static int64_t gate_block_steps(const LstmParams& p) {
-    static const int64_t block_bytes = [] {
-      const char* env = std::getenv("ESCPOD_NN_LSTM_BLOCK_KB");
-      return env ? std::max<int64_t>(1, std::atoll(env)) << 10 : int64_t{256} << 10;
-    }();
+    static const char* env = std::getenv("ESCPOD_NN_LSTM_BLOCK_KB");
+    const int64_t block_bytes = env ? std::max<int64_t>(1, std::atoll(env)) << 10
+                                    : (p.amx_f32_input ? int64_t{1024} : int64_t{256}) << 10;
     const int64_t step_bytes = p.n * 4 * p.h * static_cast<int64_t>(sizeof(float));
     int64_t steps = std::clamp<int64_t>(block_bytes / std::max<int64_t>(1, step_bytes), 1, std::max<int64_t>(1, p.t));
     if (p.amx_f32_input && steps < p.t) {
