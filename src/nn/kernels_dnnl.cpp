@@ -260,16 +260,16 @@ class AmxConv final : public Step {
   }
 
  private:
-  // y = max(y, 0), NaN staying NaN (as ONNX Relu).
+  // The reference backend's ReLU (plan.hpp), over the buffer.
   static void relu_in_place(float* y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+    for (int64_t i = 0; i < n; ++i) y[i] = relu(y[i]);
   }
   static int64_t round_up32(int64_t v) { return (v + 31) / 32 * 32; }
   std::size_t gemm_scratch_at() const { return align64(static_cast<std::size_t>(3 * m_plane) * sizeof(uint16_t)); }
   ConvParams m_p;
   AmxF32Gemm m_gemm;
   int64_t m_plane;  // uint16 per plane, a multiple of 32 (planes stay 64-byte aligned)
-  SiluFn m_post;    // the activation over the output, or null
+  void (*m_post)(float* y, int64_t n);  // the activation over the output (silu_fn's or ReLU), or null
 };
 
 // With MatMulParams::bf16, the input is rounded to bfloat16 into the step's scratch (after

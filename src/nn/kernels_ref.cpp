@@ -33,7 +33,7 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float apply_post_ops(const std::vector<PostOp>& ops, float v) {
   for (const PostOp& op : ops) {
     switch (op.kind) {
-      case PostOp::Kind::kRelu: v = v > 0.0f ? v : 0.0f; break;
+      case PostOp::Kind::kRelu: v = relu(v); break;
       case PostOp::Kind::kSigmoid: v = sigmoid(v); break;
       case PostOp::Kind::kTanh: v = std::tanh(v); break;
       case PostOp::Kind::kSilu: v = v * sigmoid(v); break;

@@ -190,14 +190,13 @@ Result<Model> make_model(Graph graph, const LoadOptions& options) {
   impl->graph = std::move(graph);
   ESCPOD_RETURN_IF_ERROR(prepare_graph(impl->graph));
   impl->options = options;
-  auto env_on = [](const char* name) {
+  auto env_is = [](const char* name, std::string_view value) {
     const char* v = std::getenv(name);
-    return v != nullptr && std::string_view(v) == "1";
+    return v != nullptr && std::string_view(v) == value;
   };
-  impl->options.lstm_int8 = options.lstm_int8 || env_on("ESCPOD_NN_LSTM_INT8");
-  impl->options.bf16_gemm = options.bf16_gemm || env_on("ESCPOD_NN_BF16");
-  const char* amx_env = std::getenv("ESCPOD_NN_AMX_F32");
-  impl->options.amx_f32 = options.amx_f32 && !(amx_env != nullptr && std::string_view(amx_env) == "0");
+  impl->options.lstm_int8 = options.lstm_int8 || env_is("ESCPOD_NN_LSTM_INT8", "1");
+  impl->options.bf16_gemm = options.bf16_gemm || env_is("ESCPOD_NN_BF16", "1");
+  impl->options.amx_f32 = options.amx_f32 && !env_is("ESCPOD_NN_AMX_F32", "0");
   // When only the batch dimension is free, build the batch-1 plan now: unsupported attributes
   // are then reported at load, not at the first run.
   const ValueInfo& in = impl->graph.info.inputs[0];

@@ -50,6 +50,8 @@ struct PostOp {
 };
 std::string describe_post_ops(const std::vector<PostOp>& ops);
 float apply_post_ops(const std::vector<PostOp>& ops, float v);
+// The ReLU of apply_post_ops, for kernels that run it over a whole buffer (a NaN becomes 0).
+inline float relu(float v) { return v > 0.0f ? v : 0.0f; }
 
 // Per-worker state of one step (oneDNN memory objects and argument lists).
 class StepState {
