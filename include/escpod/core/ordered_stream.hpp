@@ -189,6 +189,12 @@ class OrderedStream {
         s.status = Status::ok();
         return true;
       }
+      // An interrupt stops the sink too, at once: an item worked after it is not delivered
+      // (the coordinator's own check runs only between drains).
+      if (interrupted()) {
+        stop_with(Status::cancelled("interrupted"));
+        break;
+      }
       bool stop = false;
       if (Status st = sink(s.item, &stop); !st.is_ok()) fail(s.item, std::move(st), context);
       if (stop) m_stop.store(true, std::memory_order_release);
