@@ -66,9 +66,16 @@ def _write_table(table: Dict[str, np.ndarray], path: str) -> None:
             w.writerow([c[i] for c in cols])
 
 
-def describe(model: PathLike, cnn_model: PathLike = "") -> str:
-    """What `escpod demux --info` prints for a model."""
-    return _core.describe_model(str(model), str(cnn_model))
+def describe(model: PathLike, cnn_model: PathLike = "", config: PathLike = "") -> str:
+    """What `escpod demux --info` prints for a model (`config`: a WarpDemuX .joblib model's
+    signal-processing TOML, as `--config`)."""
+    return _core.describe_model(str(model), str(config), str(cnn_model))
+
+
+def export_model(model: PathLike, config: PathLike = "") -> str:
+    """`escpod demux export-model`: a WarpDemuX .joblib model (with its signal-processing config)
+    as our model JSON text."""
+    return _core.export_model(str(model), str(config))
 
 
 # The CRF head's keyword options of demux() and basecall(), as `escpod demux`'s flags, with their
@@ -116,14 +123,16 @@ def demux(
     prefix: str = "barcode",
     threads: int = 0,
     report: Optional[dict] = None,
+    config: PathLike = "",
     **crf_options,
 ) -> Dict[str, np.ndarray]:
     """`escpod demux`: detect, fingerprint and classify every read of `inputs` (files or folders);
     returns the classifications table (read_id, barcode, ... as the CLI's --classifications CSV).
     With out_dir, also writes one POD5 per label there. `report` (a dict) receives the counts.
 
-    `model` is a WarpDemuX / GBM JSON file or a CTC-CRF model folder (SeqTagger or escapepod
-    bundle). `crf_options` are the CRF head's, as `escpod demux`'s flags (None, or left out: the
+    `model` is a WarpDemuX / GBM JSON file, WarpDemuX's own .joblib model file (its
+    signal-processing config found as WarpDemuX would, or given as `config`), or a CTC-CRF model
+    folder (SeqTagger or escapepod bundle). `crf_options` are the CRF head's, as `escpod demux`'s flags (None, or left out: the
     model's or escapepod's default): `decoder` ("posterior" / "beam"), `crf_window`
     ("before-boundary" / "rolling-start"), `crf_norm`, `barcodes` (a references CSV), the gates
     `min_margin`, `min_baseq`, `min_mean_post`, `min_crf_margin`, `min_crf_prob`, `ref_scores`,
@@ -132,7 +141,7 @@ def demux(
     with tempfile.TemporaryDirectory(prefix="escpod-demux-") as tmp:
         calls = os.path.join(tmp, "calls.csv")
         (rep,) = _core.demux_files(
-            _inputs(inputs), str(model), str(out_dir or ""), calls, method, str(cnn_model),
+            _inputs(inputs), str(model), str(config), str(out_dir or ""), calls, method, str(cnn_model),
             dtw_precision, prefix, threads, crf,
         )
         with open(calls) as f:
@@ -165,29 +174,29 @@ def basecall(
 
 
 def detect(inputs, model: PathLike, method: str = "", cnn_model: PathLike = "",
-           emit_llr_delta: bool = False, threads: int = 0) -> Dict[str, np.ndarray]:
+           emit_llr_delta: bool = False, threads: int = 0, config: PathLike = "") -> Dict[str, np.ndarray]:
     """`escpod demux detect`: adapter boundaries per read (the boundaries CSV's columns)."""
-    text = _core.detect_files(_inputs(inputs), str(model), method, str(cnn_model), emit_llr_delta, threads)
+    text = _core.detect_files(_inputs(inputs), str(model), str(config), method, str(cnn_model), emit_llr_delta, threads)
     return parse_table(text)
 
 
 def fingerprint(inputs, boundaries, model: PathLike = "", method: str = "",
-                emit_dwell: bool = False, threads: int = 0) -> Dict[str, np.ndarray]:
+                emit_dwell: bool = False, threads: int = 0, config: PathLike = "") -> Dict[str, np.ndarray]:
     """`escpod demux fingerprint`: fingerprints (read_id, fp_0..) of the reads `boundaries` (a
     table from detect(), or a boundaries CSV path) names."""
     with tempfile.TemporaryDirectory(prefix="escpod-fp-") as tmp:
         path = _table_path(boundaries, tmp, "boundaries.csv")
-        text = _core.fingerprint_files(_inputs(inputs), path, str(model), method, emit_dwell, threads)
+        text = _core.fingerprint_files(_inputs(inputs), path, str(model), str(config), method, emit_dwell, threads)
     return parse_table(text)
 
 
 def classify(fingerprints, model: PathLike, probabilities: bool = False,
-             dtw_precision: str = "float32", threads: int = 0) -> Dict[str, np.ndarray]:
+             dtw_precision: str = "float32", threads: int = 0, config: PathLike = "") -> Dict[str, np.ndarray]:
     """`escpod demux classify`: calls (read_id, barcode, confidence, is_confident) from
     a fingerprint table (from fingerprint(), or a CSV/Parquet path)."""
     with tempfile.TemporaryDirectory(prefix="escpod-cls-") as tmp:
         path = _table_path(fingerprints, tmp, "fingerprints.csv")
-        text = _core.classify_file(path, str(model), probabilities, dtw_precision, threads)
+        text = _core.classify_file(path, str(model), str(config), probabilities, dtw_precision, threads)
     return parse_table(text)
 
 

@@ -39,7 +39,7 @@ namespace {
 
 struct DemuxCliOptions {
   std::vector<std::string> inputs;
-  std::string model, cnn_model, method, out_dir, classifications, prefix = "barcode";
+  std::string model, config, cnn_model, method, out_dir, classifications, prefix = "barcode";
   std::string dtw_precision = "float32";
   std::string report;  // HTML report path (with its JSON and MultiQC files beside it)
   bool info = false, annotate = false;
@@ -65,7 +65,8 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   ESCPOD_RETURN_IF_ERROR(register_crf_options(o, cnn_model, method));
   ESCPOD_ASSIGN_OR_RETURN(pipeline::DetectorChoice detector, parse_method(method));
   if (o.info) {
-    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, cnn_model, detector));
+    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, cnn_model, detector,
+                                                                                model_load_options(o.config)));
     fmt::print("{}", text);
     return Status::ok();
   }
@@ -77,6 +78,7 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   }
   pipeline::DemuxOptions d;
   d.model_path = o.model;
+  d.model_options = model_load_options(o.config);
   d.cnn_model = cnn_model;
   d.detector = detector;
   ESCPOD_ASSIGN_OR_RETURN(d.dtw, parse_dtw_precision(o.dtw_precision));
@@ -286,6 +288,31 @@ void register_train(CLI::App* demux, GlobalOptions& global) {
   set_body(sub, [o, &global] { return run_train(*o, global); });
 }
 
+struct ExportModelCliOptions {
+  std::string model, config, output;
+  WriterFlags writer;
+};
+
+void register_export_model(CLI::App* demux, GlobalOptions& global) {
+  auto o = std::make_shared<ExportModelCliOptions>();
+  auto* sub = demux->add_subcommand(
+      "export-model",
+      "Write a WarpDemuX .joblib model, with its signal-processing config, as our model JSON\n"
+      "(escapepod-wdx-dtw-svm: the same model, value for value; `demux --model` reads either).\n"
+      "  escpod demux export-model WDX4_rna004_v1_0.joblib -o WDX4_rna004_v1_0.json");
+  sub->add_option("model", o->model, "WarpDemuX model file (.joblib)")->required();
+  add_model_config_flag(sub, o->config);
+  sub->add_option("-o,--output", o->output, "Model JSON to write")->required();
+  add_staging_flags(sub, o->writer);
+  add_verbosity_flags(sub, global);
+  set_body(sub, [o]() -> Status {
+    ESCPOD_ASSIGN_OR_RETURN(std::string text, demux::joblib_model_as_json(o->model, model_load_options(o->config)));
+    ESCPOD_RETURN_IF_ERROR(write_text_staged(o->output, text, o->writer));
+    log::info("wrote {} ({} bytes)", o->output, text.size());
+    return Status::ok();
+  });
+}
+
 struct EvalCliOptions {
   std::string calls, truth;
 };
@@ -320,12 +347,17 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
       "  escpod demux reads/ --model WDX4_rna004_v1_0.json -d out/ --classifications calls.csv\n"
       "  escpod demux reads/ --model WDX4_rna004_v1_0.json --annotate   (labels, no copies)\n"
       "  escpod demux --model WDX4_rna004_v1_0.json --info\n"
+      "  escpod demux reads/ --model WDX4_rna004_v1_0.joblib --cnn-model adapted_cnn.onnx -d out/\n"
+      "A WarpDemuX .joblib model is read as WarpDemuX ships it, with the signal-processing config\n"
+      "its folder's config.toml names (or --config); `demux export-model` writes it as JSON.\n"
       "The model pins its boundary detector (the CNN, with LLR fallbacks); the CNN's ONNX file\n"
       "is found beside the model or given with --cnn-model. A SeqTagger/bonito folder pins none:\n"
       "it runs with the LLR detector, or with the CNN when --cnn-model or --method cnn is given.");
   sub->add_option("inputs", opts->inputs, "POD5 files or directories");
   sub->add_option("-m,--model", opts->model,
-                  "WarpDemuX-format model JSON, GBM JSON, or a CTC-CRF model folder (SeqTagger or bundle)");
+                  "DTW-SVM model (our JSON, or WarpDemuX's own .joblib file), GBM JSON, or a CTC-CRF\n"
+                  "model folder (SeqTagger or bundle)");
+  add_model_config_flag(sub, opts->config);
   sub->add_option("--cnn-model", opts->cnn_model, "Boundary CNN (ONNX), if not beside the model");
   add_method_flag(sub, opts->method, "Override the model's detector: cnn or llr");
   sub->add_option("-d,--output-dir", opts->out_dir, "Folder for <prefix>_<label>.pod5 files");
@@ -349,6 +381,7 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
   register_split(sub, global);
   register_train(sub, global);
   register_evaluate(sub, global);
+  register_export_model(sub, global);
   register_demux_stages(sub, global);
 #ifdef ESCPOD_HAVE_TRAIN_SVM
   register_demux_train_svm(sub, global);

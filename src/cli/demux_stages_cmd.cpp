@@ -60,7 +60,7 @@ double per_second(uint64_t n, double seconds) {
 
 struct DetectCliOptions {
   std::vector<std::string> inputs;
-  std::string model, cnn_model, method;
+  std::string model, config, cnn_model, method;
   bool emit_llr_delta = false;
   CsvOutputFlags out;
 };
@@ -68,6 +68,7 @@ struct DetectCliOptions {
 Status run_detect(const DetectCliOptions& o, const GlobalOptions& global) {
   pipeline::DetectStageOptions d;
   d.model_path = o.model;
+  d.model_options = model_load_options(o.config);
   d.cnn_model = o.cnn_model;
   ESCPOD_ASSIGN_OR_RETURN(d.detector, parse_method(o.method));
   d.emit_llr_delta = o.emit_llr_delta;
@@ -107,7 +108,9 @@ void register_detect(CLI::App* demux, GlobalOptions& global) {
       "one), with a summary of the differences on stderr.\n"
       "  escpod demux detect reads/ --model WDX4_rna004_v1_0.json -o boundaries.csv");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
-  sub->add_option("-m,--model", o->model, "WarpDemuX-format model JSON (its detector settings)")->required();
+  sub->add_option("-m,--model", o->model,
+                  "DTW-SVM model (its detector settings): JSON, or WarpDemuX's own .joblib file")->required();
+  add_model_config_flag(sub, o->config);
   add_method_flag(sub, o->method, "Override the model's detector: cnn or llr");
   sub->add_option("--cnn-model", o->cnn_model, "Boundary CNN (ONNX), if not beside the model");
   sub->add_flag("--emit-llr-delta", o->emit_llr_delta,
@@ -121,7 +124,7 @@ void register_detect(CLI::App* demux, GlobalOptions& global) {
 
 struct FingerprintCliOptions {
   std::vector<std::string> inputs;
-  std::string boundaries, model, method;
+  std::string boundaries, model, config, method;
   bool emit_dwell = false;
   CsvOutputFlags out;
 };
@@ -129,6 +132,7 @@ struct FingerprintCliOptions {
 Status run_fingerprint(const FingerprintCliOptions& o, const GlobalOptions& global) {
   pipeline::FingerprintStageOptions f;
   f.model_path = o.model;
+  f.model_options = model_load_options(o.config);
   ESCPOD_ASSIGN_OR_RETURN(f.detector, parse_method(o.method));
   f.emit_dwell = o.emit_dwell;
   f.n_threads = resolve_threads(global);
@@ -172,7 +176,9 @@ void register_fingerprint(CLI::App* demux, GlobalOptions& global) {
       "  escpod demux fingerprint reads/ --boundaries b.csv --emit-dwell -o fp.parquet");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("--boundaries", o->boundaries, "Boundaries CSV (from demux detect)")->required();
-  sub->add_option("-m,--model", o->model, "Model JSON whose signal_processing settings to use");
+  sub->add_option("-m,--model", o->model,
+                  "Model whose signal-processing settings to use (JSON, or WarpDemuX's .joblib)");
+  add_model_config_flag(sub, o->config);
   add_method_flag(sub, o->method, "Detector the boundaries came from, if not the model's: cnn or llr");
   sub->add_flag("--emit-dwell", o->emit_dwell,
                 "Also write dwell_0..: the length in samples of each fingerprint event");
@@ -196,6 +202,18 @@ Result<pipeline::DetectorChoice> parse_method(const std::string& method) {
   return Status::usage("--method must be cnn or llr, not '" + method + "'");
 }
 
+void add_model_config_flag(CLI::App* sub, std::string& value) {
+  sub->add_option("--config", value,
+                  "WarpDemuX signal-processing config (TOML) of a WarpDemuX .joblib model; default:\n"
+                  "the one its folder's config.toml names (e.g. rna004_130bps@v1.0.toml beside it)");
+}
+
+demux::ModelLoadOptions model_load_options(const std::string& config) {
+  demux::ModelLoadOptions o;
+  o.warpdemux_config = config;
+  return o;
+}
+
 void add_dtw_precision_flag(CLI::App* sub, std::string& value) {
   sub->add_option("--dtw-precision", value,
                   "DTW arithmetic: float32 (default; about 2x faster, probabilities within 1e-6\n"
@@ -212,7 +230,7 @@ Result<demux::DtwPrecision> parse_dtw_precision(const std::string& value) {
 namespace {
 
 struct ClassifyCliOptions {
-  std::string fingerprints, model;
+  std::string fingerprints, model, config;
   std::string dtw_precision = "float32";
   bool probabilities = false;
   CsvOutputFlags out;
@@ -221,6 +239,7 @@ struct ClassifyCliOptions {
 Status run_classify(const ClassifyCliOptions& o, const GlobalOptions& global) {
   pipeline::ClassifyStageOptions c;
   c.model_path = o.model;
+  c.model_options = model_load_options(o.config);
   c.probabilities = o.probabilities;
   ESCPOD_ASSIGN_OR_RETURN(c.dtw, parse_dtw_precision(o.dtw_precision));
   c.n_threads = resolve_threads(global);
@@ -249,7 +268,8 @@ void register_classify(CLI::App* demux, GlobalOptions& global) {
       "every escpod table (escapepod calls it predicted_barcode). Counts per label on stderr.\n"
       "  escpod demux classify fp.csv --model WDX4_rna004_v1_0.json -o calls.csv --probabilities");
   sub->add_option("fingerprints", o->fingerprints, "Fingerprint table (from demux fingerprint): CSV or .parquet")->required();
-  sub->add_option("-m,--model", o->model, "WarpDemuX-format model JSON")->required();
+  sub->add_option("-m,--model", o->model, "DTW-SVM model: JSON, or WarpDemuX's own .joblib file")->required();
+  add_model_config_flag(sub, o->config);
   sub->add_flag("--probabilities", o->probabilities, "Append one probability column per class");
   add_dtw_precision_flag(sub, o->dtw_precision);
   add_csv_output_flags(sub, o->out, "Calls CSV to write");

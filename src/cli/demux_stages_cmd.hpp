@@ -24,4 +24,10 @@ Result<pipeline::DetectorChoice> parse_method(const std::string& method);
 void add_dtw_precision_flag(CLI::App* sub, std::string& value);
 Result<demux::DtwPrecision> parse_dtw_precision(const std::string& value);
 
+// --config FILE.toml: a WarpDemuX joblib model's signal-processing config (WarpDemuX's TOML),
+// shared by the fused demux and every stage that reads a model; found by the model's name when
+// not given. A model that is not a joblib file refuses it (load_model_file).
+void add_model_config_flag(CLI::App* sub, std::string& value);
+demux::ModelLoadOptions model_load_options(const std::string& config);
+
 }  // namespace escpod::cli

@@ -96,6 +96,8 @@ Registry& registry() {
 Result<LoadedHead> make_head(ModelFile&& file, const HeadOptions& options) {
   LoadedHead out;
   out.signal_processing = std::move(file.signal_processing);
+  out.settings_source = std::move(file.settings_source);
+  out.barcode_names = std::move(file.barcode_names);
   if (file.kind == ModelKind::kGbm && file.gbm) {
     out.head = std::make_unique<GbmHead>(std::move(*file.gbm));
     out.kind = "gbm";
@@ -140,7 +142,13 @@ Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptio
       if (!k.looks_for.empty()) looked_for += (looked_for.empty() ? "" : "; ") + k.name + ": " + k.looks_for;
     }
   }
-  if (load) return load(model, options);
+  if (load) {
+    if (!options.model_file.warpdemux_config.empty())
+      return Status::usage("--config " + options.model_file.warpdemux_config.string() +
+                                      " pairs a WarpDemuX joblib model with its signal-processing config, but " +
+                                      model.string() + " is not one");
+    return load(model, options);
+  }
   std::error_code ec;
   if (std::filesystem::is_directory(model, ec)) {
     return Status::invalid_argument(
@@ -149,7 +157,7 @@ Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptio
                             : looked_for) +
         "; DTW-SVM and GBM models are JSON files, not folders)");
   }
-  ESCPOD_ASSIGN_OR_RETURN(ModelFile file, load_model_file(model));
+  ESCPOD_ASSIGN_OR_RETURN(ModelFile file, load_model_file(model, options.model_file));
   return make_head(std::move(file), options);
 }
 

@@ -1,6 +1,11 @@
 // load_model_file: one read, one parse, the kind from the file's own fields, then the typed parts.
 #include "escpod/demux/model_file.hpp"
 
+#include <array>
+#include <fstream>
+#include <span>
+
+#include "joblib_model.hpp"
 #include "json_fields.hpp"
 
 namespace escpod::demux {
@@ -63,14 +68,40 @@ const char* model_kind_name(ModelKind kind) {
   return "?";
 }
 
-Result<ModelFile> load_model_settings(const std::filesystem::path& path) {
-  ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
-  return read_header(j, path);
+namespace {
+
+// The first bytes of the file decide its format (model_file.hpp).
+Result<ModelFormat> sniff_format(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return Status::io_error(path.string() + ": no such file");
+    return Status::io_error(path.string() + ": cannot open");
+  }
+  std::array<char, 8> head{};
+  in.read(head.data(), head.size());
+  const auto n = static_cast<size_t>(in.gcount());
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(head.data()), n);
+  return detail::looks_like_joblib(bytes) ? ModelFormat::kJoblib : ModelFormat::kJson;
 }
 
-Result<ModelFile> load_model_file(const std::filesystem::path& path) {
-  ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
+struct JoblibModel {
+  Json json;
+  detail::WarpDemuxPairing pairing;
+};
+
+Result<JoblibModel> read_joblib(const std::filesystem::path& path, const ModelLoadOptions& options) {
+  JoblibModel m;
+  ESCPOD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, detail::read_joblib_bytes(path));
+  ESCPOD_ASSIGN_OR_RETURN(m.pairing, detail::pair_warpdemux_config(path, options));
+  ESCPOD_ASSIGN_OR_RETURN(m.json, detail::dtw_svm_json_from_joblib(bytes, path, m.pairing));
+  return m;
+}
+
+// The header and, when `classifier`, the typed classifier of one parsed object.
+Result<ModelFile> build_model_file(const Json& j, const std::filesystem::path& path, bool classifier) {
   ESCPOD_ASSIGN_OR_RETURN(ModelFile m, read_header(j, path));
+  if (!classifier) return m;
   if (m.kind == ModelKind::kGbm) {
     ESCPOD_ASSIGN_OR_RETURN(GbmModel g, detail::ModelBuilder::gbm(j, path));
     m.gbm.emplace(std::move(g));
@@ -79,6 +110,44 @@ Result<ModelFile> load_model_file(const std::filesystem::path& path) {
     m.dtw_svm.emplace(std::move(w));
   }
   return m;
+}
+
+Result<ModelFile> load(const std::filesystem::path& path, const ModelLoadOptions& options, bool classifier) {
+  ESCPOD_ASSIGN_OR_RETURN(const ModelFormat format, sniff_format(path));
+  if (format == ModelFormat::kJoblib) {
+    ESCPOD_ASSIGN_OR_RETURN(JoblibModel jm, read_joblib(path, options));
+    ESCPOD_ASSIGN_OR_RETURN(ModelFile m, build_model_file(jm.json, path, classifier));
+    m.format = ModelFormat::kJoblib;
+    m.settings_source = std::move(jm.pairing.source);
+    m.barcode_names = std::move(jm.pairing.barcode_names);
+    return m;
+  }
+  if (!options.warpdemux_config.empty())
+    return Status::usage("--config " + options.warpdemux_config.string() + " pairs a WarpDemuX joblib model with "
+                                    "its signal-processing config, but " + path.string() +
+                                    " is a JSON model, which records its own (signal_processing)");
+  ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
+  return build_model_file(j, path, classifier);
+}
+
+}  // namespace
+
+Result<ModelFile> load_model_settings(const std::filesystem::path& path, const ModelLoadOptions& options) {
+  return load(path, options, /*classifier=*/false);
+}
+
+Result<ModelFile> load_model_file(const std::filesystem::path& path, const ModelLoadOptions& options) {
+  return load(path, options, /*classifier=*/true);
+}
+
+Result<std::string> joblib_model_as_json(const std::filesystem::path& path, const ModelLoadOptions& options) {
+  ESCPOD_ASSIGN_OR_RETURN(const ModelFormat format, sniff_format(path));
+  if (format != ModelFormat::kJoblib)
+    return Status::invalid_argument(path.string() + ": not a WarpDemuX joblib model file (it is read as JSON already)");
+  ESCPOD_ASSIGN_OR_RETURN(JoblibModel jm, read_joblib(path, options));
+  // Built once to check it: the text is only written for a model that loads.
+  ESCPOD_RETURN_IF_ERROR(build_model_file(jm.json, path, /*classifier=*/true).status());
+  return jm.json.dump() + "\n";
 }
 
 }  // namespace escpod::demux

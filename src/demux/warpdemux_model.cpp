@@ -161,8 +161,10 @@ Result<ModelIdentity> read_identity(const Json& j, const JsonFields& f,
       const Json* e = JsonFields::optional_member(*src, key);
       return e && e->is_string() ? e->get<std::string>() : std::string();
     };
-    id.source = str("project") + " " + str("warpdemux_version") + " (commit " +
-                str("commit").substr(0, 7) + "), licence " + str("license");
+    id.source = !str("description").empty()
+                    ? str("description")
+                    : str("project") + " " + str("warpdemux_version") + " (commit " +
+                          str("commit").substr(0, 7) + "), licence " + str("license");
   }
   return id;
 }

@@ -61,7 +61,13 @@ pipeline::CrfRunSetup setup_crf(const std::string& model, const demux::CrfHeadRe
 
 // Fused pipeline: returns (report,); the classifications CSV goes to `classifications`.
 // Per-label POD5 files go to out_dir when given.
-nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string& model,
+demux::ModelLoadOptions model_options(const std::string& config) {
+  demux::ModelLoadOptions o;
+  o.warpdemux_config = config;
+  return o;
+}
+
+nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string& model, const std::string& config,
                       const std::string& out_dir, const std::string& classifications,
                       const std::string& method, const std::string& cnn_model,
                       const std::string& dtw, const std::string& prefix, int n_threads,
@@ -69,6 +75,7 @@ nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string&
   const pipeline::CrfRunSetup run = setup_crf(model, crf, cnn_model, method, false);
   pipeline::DemuxOptions d;
   d.model_path = model;
+  d.model_options = model_options(config);
   d.cnn_model = run.cnn_model;
   d.detector = detector_choice(run.method);
   d.dtw = dtw_precision(dtw);
@@ -91,10 +98,11 @@ nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string&
 }
 
 std::string detect_files(const std::vector<std::string>& inputs, const std::string& model,
-                         const std::string& method, const std::string& cnn_model, bool emit_llr_delta,
+                         const std::string& config, const std::string& method, const std::string& cnn_model, bool emit_llr_delta,
                          int n_threads) {
   pipeline::DetectStageOptions o;
   o.model_path = model;
+  o.model_options = model_options(config);
   o.cnn_model = cnn_model;
   o.detector = detector_choice(method);
   o.emit_llr_delta = emit_llr_delta;
@@ -110,10 +118,12 @@ std::string detect_files(const std::vector<std::string>& inputs, const std::stri
 }
 
 std::string fingerprint_files(const std::vector<std::string>& inputs, const std::string& boundaries_csv,
-                              const std::string& model, const std::string& method, bool emit_dwell,
+                              const std::string& model, const std::string& config, const std::string& method,
+                              bool emit_dwell,
                               int n_threads) {
   pipeline::FingerprintStageOptions o;
   o.model_path = model;
+  o.model_options = model_options(config);
   o.detector = detector_choice(method);
   o.emit_dwell = emit_dwell;
   o.n_threads = resolve_threads(n_threads);
@@ -134,10 +144,12 @@ std::string fingerprint_files(const std::vector<std::string>& inputs, const std:
   return csv.str();
 }
 
-std::string classify_file(const std::string& fingerprints, const std::string& model, bool probabilities,
+std::string classify_file(const std::string& fingerprints, const std::string& model, const std::string& config,
+                          bool probabilities,
                           const std::string& dtw, int n_threads) {
   pipeline::ClassifyStageOptions o;
   o.model_path = model;
+  o.model_options = model_options(config);
   o.probabilities = probabilities;
   o.dtw = dtw_precision(dtw);
   o.n_threads = resolve_threads(n_threads);
@@ -179,9 +191,17 @@ nb::tuple basecall_files(const std::vector<std::string>& inputs, const std::stri
   return nb::make_tuple(csv.str(), r);
 }
 
-std::string describe_model(const std::string& model, const std::string& cnn_model) {
+std::string describe_model(const std::string& model, const std::string& config, const std::string& cnn_model) {
   const pipeline::CrfRunSetup run = setup_crf(model, demux::CrfHeadRequest{}, cnn_model, "", true);
-  auto text = pipeline::describe_demux_model(model, run.cnn_model, detector_choice(run.method));
+  auto text = pipeline::describe_demux_model(model, run.cnn_model, detector_choice(run.method),
+                                             model_options(config));
+  if (!text.is_ok()) raise_status(text.status());
+  return *text;
+}
+
+// `escpod demux export-model`: a WarpDemuX joblib model as our JSON text.
+std::string export_model(const std::string& model, const std::string& config) {
+  auto text = demux::joblib_model_as_json(model, model_options(config));
   if (!text.is_ok()) raise_status(text.status());
   return *text;
 }
@@ -204,15 +224,16 @@ void bind_demux(nb::module_& m) {
       .def_rw("min_crf_prob", &demux::CrfHeadRequest::min_crf_prob)
       .def_rw("ref_scores", &demux::CrfHeadRequest::ref_scores)
       .def_rw("window_batch", &demux::CrfHeadRequest::window_batch);
-  m.def("demux_files", &demux_files, "inputs"_a, "model"_a, "out_dir"_a, "classifications"_a,
+  m.def("demux_files", &demux_files, "inputs"_a, "model"_a, "config"_a, "out_dir"_a, "classifications"_a,
         "method"_a, "cnn_model"_a, "dtw"_a, "prefix"_a, "n_threads"_a, "crf"_a);
-  m.def("detect_files", &detect_files, "inputs"_a, "model"_a, "method"_a, "cnn_model"_a,
+  m.def("detect_files", &detect_files, "inputs"_a, "model"_a, "config"_a, "method"_a, "cnn_model"_a,
         "emit_llr_delta"_a, "n_threads"_a);
-  m.def("fingerprint_files", &fingerprint_files, "inputs"_a, "boundaries_csv"_a, "model"_a, "method"_a,
+  m.def("fingerprint_files", &fingerprint_files, "inputs"_a, "boundaries_csv"_a, "model"_a, "config"_a, "method"_a,
         "emit_dwell"_a, "n_threads"_a);
-  m.def("classify_file", &classify_file, "fingerprints"_a, "model"_a, "probabilities"_a, "dtw"_a,
+  m.def("classify_file", &classify_file, "fingerprints"_a, "model"_a, "config"_a, "probabilities"_a, "dtw"_a,
         "n_threads"_a);
-  m.def("describe_model", &describe_model, "model"_a, "cnn_model"_a);
+  m.def("describe_model", &describe_model, "model"_a, "config"_a, "cnn_model"_a);
+  m.def("export_model", &export_model, "model"_a, "config"_a);
   m.def("basecall_files", &basecall_files, "inputs"_a, "boundaries_csv"_a, "model"_a, "threads"_a, "crf"_a);
 }
 

@@ -121,6 +121,30 @@ def test_stages_equal_cli(shared_data, escpod_bin, tmp_path):
     assert "WDX4" in escpod.demux.describe(model) or len(escpod.demux.describe(model)) > 20
 
 
+
+def test_warpdemux_joblib_model_equals_cli_and_its_export(shared_data, escpod_bin, tmp_path):
+    """A WarpDemuX .joblib model from Python, its config given as `config` (the CLI's --config):
+    the CLI's calls; export_model() gives JSON whose calls are the same."""
+    lonely = tmp_path / "WDX6_rna002_v0_4_4.joblib"  # no config.toml beside it
+    lonely.write_bytes((shared_data / "warpdemux/joblib/rna002/WDX6_rna002_v0_4_4.joblib").read_bytes())
+    config = shared_data / "warpdemux/joblib/rna002/rna002_70bps@v0.4.4.toml"
+    inp = sorted((shared_data / "warpdemux/sample").glob("*.pod5"))[0]
+    calls_csv = tmp_path / "cli.csv"
+    subprocess.run([str(escpod_bin), "demux", str(inp), "--model", str(lonely), "--config", str(config),
+                    "--classifications", str(calls_csv)], check=True, capture_output=True)
+    cli = _csv(calls_csv)
+    ours = escpod.demux.demux(inp, model=lonely, config=config, threads=2)
+    assert ours["barcode"].tolist() == [r["barcode"] for r in cli]
+    assert sum(b != "unclassified" for b in ours["barcode"].tolist()) > 50
+    with pytest.raises(Exception, match="--config"):
+        escpod.demux.demux(inp, model=lonely, threads=1)
+    exported = tmp_path / "WDX6.json"
+    exported.write_text(escpod.demux.export_model(lonely, config=config))
+    again = escpod.demux.demux(inp, model=exported, threads=2)
+    assert again["barcode"].tolist() == ours["barcode"].tolist()
+    assert "rna002_70bps@v0.4.4.toml (--config)" in escpod.demux.describe(lonely, config=config)
+
+
 INTERRUPT = r"""
 import os, signal, sys, threading, time
 import escpod

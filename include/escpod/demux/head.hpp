@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/classification.hpp"
@@ -104,6 +105,7 @@ class Head {
 
 struct HeadOptions {
   DtwPrecision dtw = DtwPrecision::kFloat32;  // the DTW-SVM head's DTW arithmetic
+  ModelLoadOptions model_file;                // how a model file is read (a joblib model's config)
 };
 
 // A loaded head with the signal-processing settings the engine prepares its reads with: those
@@ -114,6 +116,10 @@ struct LoadedHead {
   std::optional<SignalProcessing> signal_processing;
   bool default_settings = false;
   std::string kind;  // "dtw-svm", "gbm", or a registered kind's name
+  // Where signal_processing came from when the model file does not hold it (a WarpDemuX joblib
+  // model's config: ModelFile::settings_source), and the barcode names its registry lists.
+  std::string settings_source;
+  std::vector<std::string> barcode_names;
 };
 
 // The heads of a parsed model file (DTW-SVM or GBM; the file is consumed).

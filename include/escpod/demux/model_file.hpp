@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/gbm_model.hpp"
@@ -76,28 +77,54 @@ enum class ModelKind : uint8_t {
 };
 const char* model_kind_name(ModelKind kind);
 
+// How a model file is read: what a model file cannot say itself.
+struct ModelLoadOptions {
+  // A WarpDemuX joblib model's signal-processing config (WarpDemuX's TOML, `--config`); empty:
+  // found by the model's name as WarpDemuX would (docs/formats.md, "WarpDemuX model files").
+  // Only joblib models have such a config: the caller refuses it for other files.
+  std::filesystem::path warpdemux_config;
+};
+
+enum class ModelFormat : uint8_t {
+  kJson,    // our JSON layouts (escapepod-wdx-dtw-svm, the Rust escapepod's, GBM)
+  kJoblib,  // WarpDemuX's own model file: a joblib pickle of its DTW_SVM
+};
+
 // A whole model file, parsed once.
 struct ModelFile {
   std::filesystem::path path;
+  ModelFormat format = ModelFormat::kJson;
   ModelKind kind = ModelKind::kDtwSvm;
   std::string chemistry;                      // empty when the file does not say
   std::string signal_processing_config_name;  // empty when the file does not say
   // The file's signal_processing block; nullopt when it has none (GBM files never do; the Rust
   // escapepod's DTW-SVM schema may not). What a missing block means is the caller's rule.
   std::optional<SignalProcessing> signal_processing;
+  // Where signal_processing came from, one line (a joblib model's config file and the
+  // config.toml entry that named it); empty for a JSON file's own block.
+  std::string settings_source;
+  // A joblib model's barcode names as its folder's config.toml lists them (e.g. dpc1..dpc4).
+  std::vector<std::string> barcode_names;
   std::optional<WarpDemuxModel> dtw_svm;      // kind kDtwSvm
   std::optional<GbmModel> gbm;                // kind kGbm
 };
 
-// The kind is decided from the file's own fields: model_type "gbm" (or a `trees` array) is GBM;
-// format "escapepod-wdx-dtw-svm", or the DTW-SVM fields (training_fingerprints + support_indices)
-// without a format, is DTW-SVM. Anything else is kCorrupt saying which fields it looked for; a
-// `format` naming another kind is kUnsupported.
-Result<ModelFile> load_model_file(const std::filesystem::path& path);
+// The format is decided from the file's first bytes: a pickle (or a zlib/gzip-compressed joblib
+// file) is a WarpDemuX joblib model (DTW-SVM; read strictly, no code runs: errors name the
+// opcode or field and its byte offset), anything else JSON. For JSON the kind is decided from the
+// file's own fields: model_type "gbm" (or a `trees` array) is GBM; format "escapepod-wdx-dtw-svm",
+// or the DTW-SVM fields (training_fingerprints + support_indices) without a format, is DTW-SVM.
+// Anything else is kCorrupt saying which fields it looked for; a `format` naming another kind is
+// kUnsupported. options.warpdemux_config given for a JSON model is kUsage (a flag that does not apply).
+Result<ModelFile> load_model_file(const std::filesystem::path& path, const ModelLoadOptions& options = {});
 
 // Only the header of a model file: kind, chemistry, config name and signal_processing (the
 // classifier itself is not built). For stages that only detect or fingerprint.
-Result<ModelFile> load_model_settings(const std::filesystem::path& path);
+Result<ModelFile> load_model_settings(const std::filesystem::path& path, const ModelLoadOptions& options = {});
+
+// A WarpDemuX joblib model (with its paired config) as our JSON layout, for tools that want it
+// (`escpod demux export-model`): load_model_file of the text gives the same model.
+Result<std::string> joblib_model_as_json(const std::filesystem::path& path, const ModelLoadOptions& options = {});
 
 namespace detail {
 // How many model/template files this process has parsed as JSON (tests: a run parses each once).

@@ -1,6 +1,7 @@
 #include "escpod/pipeline/demux/demux.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -71,7 +72,7 @@ std::map<int32_t, std::string> head_label_names(const demux::Head& head) {
 }
 
 Result<Engine> make_engine(const DemuxOptions& o) {
-  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(o.model_path, {o.dtw}));
+  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(o.model_path, {o.dtw, o.model_options}));
   if (!h.signal_processing) {
     return Status::corrupt(o.model_path.string() +
                            ": model has no signal_processing block (which detector and "
@@ -366,8 +367,11 @@ std::string outputs_line(const demux::Head& head) {
 }  // namespace
 
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
-                                         const std::filesystem::path& cnn_model, DetectorChoice detector) {
-  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(model_path, {}));
+                                         const std::filesystem::path& cnn_model, DetectorChoice detector,
+                                         const demux::ModelLoadOptions& model_options) {
+  demux::HeadOptions head_options;
+  head_options.model_file = model_options;
+  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(model_path, head_options));
   if (h.default_settings) {
     const bool chosen = detector != DetectorChoice::kModelDefault;
     const bool cnn = chosen ? detector == DetectorChoice::kCnn
@@ -386,6 +390,8 @@ Result<std::string> describe_demux_model(const std::filesystem::path& model_path
   const StageSettings sp =
       stage_settings_from(*h.signal_processing, model_path.string(), DetectorChoice::kModelDefault);
   std::string out = h.head->describe();
+  if (!h.settings_source.empty()) out += "\nsignal processing: " + h.settings_source + "\n";
+  if (!h.barcode_names.empty()) out += "barcodes as its config.toml names them: " + fmt::format("{}", fmt::join(h.barcode_names, " ")) + "\n";
   const bool cnn_detect = sp.method == DetectMethod::kCnn;
   out += fmt::format("\ndetector: {}\n", cnn_detect ? "boundary CNN (" + sp.cnn_model_name +
                                                           ") with LLR fallbacks"

@@ -129,11 +129,12 @@ StageSettings stage_settings_from(const demux::SignalProcessing& processing, con
   return s;
 }
 
-Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice) {
+Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice,
+                                     const demux::ModelLoadOptions& model_options) {
   if (model_path.empty()) {
     return stage_settings_from(demux::SignalProcessing::rna004(true), "default settings", choice);
   }
-  ESCPOD_ASSIGN_OR_RETURN(demux::ModelFile m, demux::load_model_settings(model_path));
+  ESCPOD_ASSIGN_OR_RETURN(demux::ModelFile m, demux::load_model_settings(model_path, model_options));
   if (!m.signal_processing) {
     return Status::corrupt(model_path.string() +
                            ": model has no signal_processing block (which detector and "
@@ -179,7 +180,8 @@ Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
                          DetectStageReport* report) {
   const auto t0 = Clock::now();
   if (options.model_path.empty()) return Status::usage("detect needs --model MODEL.json");
-  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
+  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings,
+                          stage_settings(options.model_path, options.detector, options.model_options));
   std::filesystem::path cnn;
   if (settings.method == DetectMethod::kCnn) {
     ESCPOD_ASSIGN_OR_RETURN(cnn, find_cnn_model(options.model_path, options.cnn_model, settings.cnn_model_name));
@@ -350,7 +352,8 @@ Result<BoundariesTable> read_boundaries_csv(const std::filesystem::path& path) {
 }
 
 Result<size_t> fingerprint_length(const FingerprintStageOptions& options) {
-  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
+  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings,
+                          stage_settings(options.model_path, options.detector, options.model_options));
   return settings.fingerprint.barcode_num_events;
 }
 
@@ -359,7 +362,8 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
                                    const FingerprintStageOptions& options,
                                    FingerprintTableWriter& table, FingerprintStageReport* report) {
   const auto t0 = Clock::now();
-  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings, stage_settings(options.model_path, options.detector));
+  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings,
+                          stage_settings(options.model_path, options.detector, options.model_options));
   ESCPOD_ASSIGN_OR_RETURN(auto readers, open_readers(inputs, options.n_threads));
   FingerprintStageReport local;
   FingerprintStageReport& rep = report ? *report : local;
@@ -429,7 +433,11 @@ Status classify_fingerprints(const std::filesystem::path& fingerprints,
                              const ClassifyStageOptions& options, std::ostream& csv,
                              ClassifyStageReport* report) {
   const auto t0 = Clock::now();
-  ESCPOD_ASSIGN_OR_RETURN(demux::WarpDemuxModel model, demux::WarpDemuxModel::load(options.model_path));
+  ESCPOD_ASSIGN_OR_RETURN(demux::ModelFile file, demux::load_model_file(options.model_path, options.model_options));
+  if (!file.dtw_svm)
+    return Status::invalid_argument(options.model_path.string() + ": a " + demux::model_kind_name(file.kind) +
+                                    " model; the classify stage reads DTW-SVM models");
+  const demux::WarpDemuxModel& model = *file.dtw_svm;
   ESCPOD_ASSIGN_OR_RETURN(std::unique_ptr<FingerprintTableReader> in,
                           FingerprintTableReader::open(fingerprints, model.n_features(), model.name()));
   ClassifyStageReport local;

@@ -35,6 +35,7 @@ struct DemuxOptions {
   // The model: a file or folder demux::load_head reads (DTW-SVM or GBM JSON, or a registered
   // head kind's model).
   std::filesystem::path model_path;
+  demux::ModelLoadOptions model_options;  // a WarpDemuX joblib model's config (--config)
   std::filesystem::path cnn_model;      // boundary CNN (ONNX); empty: found beside the model
   DetectorChoice detector = DetectorChoice::kModelDefault;
   // DTW arithmetic of the DTW-SVM head (see ClassifyStageOptions::dtw).
@@ -99,6 +100,7 @@ Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
 // kModelDefault).
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
                                          const std::filesystem::path& cnn_model,
-                                         DetectorChoice detector = DetectorChoice::kModelDefault);
+                                         DetectorChoice detector = DetectorChoice::kModelDefault,
+                                         const demux::ModelLoadOptions& model_options = {});
 
 }  // namespace escpod::pipeline

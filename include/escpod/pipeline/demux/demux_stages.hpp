@@ -57,12 +57,14 @@ Result<BoundaryDetector> make_stage_detector(const StageSettings& s, const std::
 // demux::SignalProcessing::rna004(true)), with the detector overridden per `choice` (a warning
 // when LLR overrides a CNN-trained model). Reads the model file once (demux::load_model_settings).
 // Errors: those of load_model_settings, a model without a signal_processing block.
-Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice);
+Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice,
+                                     const demux::ModelLoadOptions& model_options = {});
 
 // ---- detect ---------------------------------------------------------------------------------
 
 struct DetectStageOptions {
   std::filesystem::path model_path;  // required: the settings and the CNN's name
+  demux::ModelLoadOptions model_options;  // a WarpDemuX joblib model's config (--config)
   std::filesystem::path cnn_model;   // empty: found beside the model
   DetectorChoice detector = DetectorChoice::kModelDefault;
   // CNN only: also run the LLR-only detector on the whole read and append
@@ -114,6 +116,7 @@ Result<BoundariesTable> read_boundaries_csv(const std::filesystem::path& path);
 
 struct FingerprintStageOptions {
   std::filesystem::path model_path;  // empty: RNA004 defaults
+  demux::ModelLoadOptions model_options;  // a WarpDemuX joblib model's config (--config)
   DetectorChoice detector = DetectorChoice::kModelDefault;  // decides how much signal is decoded
   bool emit_dwell = false;  // also dwell_0..: the length in samples of each fingerprint event
   int n_threads = 1;
@@ -142,7 +145,8 @@ Result<size_t> fingerprint_length(const FingerprintStageOptions& options);
 // ---- classify -------------------------------------------------------------------------------
 
 struct ClassifyStageOptions {
-  std::filesystem::path model_path;
+  std::filesystem::path model_path;  // a DTW-SVM model: JSON or WarpDemuX joblib
+  demux::ModelLoadOptions model_options;  // a WarpDemuX joblib model's config (--config)
   bool probabilities = false;  // append one pNN column per class
   // DTW arithmetic: float32 (default, ~2x faster, within the golden tolerances) or float64
   // (dtaidistance's distances bit for bit).
