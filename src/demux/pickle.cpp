@@ -341,15 +341,13 @@ class Machine {
     list->items.insert(list->items.end(), items.begin(), items.end());
     return Status::ok();
   }
-  static Status set_key(PickleValue* dict, const PickleValue* key, const PickleValue* value) {
-    // Python replaces an existing key; keys here are str or int (compared by value).
-    for (auto& [k, v] : dict->fields) {
-      if (k->type == key->type && k->text == key->text && k->integer == key->integer) {
-        v = value;
-        return Status::ok();
-      }
-    }
-    dict->fields.emplace_back(key, value);
+  // Python replaces an existing key; keys here are str or int (compared by value). The index
+  // keeps a hostile dict of many keys linear, not quadratic.
+  Status set_key(PickleValue* dict, const PickleValue* key, const PickleValue* value) {
+    std::string id = key->type == Type::kStr ? "s" + key->text : "i" + std::to_string(key->integer);
+    auto [it, fresh] = m_dict_index[dict].try_emplace(std::move(id), dict->fields.size());
+    if (fresh) dict->fields.emplace_back(key, value);
+    else dict->fields[it->second].second = value;
     return Status::ok();
   }
   Status check_key(const PickleValue* key, size_t at) const {
@@ -583,6 +581,7 @@ class Machine {
   std::vector<const PickleValue*> m_stack;
   std::vector<size_t> m_marks;
   std::unordered_map<uint64_t, const PickleValue*> m_memo;
+  std::unordered_map<const PickleValue*, std::unordered_map<std::string, size_t>> m_dict_index;
   uint64_t m_memo_next = 0;
   Pickle m_out;
 };

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <unordered_set>
 
 #include "demux/pickle.hpp"
 
@@ -18,9 +19,10 @@ void check(bool ok) {
   if (!ok) __builtin_trap();
 }
 
-// Touches every value reachable from `v` (depth-bounded: memo references can share subtrees).
-size_t walk(const PickleValue* v, int depth) {
-  if (v == nullptr || depth > 64) return 0;
+// Touches every value reachable from `v` once (memo references can share subtrees and make
+// containers hold themselves).
+size_t walk(const PickleValue* v, std::unordered_set<const PickleValue*>& seen) {
+  if (v == nullptr || !seen.insert(v).second) return 0;
   size_t n = 1 + v->type_name().size();
   if (v->type == PickleValue::Type::kArray) {
     size_t count = 1;
@@ -28,8 +30,8 @@ size_t walk(const PickleValue* v, int depth) {
     check(count == v->size());
     for (size_t i = 0; i < v->size(); ++i) n += v->element_double(i) == v->element_double(i) ? 1 : 0;
   }
-  for (const PickleValue* item : v->items) n += walk(item, depth + 1);
-  for (const auto& [k, x] : v->fields) n += walk(k, depth + 1) + walk(x, depth + 1);
+  for (const PickleValue* item : v->items) n += walk(item, seen);
+  for (const auto& [k, x] : v->fields) n += walk(k, seen) + walk(x, seen);
   return n;
 }
 
@@ -44,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   check(r->root != nullptr);
-  volatile size_t sink = walk(r->root, 0);
+  std::unordered_set<const PickleValue*> seen;
+  volatile size_t sink = walk(r->root, seen);
   (void)sink;
   return 0;
 }
