@@ -61,6 +61,7 @@ void register_repack(CLI::App& app, GlobalOptions& global);
 void register_merge(CLI::App& app, GlobalOptions& global);
 void register_filter(CLI::App& app, GlobalOptions& global);
 void register_bam_filter(CLI::App& app, GlobalOptions& global);
+void register_bam_demux(CLI::App& app, GlobalOptions& global);
 void register_subset(CLI::App& app, GlobalOptions& global);
 void register_summary(CLI::App& app, GlobalOptions& global);
 void register_annotate(CLI::App& app, GlobalOptions& global);

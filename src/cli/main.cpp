@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
 #else
   for (const cli::Pod5Command& c : cli::kPod5Commands) c.add(app, global);
   cli::register_bam_filter(app, global);
+  cli::register_bam_demux(app, global);
   cli::register_report(app, global);
   cli::register_simulate(app, global);
 #endif

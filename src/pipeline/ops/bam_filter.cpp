@@ -2,7 +2,6 @@
 
 #include <htslib/bgzf.h>
 #include <htslib/hts.h>
-#include <htslib/hts_log.h>
 #include <htslib/sam.h>
 
 #include <cerrno>
@@ -13,42 +12,20 @@
 
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
+#include "pipeline/ops/bam_records.hpp"
 
 namespace escpod::pipeline {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct HtsFileCloser {
-  void operator()(htsFile* f) const { hts_close(f); }
-};
-struct HeaderFree {
-  void operator()(sam_hdr_t* h) const { sam_hdr_destroy(h); }
-};
-struct RecordFree {
-  void operator()(bam1_t* b) const { bam_destroy1(b); }
-};
-struct IndexFree {
-  void operator()(hts_idx_t* i) const { hts_idx_destroy(i); }
-};
-struct IteratorFree {
-  void operator()(hts_itr_t* i) const { hts_itr_destroy(i); }
-};
-using HtsFile = std::unique_ptr<htsFile, HtsFileCloser>;
-using Header = std::unique_ptr<sam_hdr_t, HeaderFree>;
-using Record = std::unique_ptr<bam1_t, RecordFree>;
-using Index = std::unique_ptr<hts_idx_t, IndexFree>;
-using Iterator = std::unique_ptr<hts_itr_t, IteratorFree>;
-
-// htslib prints its own diagnostics to stderr; ours name the file instead, so it speaks only
-// when escpod is verbose.
-void quiet_htslib() {
-  hts_set_log_level(log::enabled(log::Level::kDebug) ? HTS_LOG_WARNING : HTS_LOG_OFF);
-}
-
-std::string where(const fs::path& bam_path, uint64_t n_records, const bam1_t* b) {
-  return bam_path.string() + " record " + std::to_string(n_records) + " (" + bam_get_qname(b) + ")";
-}
+using detail::Header;
+using detail::HtsFile;
+using detail::Index;
+using detail::Iterator;
+using detail::Record;
+using detail::quiet_htslib;
+using detail::record_read_ids;
 
 // Contig names for an error message: the first few and how many there are.
 std::string some_contigs(const sam_hdr_t* h) {
@@ -147,51 +124,6 @@ Result<Region> parse_region(const fs::path& bam_path, sam_hdr_t* h, const std::s
   return r;
 }
 
-// The read ids record `b` stands for: its pi tag, else its name (both halves of a duplex
-// name "a;b").
-Status record_read_ids(const fs::path& bam_path, uint64_t n_records, const bam1_t* b,
-                       std::vector<pod5::ReadId>& out, bool* from_parent) {
-  out.clear();
-  *from_parent = false;
-  std::string_view text;
-  if (const uint8_t* pi = bam_aux_get(b, "pi")) {
-    if (*pi != 'Z') {
-      return Status::invalid_argument(where(bam_path, n_records, b) +
-                                      ": pi tag is not a string (expected pi:Z:<parent read id>)");
-    }
-    text = reinterpret_cast<const char*>(pi + 1);
-    *from_parent = true;
-  } else {
-    text = bam_get_qname(b);
-  }
-  while (true) {
-    const size_t cut = text.find(';');
-    std::string_view part = text.substr(0, cut);
-    auto id = pod5::ReadId::parse(part);
-    if (!id.is_ok()) {
-      return Status::invalid_argument(where(bam_path, n_records, b) + ": " +
-                                      (*from_parent ? "pi tag '" : "read name '") +
-                                      std::string(part) + "' is not a POD5 read id (a UUID)");
-    }
-    out.push_back(*id);
-    if (cut == std::string_view::npos) break;
-    text.remove_prefix(cut + 1);
-  }
-  return Status::ok();
-}
-
-Status open_error(const fs::path& bam_path) {
-  const int err = errno;
-  std::error_code ec;
-  if (!fs::exists(bam_path, ec)) return Status::not_found("BAM " + bam_path.string() + " does not exist");
-  if (fs::is_directory(bam_path, ec)) return Status::invalid_argument("BAM " + bam_path.string() + " is a directory");
-  if (err == ENOEXEC) {  // htslib's answer for a format it does not know
-    return Status::corrupt(bam_path.string() + " is not a BAM file (htslib does not recognise its format)");
-  }
-  return Status::io_error("cannot open BAM " + bam_path.string() + ": " +
-                          (err != 0 ? std::strerror(err) : "unknown error"));
-}
-
 }  // namespace
 
 Result<BamSelection> select_bam_reads(const fs::path& bam_path, const BamCriteria& criteria,
@@ -201,32 +133,14 @@ Result<BamSelection> select_bam_reads(const fs::path& bam_path, const BamCriteri
     return Status::usage("--quality must be a MAPQ in 0-255, not " +
                                     std::to_string(*criteria.min_mapq));
   }
-  errno = 0;
-  HtsFile fp(sam_open(bam_path.c_str(), "r"));
-  if (!fp) return open_error(bam_path);
-  const htsFormat* fmt = hts_get_format(fp.get());
-  if (fmt->category != sequence_data ||
-      (fmt->format != htsExactFormat::bam && fmt->format != sam && fmt->format != cram)) {
-    char* desc = hts_format_description(fmt);
-    std::string what = desc ? desc : "unknown";
-    std::free(desc);
-    return Status::corrupt(bam_path.string() + " is not a BAM file (it looks like: " + what + ")");
-  }
-  const bool is_bam = fmt->format == htsExactFormat::bam;
-  const bool is_cram = fmt->format == cram;
-  if (is_cram) {
-    // Only what selection reads; CRAM then needs no reference to decode sequences.
-    (void)hts_set_opt(fp.get(), CRAM_OPT_REQUIRED_FIELDS,
-                      SAM_QNAME | SAM_FLAG | SAM_RNAME | SAM_POS | SAM_MAPQ | SAM_CIGAR | SAM_AUX);
-  }
-  // htslib 1.16's threaded BGZF reader hangs or reports a plain end of file on a truncated file:
-  // the end-of-file marker and the header are read on this thread, threads come after.
-  if (fp->is_bgzf && fmt->compression == bgzf && bgzf_check_EOF(fp->fp.bgzf) == 0) {
-    return Status::corrupt(bam_path.string() + ": truncated BAM (no BGZF end-of-file marker)");
-  }
-  Header hdr(sam_hdr_read(fp.get()));
-  if (!hdr) return Status::corrupt(bam_path.string() + ": cannot read the BAM header (damaged or not a BAM)");
-  if (options.n_threads > 1) (void)hts_set_threads(fp.get(), options.n_threads);
+  detail::OpenAlignmentsOptions oo;
+  oo.n_threads = options.n_threads;
+  oo.all_fields = false;  // selection reads names, flags, positions and tags only
+  ESCPOD_ASSIGN_OR_RETURN(detail::OpenedAlignments opened, detail::open_alignments(bam_path, oo));
+  HtsFile fp = std::move(opened.file);
+  Header hdr = std::move(opened.header);
+  const bool is_bam = opened.is_bam;
+  const bool is_cram = opened.is_cram;
 
   BamSelection sel;
   Region region;
