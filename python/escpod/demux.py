@@ -72,6 +72,25 @@ def describe(model: PathLike, cnn_model: PathLike = "", config: PathLike = "") -
     return _core.describe_model(str(model), str(config), str(cnn_model))
 
 
+def bam_demux(bam: PathLike, classifications=None, pod5=None, annotation: str = "barcode",
+              output: Optional[PathLike] = None, out_dir: Optional[PathLike] = None, prefix: str = "barcode",
+              reference: Optional[PathLike] = None, missing_ids: Optional[PathLike] = None, threads: int = 0,
+              memory_mib: int = 64, force: bool = False) -> dict:
+    """`escpod bam-demux`: the calls (`classifications`: a CSV path or a list of them; or `pod5`:
+    POD5 files/folders whose .p5s sidecars hold the label column `annotation`) onto the records
+    of `bam` (dorado's BC/RG conventions, docs/formats.md); writes `output` (every record, tagged)
+    and/or `out_dir` (one <prefix>_<label>.bam per label). Returns the counts (records and reads
+    per label, records without a call, calls without a record, files written)."""
+    if isinstance(classifications, (str, os.PathLike)):
+        classifications = [classifications]
+    if isinstance(pod5, (str, os.PathLike)):
+        pod5 = [pod5]
+    return _core.bam_demux_file(
+        str(bam), [str(c) for c in classifications or []], [str(p) for p in pod5 or []], annotation,
+        str(output or ""), str(out_dir or ""), prefix, str(reference or ""), str(missing_ids or ""),
+        threads, memory_mib, force)
+
+
 def export_model(model: PathLike, config: PathLike = "") -> str:
     """`escpod demux export-model`: a WarpDemuX .joblib model (with its signal-processing config)
     as our model JSON text."""

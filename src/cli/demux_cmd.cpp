@@ -20,6 +20,7 @@
 #include "escpod/pipeline/tables/demux_eval.hpp"
 #include "escpod/pipeline/tables/fingerprint_table.hpp"
 #include "escpod/pipeline/ops/pod5_ops.hpp"
+#include "escpod/pipeline/tables/bam_demux.hpp"
 #include "escpod/pod5/inputs.hpp"
 
 #include "cli/crf_flags.hpp"
@@ -42,6 +43,7 @@ struct DemuxCliOptions {
   std::string model, config, cnn_model, method, out_dir, classifications, prefix = "barcode";
   std::string dtw_precision = "float32";
   std::string report;  // HTML report path (with its JSON and MultiQC files beside it)
+  std::string bam, bam_output;  // basecalled BAM to tag once the calls are final (bam-demux)
   bool info = false, annotate = false;
   int64_t memory_mib = 256;
   WriterFlags writer;
@@ -59,6 +61,39 @@ Status register_crf_options(const DemuxCliOptions& o, std::string& cnn_model, st
   return Status::ok();
 }
 
+// --bam: the basecalled BAM's records tagged with the run's calls (bam-demux), per label into
+// -d beside the POD5 files and/or all into --bam-output.
+Status check_bam_flags(const DemuxCliOptions& o) {
+  if (!o.bam_output.empty() && o.bam.empty())
+    return Status::usage("--bam-output writes the records of --bam IN.bam tagged; give --bam");
+  if (!o.bam.empty() && o.out_dir.empty() && o.bam_output.empty())
+    return Status::usage("--bam IN.bam needs -d DIR (one BAM per label beside the POD5 files) and/or "
+                         "--bam-output OUT.bam (every record, tagged)");
+  if (!o.bam.empty() && !std::filesystem::is_regular_file(o.bam))
+    return Status::not_found("--bam " + o.bam + ": no such file");
+  return Status::ok();
+}
+
+Result<pipeline::BamDemuxReport> tag_bam(const DemuxCliOptions& o, const pipeline::DemuxOptions& d,
+                                          const GlobalOptions& global) {
+  pipeline::BamDemuxOptions b;
+  b.calls.classifications = {d.classifications_csv};
+  b.output = o.bam_output;
+  b.out_dir = o.out_dir;
+  b.prefix = o.prefix;
+  b.n_threads = d.n_threads;
+  b.overwrite = o.writer.force;
+  b.fsync = d.writer.fsync;
+  b.command_line = global.command_line;
+  b.version = ESCPOD_VERSION;
+  pipeline::BamDemuxReport rep;
+  ESCPOD_RETURN_IF_ERROR(pipeline::bam_demux(o.bam, b, &rep));
+  for (const auto& [label, n] : rep.records_per_label) log::info("BAM {:<16} {:>10} records", label, n);
+  if (rep.n_reads_without_call)
+    log::warn("{} reads of {} have no call (not in the demultiplexed inputs)", rep.n_reads_without_call, o.bam);
+  return rep;
+}
+
 Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   if (o.model.empty()) return Status::usage("demux needs --model MODEL.json");
   std::string cnn_model, method;
@@ -71,6 +106,7 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
     return Status::ok();
   }
   if (o.inputs.empty()) return Status::usage("demux needs POD5 inputs");
+  ESCPOD_RETURN_IF_ERROR(check_bam_flags(o));
   if (o.out_dir.empty() && o.classifications.empty() && !o.annotate && o.report.empty()) {
     return Status::usage("demux needs -d OUTDIR (per-barcode POD5 files), --annotate "
                                     "(barcode column in each input's .p5s sidecar), --report HTML "
@@ -85,11 +121,18 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   d.out_dir = o.out_dir;
   d.prefix = o.prefix;
   d.classifications_csv = o.classifications;
-  // The report is built from the classifications: without --classifications they go to a
-  // scratch file beside the report, removed afterwards.
+  // The report and the BAM tagging are built from the classifications: without
+  // --classifications they go to a scratch file beside the report (or the BAM output), removed
+  // afterwards.
   std::optional<ScratchPath> report_csv;
-  if (!o.report.empty() && o.classifications.empty()) {
-    ESCPOD_ASSIGN_OR_RETURN(auto scratch, ScratchPath::create(o.report, ".classifications.csv"));
+  if ((!o.report.empty() || !o.bam.empty()) && o.classifications.empty()) {
+    const std::string beside = !o.report.empty() ? o.report : !o.bam_output.empty() ? o.bam_output : o.out_dir + "/calls";
+    if (o.report.empty() && o.bam_output.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o.out_dir, ec);
+      if (ec) return Status::io_error("cannot create " + o.out_dir + ": " + ec.message());
+    }
+    ESCPOD_ASSIGN_OR_RETURN(auto scratch, ScratchPath::create(beside, ".classifications.csv"));
     report_csv.emplace(std::move(scratch));
     d.classifications_csv = report_csv->path();
     std::error_code ec;
@@ -114,6 +157,11 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   for (const auto& [reason, n] : report.unclassified_reasons) log::info("unclassified, {}: {}", reason, n);
   log::info("{} reads in {:.2f} s ({:.0f} reads/s, {} threads)", report.n_reads, report.seconds,
             static_cast<double>(report.n_reads) / std::max(report.seconds, 1e-9), d.n_threads);
+  std::optional<pipeline::BamDemuxReport> bam_report;
+  if (!o.bam.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(auto r, tag_bam(o, d, global));
+    bam_report.emplace(std::move(r));
+  }
   if (!o.report.empty()) {
     pipeline::ReportOptions r;
     r.classifications = {d.classifications_csv};
@@ -124,6 +172,10 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
     r.demux_seconds = report.seconds;
     r.demux_threads = d.n_threads;
     r.model = o.model;
+    if (bam_report) {
+      r.bam = o.bam;
+      r.bam_records_per_label = bam_report->records_per_label;
+    }
     ESCPOD_RETURN_IF_ERROR(write_run_report(report_paths(o.report), r, o.writer.force));
   }
   return Status::ok();
@@ -372,6 +424,10 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::PositiveNumber);
   add_dtw_precision_flag(sub, opts->dtw_precision);
   add_crf_flags(sub, opts->crf);
+  sub->add_option("--bam", opts->bam,
+                  "Basecalled BAM of these reads (dorado's): once the calls are final, its records are\n"
+                  "tagged with them as `escpod bam-demux` does, one <prefix>_<label>.bam per label into -d");
+  sub->add_option("--bam-output", opts->bam_output, "With --bam: every record of it, tagged, into this BAM");
   sub->add_flag("--info", opts->info, "Describe the model and its detector, then exit");
   sub->add_flag("--annotate", opts->annotate,
                 "Write each read's label into its input's .p5s sidecar (column barcode) once the run "

@@ -12,6 +12,7 @@
 #include "escpod/pipeline/demux/crf_basecall.hpp"
 #include "escpod/pipeline/demux/demux.hpp"
 #include "escpod/pipeline/demux/demux_stages.hpp"
+#include "escpod/pipeline/tables/bam_demux.hpp"
 #include "escpod/pipeline/tables/fingerprint_table.hpp"
 #include "escpod/pod5/inputs.hpp"
 #include "py_support.hpp"
@@ -199,6 +200,46 @@ std::string describe_model(const std::string& model, const std::string& config, 
   return *text;
 }
 
+// `escpod bam-demux`: the calls onto a BAM's records; the run's counts.
+nb::dict bam_demux_file(const std::string& bam, const std::vector<std::string>& classifications,
+                        const std::vector<std::string>& pod5_inputs, const std::string& annotation,
+                        const std::string& output, const std::string& out_dir, const std::string& prefix,
+                        const std::string& reference, const std::string& missing_ids, int n_threads,
+                        int64_t memory_mib, bool overwrite) {
+  pipeline::BamDemuxOptions o;
+  for (const auto& c : classifications) o.calls.classifications.emplace_back(c);
+  if (!pod5_inputs.empty()) o.calls.pod5_inputs = collect(pod5_inputs);
+  o.calls.annotation = annotation;
+  o.output = output;
+  o.out_dir = out_dir;
+  o.prefix = prefix;
+  o.reference = reference;
+  o.missing_ids_output = missing_ids;
+  o.n_threads = resolve_threads(n_threads);
+  o.memory_budget = memory_mib << 20;
+  o.overwrite = overwrite;
+  o.command_line = "escpod.demux.bam_demux (Python)";
+  o.version = ESCPOD_VERSION;
+  pipeline::BamDemuxReport rep;
+  Status s = run_interruptible([&](const std::atomic<bool>&) { return pipeline::bam_demux(bam, o, &rep); });
+  if (!s.is_ok()) raise_status(s);
+  nb::dict r;
+  r["n_records"] = rep.n_records;
+  r["n_calls"] = rep.n_calls;
+  r["records_per_label"] = to_dict(rep.records_per_label);
+  r["reads_per_label"] = to_dict(rep.reads_per_label);
+  r["unclassified_reasons"] = to_dict(rep.unclassified_reasons);
+  r["n_parent_ids"] = rep.n_parent_ids;
+  r["n_duplex"] = rep.n_duplex;
+  r["n_reads_without_call"] = rep.n_reads_without_call;
+  r["n_calls_without_record"] = rep.n_calls_without_record;
+  std::vector<std::string> written;
+  for (const auto& p : rep.written) written.push_back(p.string());
+  r["written"] = written;
+  r["seconds"] = rep.seconds;
+  return r;
+}
+
 // `escpod demux export-model`: a WarpDemuX joblib model as our JSON text.
 std::string export_model(const std::string& model, const std::string& config) {
   auto text = demux::joblib_model_as_json(model, model_options(config));
@@ -234,6 +275,9 @@ void bind_demux(nb::module_& m) {
         "n_threads"_a);
   m.def("describe_model", &describe_model, "model"_a, "config"_a, "cnn_model"_a);
   m.def("export_model", &export_model, "model"_a, "config"_a);
+  m.def("bam_demux_file", &bam_demux_file, "bam"_a, "classifications"_a, "pod5_inputs"_a, "annotation"_a,
+        "output"_a, "out_dir"_a, "prefix"_a, "reference"_a, "missing_ids"_a, "threads"_a, "memory_mib"_a,
+        "overwrite"_a);
   m.def("basecall_files", &basecall_files, "inputs"_a, "boundaries_csv"_a, "model"_a, "threads"_a, "crf"_a);
 }
 

@@ -162,3 +162,37 @@ def test_split_memory_is_flat_in_the_number_of_labels(escpod, rna_file, tmp_path
         pytest.skip(f"RSS flatness not checked in a {os.environ['ESCPOD_SANITIZE']} build "
                     f"(conservation checked; RSS {rss})")
     assert rss[384] < rss[4] + 96, rss
+
+
+def test_demux_bam_tags_the_basecalled_records_with_the_runs_calls(escpod, wdx4, rna_file, shared_data, tmp_path):
+    """demux --bam: once the calls are final, the BAM's records are split per label beside the
+    POD5 files and tagged into --bam-output, as `escpod bam-demux` on the same calls does; the
+    report counts the records per label."""
+    import pysam
+
+    bam = shared_data / "escapepod/drna/yeast_trna_mappings.bam"
+    out, calls = tmp_path / "out", tmp_path / "calls.csv"
+    run([escpod, "demux", rna_file, "--model", wdx4, "-d", out, "--classifications", calls, "--bam", bam,
+         "--bam-output", tmp_path / "tagged.bam", "--report", tmp_path / "r.html"])
+    run([escpod, "bam-demux", "-b", bam, "--classifications", calls, "-o", tmp_path / "alone.bam"])
+    strip_pg = lambda p: [r.to_string() for r in pysam.AlignmentFile(str(p))]
+    assert strip_pg(tmp_path / "tagged.bam") == strip_pg(tmp_path / "alone.bam")
+    labels = {row["read_id"]: row["barcode"] for row in csv.DictReader(open(calls))}
+    counts = {}
+    for f in sorted(out.glob("*.bam")):
+        label = f.name[len("barcode_"):-len(".bam")]
+        assert (out / f"barcode_{label}.pod5").exists()
+        for r in pysam.AlignmentFile(str(f)):
+            assert labels.get(r.query_name, "unclassified") == label == r.get_tag("BC")
+            counts[label] = counts.get(label, 0) + 1
+    assert sum(counts.values()) == 180 and len(counts) >= 2
+    import json
+    assert json.loads((tmp_path / "r.json").read_text())["bam_records_per_label"] == counts
+    assert "BAM records" in (tmp_path / "r.html").read_text()
+    # --bam-output without --bam, or --bam with nowhere to write: usage errors.
+    r = run([escpod, "demux", rna_file, "--model", wdx4, "--classifications", tmp_path / "x.csv",
+             "--bam-output", tmp_path / "y.bam"], check=False)
+    assert r.returncode == 2 and "--bam" in r.stderr
+    r = run([escpod, "demux", rna_file, "--model", wdx4, "--classifications", tmp_path / "x.csv", "--bam", bam],
+            check=False)
+    assert r.returncode == 2 and "-d DIR" in r.stderr

@@ -150,3 +150,40 @@ def test_killed_shard_is_redone(escpod, sim_run):
         assert (shards / s / "classifications.csv").stat().st_mtime_ns == mtime, f"{s} was redone"
     assert (shards / killed / "classifications.csv").exists()
     assert_same_as_single(escpod, d, out)
+
+
+def test_workflow_bam_option_gives_per_barcode_bams(escpod, sim_run, tmp_path):
+    """bam=BAM: the run's basecalled BAM (here unaligned, one record per read plus a split read's
+    second record) split per barcode by the merged calls, as one `escpod bam-demux` would."""
+    import pysam
+
+    d = sim_run
+    calls = {r["read_id"]: r["barcode"] for r in csv.DictReader(open(d / "single.csv"))}
+    bam = tmp_path / "basecalls.bam"
+    header = {"HD": {"VN": "1.6", "SO": "unknown"}, "RG": [{"ID": "run1", "SM": "sim"}]}
+    with pysam.AlignmentFile(str(bam), "wb", header=header) as out:
+        for i, read_id in enumerate(sorted(calls)):
+            names = [(read_id, None)] + ([(str(uuid.uuid4()), read_id)] if i % 10 == 0 else [])
+            for name, parent in names:
+                a = pysam.AlignedSegment(out.header)
+                a.query_name, a.flag = name, 4
+                a.query_sequence, a.query_qualities = "ACGT" * 5, pysam.qualitystring_to_array("I" * 20)
+                a.set_tag("RG", "run1")
+                if parent:
+                    a.set_tag("pi", parent)
+                out.write(a)
+    out = tmp_path / "out"
+    cmd = snakemake_cmd(escpod, d, out, bam=bam)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    files = sorted(p.name for p in (out / "bam").glob("*.bam"))
+    assert files == sorted(f"barcode_{label}.bam" for label in set(calls.values()))
+    for f in files:
+        label = f[len("barcode_"):-len(".bam")]
+        with pysam.AlignmentFile(str(out / "bam" / f), check_sq=False) as reader:
+            records = list(reader)
+        reads = {(r.get_tag("pi") if r.has_tag("pi") else r.query_name) for r in records}
+        assert reads == {k for k, v in calls.items() if v == label}, f
+        assert all(r.get_tag("BC") == label for r in records)
+        want_rg = "run1" if label == "unclassified" else f"run1_{label}"
+        assert all(r.get_tag("RG") == want_rg for r in records)

@@ -232,3 +232,26 @@ def test_signals_in_memory_refuse_bad_input(shared_data):
     with pytest.raises(ValueError, match="twice"):
         escpod.demux.detect_signals([np.zeros(10, dtype=np.int16)] * 2, (0.0, 1.0), model=model,
                                     read_ids=[uuid.UUID(int=1)] * 2)
+
+
+def test_bam_demux_equals_cli(shared_data, escpod_bin, tmp_path):
+    """escpod.demux.bam_demux: the CLI's tagged BAM and per-label files, and its counts."""
+    import pysam
+
+    bam = shared_data / "escapepod/drna/yeast_trna_mappings.bam"
+    names = sorted({r.query_name for r in pysam.AlignmentFile(str(bam))})
+    calls = tmp_path / "calls.csv"
+    calls.write_text("read_id,barcode,confidence\n" +
+                     "".join(f"{n},BC0{i % 3 + 1},0.9\n" for i, n in enumerate(names) if i % 4))
+    subprocess.run([str(escpod_bin), "bam-demux", "-b", str(bam), "--classifications", str(calls),
+                    "-o", str(tmp_path / "cli.bam")], check=True, capture_output=True)
+    rep = escpod.demux.bam_demux(bam, classifications=calls, output=tmp_path / "py.bam",
+                                 out_dir=tmp_path / "per", threads=2)
+    records = lambda p: [r.to_string() for r in pysam.AlignmentFile(str(p))]
+    assert records(tmp_path / "py.bam") == records(tmp_path / "cli.bam")
+    assert rep["n_records"] == 180 and sum(rep["records_per_label"].values()) == 180
+    assert rep["n_reads_without_call"] == len(names) - sum(1 for i in range(len(names)) if i % 4)
+    assert sorted(p.name for p in (tmp_path / "per").glob("*.bam")) == [
+        "barcode_BC01.bam", "barcode_BC02.bam", "barcode_BC03.bam", "barcode_unclassified.bam"]
+    with pytest.raises(Exception, match="one of the two"):
+        escpod.demux.bam_demux(bam, output=tmp_path / "z.bam")

@@ -102,6 +102,8 @@ Result<ReportData> collect_report(const ReportOptions& options) {
   d.demux_seconds = options.demux_seconds;
   d.demux_threads = options.demux_threads;
   d.model = options.model;
+  d.bam = options.bam;
+  d.bam_records_per_label = options.bam_records_per_label;
   d.signal_samples = samples_hist();
   d.duration_s = duration_hist();
   if (options.classifications.empty()) return Status::usage("report needs a classifications CSV");
@@ -336,6 +338,10 @@ std::string report_json(const ReportData& d) {
     bcs[name] = e;
   }
   j["barcodes"] = bcs;
+  if (!d.bam.empty()) {
+    j["bam"] = d.bam;
+    j["bam_records_per_label"] = d.bam_records_per_label;
+  }
   j["unclassified_reasons"] = d.unclassified_reasons;
   j["detectors"] = d.detectors;
   if (!d.pod5_inputs.empty()) {
@@ -658,6 +664,11 @@ std::string report_html(const ReportData& d) {
     if (d.n_pod5_reads_unclassified_in_csv) kv("POD5 reads missing from the classifications", num(static_cast<double>(d.n_pod5_reads_unclassified_in_csv)));
     if (d.n_csv_reads_without_signal) kv("Classified reads missing from the POD5 inputs", num(static_cast<double>(d.n_csv_reads_without_signal)));
   }
+  if (!d.bam.empty()) {
+    uint64_t records = 0;
+    for (const auto& [label, n] : d.bam_records_per_label) records += n;
+    kv("Basecalled BAM", fmt::format("<code>{}</code>: {} records tagged", esc(d.bam), num(static_cast<double>(records))));
+  }
   if (d.demux_seconds > 0) {
     kv("Demultiplexing throughput", fmt::format("{} reads/s ({:.1f} s, {} threads)",
                                                 num(std::round(static_cast<double>(d.n_reads) / d.demux_seconds)),
@@ -674,6 +685,7 @@ std::string report_html(const ReportData& d) {
   h += "<h2>Reads per barcode</h2>\n" + svg_bars("plot_reads_per_barcode", cats, vals, "Reads", "Barcode") + "\n";
   h += "<table id=\"barcodes\"><tr><th>barcode</th><th>reads</th><th>share</th><th>mean confidence</th>";
   if (!d.pod5_inputs.empty()) h += "<th>mean samples</th><th>mean duration (s)</th>";
+  if (!d.bam.empty()) h += "<th>BAM records</th>";
   h += "</tr>";
   for (const auto& [name, b] : d.barcodes) {
     h += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.1f}%</td><td>{:.3f}</td>", esc(name), num(static_cast<double>(b.n_reads)),
@@ -682,6 +694,10 @@ std::string report_html(const ReportData& d) {
     if (!d.pod5_inputs.empty()) {
       h += fmt::format("<td>{}</td><td>{:.2f}</td>", num(std::round(mean_of(static_cast<double>(b.n_samples), b.n_with_signal))),
                        mean_of(b.sum_duration_s, b.n_with_signal));
+    }
+    if (!d.bam.empty()) {
+      auto it = d.bam_records_per_label.find(name);
+      h += fmt::format("<td>{}</td>", num(static_cast<double>(it == d.bam_records_per_label.end() ? 0 : it->second)));
     }
     h += "</tr>";
   }

@@ -75,6 +75,9 @@ struct ReportData {
   double demux_seconds = 0;       // wall time of the demux that made the CSV (0: unknown)
   int demux_threads = 0;
   std::string model;              // the demux model, when known
+  // The basecalled BAM the run tagged (demux --bam), and its records per label (bam-demux).
+  std::string bam;
+  std::map<std::string, uint64_t> bam_records_per_label;
 };
 
 struct ReportOptions {
@@ -86,6 +89,8 @@ struct ReportOptions {
   double demux_seconds = 0;
   int demux_threads = 0;
   std::string model;  // the demux model path (demux --report), shown as given
+  std::string bam;    // the basecalled BAM demux --bam tagged, shown as given (empty: none)
+  std::map<std::string, uint64_t> bam_records_per_label;  // its records per label
 };
 
 // Reads the CSVs and (if any) the POD5 inputs. Errors name the file and line: a missing column,
