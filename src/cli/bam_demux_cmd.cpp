@@ -40,7 +40,7 @@ void log_report(const pipeline::BamDemuxReport& r, const pipeline::BamDemuxOptio
   log::info("{:<16} {:>10}", "total", r.n_records);
   for (const auto& [reason, n] : r.unclassified_reasons) log::info("unclassified, {}: {} records", reason, n);
   log::info("{} records ({} split reads by their pi parent, {} duplex); {} reads of records have no call{}; "
-            "{} of {} calls name no record",
+            "{} calls without a record (of {})",
             r.n_records, r.n_parent_ids, r.n_duplex, r.n_reads_without_call,
             o.missing_ids_output.empty() || r.n_reads_without_call == 0
                 ? std::string()

@@ -59,6 +59,10 @@ class Tags:
     er: Optional[str]
 
 
+# Other labels (CRF reference names) name output files: letters, digits and ._+- only.
+SAFE_NAME = re.compile(r"[A-Za-z0-9._+-]+")
+
+
 def normalize_label(text: str) -> Optional[str]:
     """The label as escpod writes it, or None when it is not a usable label."""
     text = text.strip()
@@ -67,7 +71,9 @@ def normalize_label(text: str) -> Optional[str]:
     m = BARCODE_LABEL.fullmatch(text)
     if m:
         return f"BC{int(m.group(1)):02d}"
-    if text in ("", ".", "..") or any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in text):
+    if text == "":
+        return UNCLASSIFIED  # an empty cell: no barcode, as escpod's label readers take it
+    if len(text) > 200 or text.startswith(".") or not SAFE_NAME.fullmatch(text):
         return None
     return text
 
@@ -78,8 +84,9 @@ def _open_text(path):
     return gzip.open(path, "rt", newline="") if gz else open(path, "r", newline="")
 
 
-def read_table(path) -> dict:
-    """One calls table: {read_id: Call}. BadInput names the file and line."""
+def read_table(path, earlier=()) -> dict:
+    """One calls table: {read_id: Call}; a read id listed twice here or in `earlier` (the shards
+    read before) is an error. BadInput names the file and line."""
     calls = {}
     with _open_text(path) as f:
         rows = csv.reader(f)
@@ -110,7 +117,7 @@ def read_table(path) -> dict:
             label = normalize_label(row[cols[label_col]])
             if label is None:
                 raise BadInput(f"{path}:{line}: label '{row[cols[label_col]]}' is not a barcode or a file-name part")
-            if read_id in calls:
+            if read_id in calls or read_id in earlier:
                 raise BadInput(f"{path}:{line}: read {read_id} listed twice")
             cell = row[cols[conf_col]].strip() if conf_col else ""
             calls[read_id] = Call(label, float(cell) if cell else None, source)
@@ -121,11 +128,7 @@ def load_calls(paths) -> dict:
     """All shards together; a read id in two shards is an error naming the second."""
     calls = {}
     for path in paths:
-        table = read_table(path)
-        for read_id in table:
-            if read_id in calls:
-                raise BadInput(f"{path}: read {read_id} listed twice (also in an earlier table)")
-        calls.update(table)
+        calls.update(read_table(path, calls))
     return calls
 
 
@@ -133,7 +136,7 @@ def record_reads(name: str, pi: Optional[str], where: str = "") -> list:
     """The read ids a record stands for: its pi, else its name, a duplex name's two parents."""
     reads = [pi] if pi is not None else name.split(";")
     if len(reads) > 2 or not all(READ_ID.fullmatch(r) for r in reads):
-        raise BadInput(f"{where}: record {name}: not a read id")
+        raise BadInput(f"{where}: record {name}: {'pi ' + pi if pi is not None else 'name'} is not a read id")
     return reads
 
 
@@ -194,8 +197,9 @@ class Expected:
     calls_without_record: set
 
 
-def expected(path, calls: dict, reference=None) -> Expected:
-    """Everything escpod bam-demux should write for this input (BAM, SAM or CRAM)."""
+def expected(path, calls: dict, reference=None, keep_records=True) -> Expected:
+    """Everything escpod bam-demux should write for this input (BAM, SAM or CRAM); without
+    keep_records only the header and the id sets (one streaming pass)."""
     records, used, seen, missing = [], set(), set(), set()
     with pysam.AlignmentFile(str(path), "r", reference_filename=reference and str(reference),
                              check_sq=False) as f:
@@ -208,7 +212,8 @@ def expected(path, calls: dict, reference=None) -> Expected:
             if tags.er == NO_CALL:
                 missing.update(r for r in reads if r not in calls)
             used.add((rec.get_tag("RG") if rec.has_tag("RG") else None, tags.BC))
-            records.append((rec, tags))
+            if keep_records:
+                records.append((rec, tags))
     rgs = expected_read_groups(header_lines(text, "RG"), used)
     return Expected(records, rgs, text, missing, set(calls) - seen)
 

@@ -422,25 +422,26 @@ def test_synthetic_split_duplex_and_read_groups(escpod, tmp_path, sort):
 
 def build_many_labels(path, n_labels=3000, per_label=4, seq_len=3000, sort=False, seed=11):
     """n_labels CRF reference names (`tRNA-0001-uncharged`, ...), per_label reads each (one in five
-    split in two), plus reads without a call; long records so that the input, decoded, is far
-    bigger than the memory budget. Returns (bam, calls, decoded bytes)."""
+    split in two), plus reads without a call; long records, so that the input, decoded, is far
+    bigger than the memory budget. A label's reads share a read group, so the output header
+    depends on n_labels only. Returns (bam, calls, decoded bytes)."""
     rng = random.Random(seed)
     header = pysam.AlignmentHeader.from_text(header_text())
     recs = Records(header, rng, seq_len=(seq_len, seq_len))
-    labels = [f"tRNA-{k:04d}-uncharged" for k in range(1, n_labels + 1)]
+    rgs = ["rgA", "rgB", UNDECLARED_RG, None]
     calls = {}
-    reads = [(new_id(rng), label) for label in labels for _ in range(per_label)]
+    reads = [(new_id(rng), k) for k in range(1, n_labels + 1) for _ in range(per_label)]
     reads += [(new_id(rng), None) for _ in range(n_labels // 10)]
     rng.shuffle(reads)
-    rgs = ["rgA", "rgB", UNDECLARED_RG, None]
     for k, (rid, label) in enumerate(reads):
         if label:
-            calls[rid] = (label, f"{rng.randint(1, 999) / 1000:.3f}")
+            calls[rid] = (f"tRNA-{label:04d}-uncharged", f"{rng.randint(1, 999) / 1000:.3f}")
+        rg = rgs[(label or k) % 4]
         if k % 5 == 0:
             for j in range(2):
-                recs.add(new_id(rng), pi=rid, rg=rgs[k % 4], length=seq_len // 2, mapped=j == 0)
+                recs.add(new_id(rng), pi=rid, rg=rg, length=seq_len // 2, mapped=j == 0)
         else:
-            recs.add(rid, rg=rgs[k % 4], mapped=k % 9 != 0)
+            recs.add(rid, rg=rg, mapped=k % 9 != 0)
     size = sum(len(a.query_sequence) * 2 + 200 for a in recs.items)
     return write_bam(path, header, recs.items, sort), calls, size
 
@@ -467,14 +468,21 @@ def test_thousands_of_labels_one_file_each_with_bounded_memory_and_files(escpod,
     table = calls_csv(tmp_path / "calls.csv", calls, layout="escpod-crf")
     loaded = ref.load_calls([table])
     assert len({c.label for c in loaded.values()}) == 3000 and all(c.source == "escpod-crf" for c in loaded.values())
-    exp = ref.expected(bam, loaded)
-    # -o alone (a stream) against -d with 3000 labels and a 1 MiB budget, under 256 open files.
-    rss_o = peak_rss_kib([escpod, "bam-demux", "-b", bam, "--classifications", table,
-                          "-o", tmp_path / "all.bam", "-t", "2"])
+    # The same labels and read groups (so the same output header) with a quarter of the records.
+    small, small_calls, small_decoded = build_many_labels(tmp_path / "small.bam", per_label=1, sort=sort, seed=12)
+    small_table = calls_csv(tmp_path / "small.csv", small_calls, layout="escpod-crf")
+    assert decoded - small_decoded > 48 << 20
+    # -d with 3000 labels and a 1 MiB budget, under 256 open files: memory must not follow the records.
     by_label = tmp_path / "by_label"
-    rss_d = peak_rss_kib([escpod, "bam-demux", "-b", bam, "--classifications", table,
-                          "-d", by_label, "--memory-mib", "1", "-t", "2"])
-    assert rss_d <= rss_o + 24 * 1024, f"-d peak RSS {rss_d} KiB vs -o {rss_o} KiB for {decoded >> 20} MiB of records"
+    rss = {name: peak_rss_kib([escpod, "bam-demux", "-b", path, "--classifications", csv_path,
+                               "-d", out, "--memory-mib", "1", "-t", "2"])
+           for name, path, csv_path, out in (("all", bam, table, by_label),
+                                             ("quarter", small, small_table, tmp_path / "small_by_label"))}
+    assert rss["all"] <= rss["quarter"] + 16 * 1024, \
+        f"peak RSS {rss} KiB grows with the records ({decoded >> 20} vs {small_decoded >> 20} MiB decoded)"
+    assert len(list((tmp_path / "small_by_label").glob("*.bam"))) == 3001
+    run([escpod, "bam-demux", "-b", bam, "--classifications", table, "-o", tmp_path / "all.bam", "-t", "2"])
+    exp = ref.expected(bam, loaded)
     want = want_views(exp)
     assert out_views(tmp_path / "all.bam") == want
     labels = [tags.BC for _, tags in exp.records]
@@ -618,7 +626,10 @@ def test_a_record_that_is_not_a_read_id_is_refused(escpod, tmp_path, where):
     table = write_table(tmp_path / "calls.csv", "read_id,barcode", [(r, "BC01") for r in good])
     with pytest.raises(ref.BadInput):
         ref.expected(bam, ref.load_calls([table]))
-    assert_refused(escpod, bam, ["--classifications", table], tmp_path, [bam.name, "read_17_not_a_uuid"])
+    assert_refused(escpod, bam, ["--classifications", table], tmp_path, [bam.name])
+    r = bam_demux(escpod, bam, "--classifications", table, "-o", tmp_path / "y.bam", check=False)
+    bad = recs.items[-1]
+    assert "read_17_not_a_uuid" in r.stderr or bad.query_name in r.stderr, r.stderr
 
 
 def test_a_read_id_listed_twice_is_refused_naming_file_and_line(escpod, small, tmp_path):
@@ -644,7 +655,7 @@ def test_a_table_without_read_id_or_label_column_is_refused(escpod, small, tmp_p
     assert_refused(escpod, bam, ["--classifications", bad], tmp_path, [bad.name])
 
 
-@pytest.mark.parametrize("label", ["a/b", "..", ""])
+@pytest.mark.parametrize("label", ["a/b", "..", "bc 4"])
 def test_a_bad_label_is_refused_naming_file_and_line(escpod, small, tmp_path, label):
     bam, calls, _ = small
     rows = [(r, l, c) for r, (l, c) in sorted(calls.items())]

@@ -151,6 +151,7 @@ Status read_sidecars(Builder& b, const BamCallsSource& s) {
   ESCPOD_ASSIGN_OR_RETURN(auto rows, sidecar_labels(s.pod5_inputs, s.annotation));
   const uint8_t source = b.source("sidecar");
   for (const auto& [id, text] : rows) {
+    if (text.empty()) continue;  // a read the column gives no label: no call
     const std::string where = "sidecar column " + s.annotation + " (read " + id.to_string() + ")";
     BamCall call;
     call.source = source;

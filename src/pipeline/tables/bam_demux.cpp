@@ -34,6 +34,10 @@ using detail::Record;
 constexpr const char* kNoCall = "no call";
 constexpr const char* kDuplexDisagree = "duplex parents disagree";
 constexpr size_t kMaxOpenLabelFiles = 64;
+// A BGZF writer on the thread pool holds ~1-2 MB of blocks in flight, one without ~130 KB: label
+// files share the pool only when there are few of them (a run's barcodes), so the memory of -d
+// stays bounded whatever the number of labels.
+constexpr size_t kMaxThreadedLabelFiles = 16;
 constexpr size_t kLabelFlushBytes = 4u << 20;  // a label's buffer is written out at this size
 
 // ---- the join -------------------------------------------------------------------------------------
@@ -206,6 +210,7 @@ struct BamOutput {
   std::optional<StagedFile> staged;
   HtsFile file;
   bool started = false;  // the header is written
+  bool threaded = true;  // compressed on the shared thread pool
   uint64_t records = 0;
 };
 
@@ -213,9 +218,10 @@ class Writers {
  public:
   Writers(const BamDemuxOptions& o, sam_hdr_t* header, htsThreadPool* pool) : m_o(o), m_header(header), m_pool(pool) {}
 
-  Result<BamOutput*> add(const fs::path& final_path) {
+  Result<BamOutput*> add(const fs::path& final_path, bool threaded) {
     auto out = std::make_unique<BamOutput>();
     out->final_path = final_path;
+    out->threaded = threaded;
     ESCPOD_ASSIGN_OR_RETURN(StagedFile s, StagedFile::create(final_path, m_o.overwrite));
     out->staged.emplace(std::move(s));
     m_outputs.push_back(std::move(out));
@@ -232,7 +238,7 @@ class Writers {
     const std::string path = out.staged->staging_path().string();
     out.file.reset(sam_open(path.c_str(), out.started ? "ab" : "wb"));
     if (!out.file) return Status::io_error("cannot write " + path);
-    if (m_pool) (void)hts_set_opt(out.file.get(), HTS_OPT_THREAD_POOL, m_pool);
+    if (m_pool && out.threaded) (void)hts_set_opt(out.file.get(), HTS_OPT_THREAD_POOL, m_pool);
     if (!out.started) {
       if (sam_hdr_write(out.file.get(), m_header) != 0) return Status::io_error("cannot write " + path + ": disk full?");
       out.started = true;
@@ -397,14 +403,17 @@ Status write_pass(const fs::path& bam, const BamDemuxOptions& o, const BamCalls&
   Writers writers(o, header.get(), pool.get());
   BamOutput* all = nullptr;
   if (!o.output.empty()) {
-    ESCPOD_ASSIGN_OR_RETURN(all, writers.add(o.output));
+    ESCPOD_ASSIGN_OR_RETURN(all, writers.add(o.output, /*threaded=*/true));
     ESCPOD_RETURN_IF_ERROR(writers.open(*all, /*keep_open_always=*/true));
   }
   std::vector<BamOutput*> per_label(calls.labels.size(), nullptr);
   if (!o.out_dir.empty()) {
+    const auto n_files = static_cast<size_t>(std::count_if(c.records_per_label.begin(), c.records_per_label.end(),
+                                                           [](uint64_t n) { return n > 0; }));
     for (uint32_t l = 0; l < calls.labels.size(); ++l)
       if (c.records_per_label[l] > 0) {
-        ESCPOD_ASSIGN_OR_RETURN(per_label[l], writers.add(o.out_dir / (o.prefix + "_" + calls.labels[l] + ".bam")));
+        ESCPOD_ASSIGN_OR_RETURN(per_label[l], writers.add(o.out_dir / (o.prefix + "_" + calls.labels[l] + ".bam"),
+                                                          n_files <= kMaxThreadedLabelFiles));
       }
   }
   LabelBuffers buffers(writers, per_label, o.memory_budget);
