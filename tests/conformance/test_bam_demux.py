@@ -420,7 +420,7 @@ def test_synthetic_split_duplex_and_read_groups(escpod, tmp_path, sort):
     assert_split_agrees(tmp_path / "out")
 
 
-def build_many_labels(path, n_labels=3000, per_label=4, seq_len=3000, sort=False, seed=11):
+def build_many_labels(path, n_labels=3000, per_label=4, seq_len=800, sort=False, seed=11):
     """n_labels CRF reference names (`tRNA-0001-uncharged`, ...), per_label reads each (one in five
     split in two), plus reads without a call; long records, so that the input, decoded, is far
     bigger than the memory budget. A label's reads share a read group, so the output header
@@ -464,14 +464,14 @@ def peak_rss_kib(cmd):
 @pytest.mark.parametrize("sort", [False, True], ids=["unsorted", "sorted"])
 def test_thousands_of_labels_one_file_each_with_bounded_memory_and_files(escpod, tmp_path, sort):
     bam, calls, decoded = build_many_labels(tmp_path / "in.bam", sort=sort)
-    assert decoded > 64 << 20
+    assert decoded > 20 << 20  # 20x the 1 MiB budget
     table = calls_csv(tmp_path / "calls.csv", calls, layout="escpod-crf")
     loaded = ref.load_calls([table])
     assert len({c.label for c in loaded.values()}) == 3000 and all(c.source == "escpod-crf" for c in loaded.values())
     # The same labels and read groups (so the same output header) with a quarter of the records.
     small, small_calls, small_decoded = build_many_labels(tmp_path / "small.bam", per_label=1, sort=sort, seed=12)
     small_table = calls_csv(tmp_path / "small.csv", small_calls, layout="escpod-crf")
-    assert decoded - small_decoded > 48 << 20
+    assert decoded - small_decoded > 12 << 20
     # -d with 3000 labels and a 1 MiB budget, under 256 open files: memory must not follow the records.
     by_label = tmp_path / "by_label"
     rss = {name: peak_rss_kib([escpod, "bam-demux", "-b", path, "--classifications", csv_path,
@@ -629,6 +629,7 @@ def test_a_record_that_is_not_a_read_id_is_refused(escpod, tmp_path, where):
     assert_refused(escpod, bam, ["--classifications", table], tmp_path, [bam.name])
     r = bam_demux(escpod, bam, "--classifications", table, "-o", tmp_path / "y.bam", check=False)
     bad = recs.items[-1]
+    assert r.returncode == 1 and not (tmp_path / "y.bam").exists()
     assert "read_17_not_a_uuid" in r.stderr or bad.query_name in r.stderr, r.stderr
 
 
