@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "escpod/pipeline/ops/annotations.hpp"
@@ -94,22 +96,28 @@ class Builder {
     if (fresh) m_calls.labels.push_back(name);
     return it->second;
   }
-  Status add(const pod5::ReadId& id, const BamCall& call, const std::string& where) {
-    auto [it, fresh] = m_calls.by_read.try_emplace(id, call);
-    if (!fresh)
-      return Status::invalid_argument(where + ": read " + id.to_string() +
-                                      " has a call already (read ids must be unique across the calls)");
-    return Status::ok();
+  // A table (a file, or a sidecar column): the index of its name for messages.
+  uint32_t table(std::string name) {
+    m_tables.push_back(std::move(name));
+    return static_cast<uint32_t>(m_tables.size() - 1);
   }
-  BamCalls take() { return std::move(m_calls); }
+  void add(const pod5::ReadId& id, const BamCall& call, CallIndex::Origin origin) {
+    m_calls.by_read.add(id, call, origin);
+  }
+  Result<BamCalls> take() {
+    ESCPOD_RETURN_IF_ERROR(m_calls.by_read.build(
+        [&](CallIndex::Origin o) { return m_tables[o.file] + ":" + std::to_string(o.line); }));
+    return std::move(m_calls);
+  }
 
  private:
   BamCalls m_calls;
+  std::vector<std::string> m_tables;
   std::unordered_map<std::string, uint32_t> m_label_index{{"unclassified", BamCalls::kUnclassified}};
 };
 
 Status read_row(Builder& b, const Layout& l, uint8_t source, const std::vector<std::string_view>& cells,
-                const std::string& where) {
+                const std::string& where, CallIndex::Origin origin) {
   if (cells.size() <= std::max(l.read_id, l.label))
     return Status::invalid_argument(where + ": " + std::to_string(cells.size()) + " cells, the header has " +
                                     std::to_string(l.n_columns));
@@ -126,7 +134,8 @@ Status read_row(Builder& b, const Layout& l, uint8_t source, const std::vector<s
     call.has_confidence = true;
     call.confidence = static_cast<float>(c);
   }
-  return b.add(*id, call, where);
+  b.add(*id, call, origin);
+  return Status::ok();
 }
 
 Status read_csv(Builder& b, const fs::path& path) {
@@ -138,10 +147,14 @@ Status read_csv(Builder& b, const fs::path& path) {
                               : Status::io_error(path.string() + ": " + in.error());
   ESCPOD_ASSIGN_OR_RETURN(const Layout layout, layout_of(line, path));
   const uint8_t source = b.source(layout.source);
+  const uint32_t table = b.table(path.string());
+  std::string where;
   while (in.next(line)) {
     if (line.empty() || line.front() == '#') continue;
     split_csv(line, cells, storage);
-    ESCPOD_RETURN_IF_ERROR(read_row(b, layout, source, cells, path.string() + ":" + std::to_string(in.line_no())));
+    const auto line_no = static_cast<uint32_t>(in.line_no());
+    where.assign(path.string()).append(":").append(std::to_string(line_no));
+    ESCPOD_RETURN_IF_ERROR(read_row(b, layout, source, cells, where, CallIndex::Origin{table, line_no}));
   }
   if (!in.error().empty()) return Status::io_error(path.string() + ": " + in.error());
   return Status::ok();
@@ -150,18 +163,76 @@ Status read_csv(Builder& b, const fs::path& path) {
 Status read_sidecars(Builder& b, const BamCallsSource& s) {
   ESCPOD_ASSIGN_OR_RETURN(auto rows, sidecar_labels(s.pod5_inputs, s.annotation));
   const uint8_t source = b.source("sidecar");
+  const uint32_t table = b.table("the .p5s sidecars' column " + s.annotation + ", row");
+  uint32_t row = 0;
   for (const auto& [id, text] : rows) {
+    ++row;
     if (text.empty()) continue;  // a read the column gives no label: no call
     const std::string where = "sidecar column " + s.annotation + " (read " + id.to_string() + ")";
     BamCall call;
     call.source = source;
     ESCPOD_ASSIGN_OR_RETURN(call.label, b.label(text, where));
-    ESCPOD_RETURN_IF_ERROR(b.add(id, call, where));
+    b.add(id, call, CallIndex::Origin{table, row});
   }
   return Status::ok();
 }
 
 }  // namespace
+
+uint64_t CallIndex::mix(const pod5::ReadId& id) {
+  uint64_t a = 0, b = 0;
+  std::memcpy(&a, id.bytes.data(), 8);
+  std::memcpy(&b, id.bytes.data() + 8, 8);
+  uint64_t h = (a ^ (b * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 31);
+}
+
+void CallIndex::add(const pod5::ReadId& id, const BamCall& call, Origin origin) {
+  if (m_chunks.empty() || m_chunks.back().size() == kChunk) {
+    m_chunks.emplace_back();
+    m_chunks.back().reserve(kChunk);
+  }
+  m_chunks.back().push_back(Entry{id, call, origin});
+}
+
+Status CallIndex::build(const std::function<std::string(Origin)>& where) {
+  size_t n = 0;
+  for (const auto& c : m_chunks) n += c.size();
+  m_entries.reserve(n);
+  for (auto& c : m_chunks) {
+    m_entries.insert(m_entries.end(), c.begin(), c.end());
+    std::vector<Entry>().swap(c);
+  }
+  m_chunks.clear();
+  std::sort(m_entries.begin(), m_entries.end(), [](const Entry& x, const Entry& y) {
+    const uint64_t hx = mix(x.id), hy = mix(y.id);
+    return hx != hy ? hx < hy : x.id < y.id;
+  });
+  for (size_t i = 1; i < m_entries.size(); ++i)
+    if (m_entries[i].id == m_entries[i - 1].id) {
+      const Entry& a = m_entries[i - 1].origin.file < m_entries[i].origin.file ||
+                               (m_entries[i - 1].origin.file == m_entries[i].origin.file &&
+                                m_entries[i - 1].origin.line < m_entries[i].origin.line)
+                           ? m_entries[i - 1] : m_entries[i];
+      const Entry& b = &a == &m_entries[i] ? m_entries[i - 1] : m_entries[i];
+      return Status::invalid_argument(where(b.origin) + ": read " + b.id.to_string() + " has a call already (at " +
+                                      where(a.origin) + "; read ids must be unique across the calls)");
+    }
+  m_bits = 1;
+  while ((size_t{1} << m_bits) * 4 < m_entries.size() && m_bits < 30) ++m_bits;
+  m_range_start.assign((size_t{1} << m_bits) + 1, 0);
+  for (const Entry& e : m_entries) ++m_range_start[(mix(e.id) >> (64 - m_bits)) + 1];
+  for (size_t r = 1; r < m_range_start.size(); ++r) m_range_start[r] += m_range_start[r - 1];
+  return Status::ok();
+}
+
+const BamCall* CallIndex::find(const pod5::ReadId& id) const {
+  if (m_entries.empty()) return nullptr;
+  const uint64_t r = mix(id) >> (64 - m_bits);
+  for (uint32_t i = m_range_start[r]; i < m_range_start[r + 1]; ++i)
+    if (m_entries[i].id == id) return &m_entries[i].call;
+  return nullptr;
+}
 
 Result<BamCalls> read_bam_calls(const BamCallsSource& source) {
   if (source.classifications.empty() == source.pod5_inputs.empty())

@@ -54,14 +54,14 @@ struct Verdict {
 Verdict join(const BamCalls& calls, const std::vector<pod5::ReadId>& ids, std::vector<pod5::ReadId>* missing) {
   Verdict v;
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto it = calls.by_read.find(ids[i]);
-    if (it == calls.by_read.end()) {
+    const BamCall* found = calls.by_read.find(ids[i]);
+    if (found == nullptr) {
       if (missing) missing->push_back(ids[i]);
       v = Verdict{};
       v.reason = kNoCall;
       continue;
     }
-    const BamCall& c = it->second;
+    const BamCall& c = *found;
     if (v.reason == kNoCall) continue;
     if (i == 0) {
       v.label = c.label;
@@ -100,7 +100,7 @@ std::string barcoded_group(std::string_view group, const std::string& label) {
 struct Census {
   std::set<std::pair<std::string, uint32_t>> barcoded_groups;
   std::vector<uint64_t> records_per_label;
-  std::unordered_set<pod5::ReadId, pod5::ReadIdHash> reads_without_call;
+  std::vector<pod5::ReadId> reads_without_call;  // sorted and unique after the census
   bool sorted_by_coordinate = false;
 };
 
@@ -149,6 +149,8 @@ Result<Census> census(const fs::path& bam, const BamDemuxOptions& o, const BamCa
   c.sorted_by_coordinate = header_says_coordinate(in.header.get());
   c.records_per_label.assign(calls.labels.size(), 0);
   std::vector<pod5::ReadId> missing;
+  std::string last_group;
+  uint32_t last_label = BamCalls::kUnclassified;
   ESCPOD_RETURN_IF_ERROR(for_each_record(
       bam, in, calls, &missing, [&](const bam1_t* b, const std::vector<pod5::ReadId>& ids, const Verdict& v, bool parent) {
         ++rep.n_records;
@@ -156,12 +158,23 @@ Result<Census> census(const fs::path& bam, const BamDemuxOptions& o, const BamCa
         if (parent) ++rep.n_parent_ids;
         if (ids.size() > 1) ++rep.n_duplex;
         if (v.reason) ++rep.unclassified_reasons[v.reason];
-        for (const auto& id : missing) c.reads_without_call.insert(id);
+        c.reads_without_call.insert(c.reads_without_call.end(), missing.begin(), missing.end());
         for (const auto& id : ids)
-          if (auto it = calls.by_read.find(id); it != calls.by_read.end()) it->second.seen = true;
-        if (v.label != BamCalls::kUnclassified) c.barcoded_groups.emplace(std::string(read_group(b)), v.label);
+          if (const BamCall* call = calls.by_read.find(id)) call->seen = true;
+        if (v.label != BamCalls::kUnclassified) {
+          // Records of a run share a few read groups: a set insert only when the pair changes.
+          const std::string_view group = read_group(b);
+          if (group != last_group || v.label != last_label) {
+            last_group.assign(group);
+            last_label = v.label;
+            c.barcoded_groups.emplace(last_group, v.label);
+          }
+        }
         return Status::ok();
       }));
+  std::sort(c.reads_without_call.begin(), c.reads_without_call.end());
+  c.reads_without_call.erase(std::unique(c.reads_without_call.begin(), c.reads_without_call.end()),
+                             c.reads_without_call.end());
   return c;
 }
 
@@ -366,7 +379,10 @@ Status tag(bam1_t* b, const Verdict& v, const BamCalls& calls, std::string& grou
   const std::string& label = calls.labels[v.label];
   bool ok = bam_aux_update_str(b, "BC", static_cast<int>(label.size() + 1), label.c_str()) == 0;
   if (v.label != BamCalls::kUnclassified) {
-    group_scratch = barcoded_group(read_group(b), label);
+    const std::string_view group = read_group(b);
+    group_scratch.assign(group);
+    if (!group.empty()) group_scratch += '_';
+    group_scratch += label;
     ok = ok && bam_aux_update_str(b, "RG", static_cast<int>(group_scratch.size() + 1), group_scratch.c_str()) == 0;
   }
   for (const char* t : {"ec", "eh", "er"})
@@ -432,8 +448,7 @@ Status write_pass(const fs::path& bam, const BamDemuxOptions& o, const BamCalls&
 // The read ids of records without a call, sorted, staged (committed with the outputs).
 Result<StagedFile> write_missing_ids(const fs::path& path, const Census& c, const BamDemuxOptions& o) {
   ESCPOD_ASSIGN_OR_RETURN(StagedFile f, StagedFile::create(path, o.overwrite));
-  std::vector<pod5::ReadId> ids(c.reads_without_call.begin(), c.reads_without_call.end());
-  std::sort(ids.begin(), ids.end());
+  const std::vector<pod5::ReadId>& ids = c.reads_without_call;
   std::FILE* out = std::fopen(f.staging_path().c_str(), "w");
   if (out == nullptr) return Status::io_error("cannot write " + f.staging_path().string());
   char text[37];
@@ -452,10 +467,10 @@ void fill_counts(const BamCalls& calls, const Census& c, BamDemuxReport& rep) {
   rep.n_calls = calls.by_read.size();
   for (uint32_t l = 0; l < calls.labels.size(); ++l)
     if (c.records_per_label[l] > 0) rep.records_per_label[calls.labels[l]] = c.records_per_label[l];
-  for (const auto& [id, call] : calls.by_read) {
+  calls.by_read.for_each([&](const pod5::ReadId&, const BamCall& call) {
     if (call.seen) ++rep.reads_per_label[calls.labels[call.label]];
     else ++rep.n_calls_without_record;
-  }
+  });
   rep.n_reads_without_call = c.reads_without_call.size();
 }
 
