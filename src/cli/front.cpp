@@ -13,7 +13,7 @@
 
 namespace escpod::cli {
 
-int exec_full(char** argv) {
+int exec_full(char** argv, bool quiet_if_missing) {
   std::string path;
   if (const char* env = std::getenv("ESCPOD_FULL"); env && *env) {
     path = env;
@@ -23,6 +23,7 @@ int exec_full(char** argv) {
     path = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "escpod-full";
   }
   ::execv(path.c_str(), argv);
+  if (quiet_if_missing) return kExitFailure;
   std::fprintf(stderr,
                "escpod: cannot run %s (%s): every command but the POD5 ones runs there; keep it "
                "beside escpod or name it in ESCPOD_FULL\n",

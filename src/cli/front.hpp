@@ -12,6 +12,7 @@ namespace escpod::cli {
 // `escpod-full` beside this executable), same arguments, same process id, so exit status,
 // signals and resource use are the command's own. Returns only when that fails: the exit
 // status to leave with, after printing why on stderr.
-int exec_full(char** argv);
+// quiet_if_missing: no message when escpod-full cannot be run (the caller falls back).
+int exec_full(char** argv, bool quiet_if_missing = false);
 
 }  // namespace escpod::cli

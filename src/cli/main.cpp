@@ -10,6 +10,8 @@
 #include "cli/command.hpp"
 #ifdef ESCPOD_CLI_FRONT
 #include "cli/front.hpp"
+#else
+#include "cli/version_report.hpp"
 #endif
 #include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
@@ -80,7 +82,11 @@ int main(int argc, char** argv) {
 
   CLI::App app{"escpod: fast POD5 tools and signal-level barcode demultiplexing for nanopore "
                "direct-RNA reads"};
+#ifdef ESCPOD_CLI_FRONT
   app.set_version_flag("--version", std::string("escpod ") + ESCPOD_VERSION);
+#else
+  app.set_version_flag("--version", std::function<std::string()>([] { return cli::version_report(ESCPOD_VERSION); }));
+#endif
   app.require_subcommand(1);
   app.footer(cli::kExitCodesHelp);
   cli::GlobalOptions global;
@@ -95,6 +101,9 @@ int main(int argc, char** argv) {
     named->add(app, global);
   } else if (argc < 2 || std::string_view(argv[1]) != "--version") {
     return cli::exec_full(argv);
+  } else {
+    // --version reports the kernels, which only escpod-full links; without it, the version alone.
+    cli::exec_full(argv, /*quiet_if_missing=*/true);
   }
 #else
   for (const cli::Pod5Command& c : cli::kPod5Commands) c.add(app, global);

@@ -188,7 +188,8 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   std::atomic<int> warmed{0};
   std::atomic<bool> start{false}, stop{false};
   struct Tally {
-    long calls = 0;
+    // Read by the main thread while the worker counts (the fewest-calls wait below).
+    std::atomic<long> calls{0};
     double seconds = 0;
     double cpu_seconds = 0;  // the worker thread's CPU time over its timed calls
     Status status;
@@ -215,12 +216,12 @@ Status run_bench(const ModelOptions& o, int n_threads) {
     const auto t0 = std::chrono::steady_clock::now();
     const double cpu0 = thread_cpu();
     while (!stop.load(std::memory_order_relaxed)) {
-      t.status = model.run(ws, batch_of(t.calls), shape, out);
+      t.status = model.run(ws, batch_of(t.calls.load(std::memory_order_relaxed)), shape, out);
       if (!t.status.is_ok()) {
         stop = true;
         return;
       }
-      ++t.calls;
+      t.calls.fetch_add(1, std::memory_order_relaxed);
       t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       t.cpu_seconds = thread_cpu() - cpu0;
     }
@@ -234,7 +235,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   // Slow configurations: wait until every worker finished a few calls (cap 120 s).
   auto fewest_calls = [&] {
     long m = LONG_MAX;
-    for (const Tally& t : tally) m = std::min(m, t.calls);
+    for (const Tally& t : tally) m = std::min(m, t.calls.load(std::memory_order_relaxed));
     return m;
   };
   while (fewest_calls() < 2 && !stop.load() &&

@@ -759,6 +759,11 @@ Status dnnl_set_max_isa(Isa isa) {
   return Status::ok();
 }
 
+std::string dnnl_version_text() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
 std::string dnnl_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::sse41: return "sse41";

@@ -15,7 +15,9 @@
 
 #include <fmt/format.h>
 
+#include "nn/gemm_amx.hpp"
 #include "nn/graph.hpp"
+#include "nn/simd.hpp"
 #include "nn/plan.hpp"
 #include "nn/shape_ops.hpp"
 
@@ -309,5 +311,15 @@ Status set_max_isa(Isa isa) {
 }
 
 std::string effective_isa_name() { return detail::dnnl_isa_name(); }
+
+std::string kernel_report() {
+  const char* level = detail::simd_level_name(detail::simd_level());
+  return fmt::format(
+      "nn: oneDNN {} ISA {}; LSTM cell, CRF blank pad, small convolutions: {}\n"
+      "nn: float32 dense products (LSTM projections, linear, channels-last convolutions): {}\n",
+      detail::dnnl_version_text(), detail::dnnl_isa_name(), level,
+      detail::amx_f32_available() ? "AMX tile unit, exact bfloat16 splits (f32-fma keeps FMA)"
+                                  : std::string("FMA (") + level + "; no AMX tile unit here)");
+}
 
 }  // namespace escpod::nn

@@ -209,6 +209,7 @@ std::shared_ptr<void> make_dnnl_stream();
 void dnnl_wait(void* stream);
 Status dnnl_set_max_isa(Isa isa);
 std::string dnnl_isa_name();
+std::string dnnl_version_text();  // "3.0.0"
 
 // Folds a node whose inputs are all constant (`in[i]` null for omitted inputs). Returns false
 // when the operator cannot be folded here (it then stays a runtime node).

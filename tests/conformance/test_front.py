@@ -53,3 +53,13 @@ def test_front_commands_need_no_escpod_full(escpod, shared_data, tmp_path):
     r = run([escpod, "simulate", "--help"], check=False, env=env)
     assert r.returncode == 1
     assert "missing-escpod-full" in r.stderr and "ESCPOD_FULL" in r.stderr, r.stderr
+
+
+def test_version_names_the_cpu_and_the_kernels_chosen(escpod):
+    out = run([escpod, "--version"]).stdout
+    assert out.startswith("escpod ")
+    lines = dict(line.split(": ", 1) for line in out.splitlines()[1:])
+    assert set(lines) == {"cpu", "nn", "demux", "pod5"}, out
+    assert "AVX2/FMA" in lines["cpu"] and "AMX-BF16" in lines["cpu"]
+    assert "oneDNN" in out and "float32 dense products" in out
+    assert re.search(r"DTW float32 on (sse2|avx2|avx512)", out) and re.search(r"svb16 decoder (avx2|ssse3|scalar)", out)

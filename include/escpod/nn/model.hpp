@@ -181,4 +181,9 @@ Status set_max_isa(Isa isa);
 // Name of the instruction set the optimised backend uses now ("avx512_core", "avx2", ...).
 std::string effective_isa_name();
 
+// The kernels this CPU (within the ISA caps and environment switches) runs, one line each, for
+// `escpod --version` and bug reports: oneDNN's ISA, the level of our vector kernels (LSTM cell,
+// blank pad, small convolutions), and where float32 dense products run (AMX tiles or FMA).
+std::string kernel_report();
+
 }  // namespace escpod::nn
