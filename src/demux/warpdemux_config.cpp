@@ -18,14 +18,9 @@ namespace {
 
 // ADAPTed 0.2.4's configuration of each chemistry (its config_files/<name>@v0.2.4.toml; values
 // only), with WarpDemuX's segmentation dataclass defaults: the layer under a WarpDemuX config.
-// Ranges use null for an unbounded side, as our JSON layout does.
-struct ChemistryBase {
-  const char* prefix;     // config names start with it
-  const char* chemistry;  // SQK
-  const char* block;
-};
-constexpr ChemistryBase kBases[] = {
-    {"rna004_130bps", "RNA004", R"({
+// RNA002's is RNA004's with the keys its file sets differently. Ranges use null for an unbounded
+// side, as our JSON layout does.
+constexpr const char* kAdaptedRna004 = R"({
   "core": {"max_obs_trace": 16000, "min_obs_adapter": 1000, "max_obs_adapter": 6500,
            "min_obs_polya": 100, "downscale_factor": 10, "sig_norm_outlier_thresh": 5.0},
   "cnn_boundaries": {"cnn_detect": true, "fallback_to_llr": true,
@@ -47,30 +42,23 @@ constexpr ChemistryBase kBases[] = {
   "med_shift": {"detect_med_shift": false, "med_shift_window": 2000, "med_shift_range": [5.0, null]},
   "rna_start_peak": {"detect_rna_start_peak": false},
   "segmentation": {"min_obs_per_base": 15, "running_stat_width": 30}
-})"},
-    {"rna002_70bps", "RNA002", R"({
-  "core": {"max_obs_trace": 25000, "min_obs_adapter": 2000, "max_obs_adapter": 12000,
-           "min_obs_polya": 100, "downscale_factor": 20, "sig_norm_outlier_thresh": 5.0},
-  "cnn_boundaries": {"cnn_detect": false, "fallback_to_llr": true,
-                     "model_name": "rna002_70bps@v0.2.4.pth", "polya_cand_k": 15,
-                     "fallback_to_llr_short_reads": true},
-  "llr_boundaries": {"llr_detect": true, "adapter_peak_prominence": 1.0,
-                     "adapter_peak_rel_height": 1.0, "adapter_peak_width": 1500,
-                     "polya_peak_prominence": 1.0, "polya_peak_rel_height": 0.5,
-                     "polya_peak_width": 50},
-  "mvs_polya": {"mvs_detect_check": true, "mvs_detect_overwrite": false, "search_window": 500,
-                "pA_mean_window": 20, "pA_var_window": 100, "pA_var_range": [null, 20.0],
-                "median_shift_range": [5.0, null], "median_shift_window": 1000,
-                "polyA_med_range": [null, null], "polyA_local_range": [null, null],
-                "pA_mean_adapter_med_scale_range": [1.3, null]},
-  "real_range": {"detect_open_pores": true, "real_signal_check": true, "mean_window": 300,
-                 "mean_start_range": [null, null], "mean_end_range": [null, null],
-                 "max_obs_local_range": 5000, "local_range": [7.0, 35.0],
-                 "adapter_mad_range": [3.0, 12.0]},
-  "med_shift": {"detect_med_shift": false, "med_shift_window": 1000, "med_shift_range": [5.0, null]},
-  "rna_start_peak": {"detect_rna_start_peak": false},
-  "segmentation": {"min_obs_per_base": 15, "running_stat_width": 30}
-})"},
+})";
+constexpr const char* kAdaptedRna002OverRna004 = R"({
+  "core": {"max_obs_trace": 25000, "min_obs_adapter": 2000, "max_obs_adapter": 12000, "downscale_factor": 20},
+  "cnn_boundaries": {"cnn_detect": false, "model_name": "rna002_70bps@v0.2.4.pth", "polya_cand_k": 15},
+  "llr_boundaries": {"llr_detect": true, "adapter_peak_width": 1500},
+  "mvs_polya": {"pA_var_range": [null, 20.0]},
+  "med_shift": {"med_shift_window": 1000}
+})";
+
+struct ChemistryBase {
+  const char* prefix;     // config names start with it
+  const char* chemistry;  // SQK
+  const char* overlay;    // keys over kAdaptedRna004, or nullptr
+};
+constexpr ChemistryBase kBases[] = {
+    {"rna004_130bps", "RNA004", nullptr},
+    {"rna002_70bps", "RNA002", kAdaptedRna002OverRna004},
 };
 
 const ChemistryBase* base_for(const std::string& config_name) {
@@ -222,7 +210,12 @@ Result<Json> layered_block(const std::string& config_name, const fs::path& confi
     return Status::unsupported("signal-processing config '" + config_name + "' (" + config_file.string() +
                                ") is for a chemistry this build has no ADAPTed configuration of (" +
                                base_names() + ")");
-  ESCPOD_ASSIGN_OR_RETURN(Json block, parse_json_text(base->block, "ADAPTed base configuration"));
+  ESCPOD_ASSIGN_OR_RETURN(Json block, parse_json_text(kAdaptedRna004, "ADAPTed base configuration"));
+  if (base->overlay) {
+    ESCPOD_ASSIGN_OR_RETURN(const Json overlay, parse_json_text(base->overlay, "ADAPTed base configuration"));
+    for (const auto& [section, values] : overlay.items())
+      for (const auto& [key, value] : values.items()) block[section][key] = value;
+  }
   ESCPOD_ASSIGN_OR_RETURN(toml::table layer, parse_toml(config_file));
   ESCPOD_RETURN_IF_ERROR(merge_layer(block, layer, config_file.string()));
   return block;
