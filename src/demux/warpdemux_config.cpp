@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <regex>
+#include <utility>
 
 #include "joblib_model.hpp"
 
@@ -135,10 +135,28 @@ struct RegistryEntry {
   std::vector<std::string> barcodes;
 };
 
-// "WDX4_rna002_v0_4_4" -> "WDX4_rna002": names that differ only in their version match.
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// "WDX4_rna002_v0_4_4" -> "WDX4_rna002": names that differ only in their version match (a
+// trailing "_v" followed by digits and underscores, starting with a digit).
 std::string without_version(const std::string& name) {
-  static const std::regex kVersion("_v[0-9]+(_[0-9]+)*$");
-  return std::regex_replace(name, kVersion, "");
+  const size_t v = name.rfind("_v");
+  if (v == std::string::npos || v + 2 >= name.size() || !is_digit(name[v + 2])) return name;
+  for (size_t i = v + 2; i < name.size(); ++i)
+    if (!is_digit(name[i]) && !(name[i] == '_' && i + 1 < name.size() && is_digit(name[i + 1]))) return name;
+  return name.substr(0, v);
+}
+
+// "rna002_70bps@v1.0_live" -> {"rna002_70bps", "_live"}: a config name's base and variant around
+// its version (digits and dots after "@v"); nullopt for a name without "@v<digit>".
+std::optional<std::pair<std::string, std::string>> config_base_and_variant(const std::string& name) {
+  const size_t at = name.rfind("@v");
+  if (at == std::string::npos || at + 2 >= name.size() || !is_digit(name[at + 2])) return std::nullopt;
+  size_t end = at + 2;
+  while (end < name.size() && (is_digit(name[end]) || name[end] == '.')) ++end;
+  // "1.0." would leave a dot before the variant: the version ends at its last digit.
+  while (name[end - 1] == '.') --end;
+  return std::make_pair(name.substr(0, at), name.substr(end));
 }
 
 Result<RegistryEntry> read_entry(const toml::table& t, const std::string& name, const fs::path& where) {
@@ -186,15 +204,11 @@ Result<fs::path> find_config_file(const fs::path& dir, const std::string& config
   const fs::path exact = dir / (config_name + ".toml");
   std::error_code ec;
   if (fs::is_regular_file(exact, ec)) return exact;
-  static const std::regex kName("^(.*)@v[0-9][0-9.]*?([A-Za-z_].*)?$");
-  std::smatch want;
   std::vector<fs::path> close;
-  if (std::regex_match(config_name, want, kName)) {
+  if (const auto want = config_base_and_variant(config_name)) {
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       if (entry.path().extension() != ".toml") continue;
-      const std::string stem = entry.path().stem().string();
-      std::smatch got;
-      if (std::regex_match(stem, got, kName) && got[1] == want[1] && got[2] == want[2]) close.push_back(entry.path());
+      if (config_base_and_variant(entry.path().stem().string()) == want) close.push_back(entry.path());
     }
   }
   if (close.size() == 1) return close[0];
