@@ -450,8 +450,9 @@ def test_a_damaged_sidecar_never_gives_wrong_data(escpod, rna, tmp_path, case):
         r = run([escpod, *cmd], check=False)
         assert r.returncode != 0, f"{case}: {cmd[0]} accepted a damaged sidecar:\n{r.stdout[:500]}"
         assert message in r.stderr, f"{case}: {cmd[0]}: {r.stderr}"
-        assert str(sidecar(rna)) in r.stderr or "sidecar" in r.stderr
-    assert not out.exists() and not (tmp_path / "split").exists() or not list((tmp_path / "split").glob("*.pod5"))
+        assert str(sidecar(rna)) in r.stderr, f"{case}: {cmd[0]} does not name the sidecar: {r.stderr}"
+    assert not out.exists()
+    assert not list((tmp_path / "split").glob("*.pod5"))
     # A write refuses to build on it, and leaves it as it is.
     before = sidecar(rna).read_bytes()
     r = annotate(escpod, rna, tmp_path / "calls.csv", "barcode", check=False)
@@ -586,7 +587,9 @@ def test_demux_annotate_with_and_without_output_dir(escpod, shared_data, rna, tm
         got = peer.annotation("barcode")
         mine = set(ids_of(path))
         assert got == {i: rows[i] for i in mine}, path
-        assert "unclassified" in got.values() or len(set(got.values())) > 0
+        # WDX4's labels only, every read one (the real reads: mostly unclassified).
+        assert set(got.values()) <= {"BC03", "BC04", "BC05", "BC07", "unclassified"}, got
+        assert "unclassified" in got.values()
     # With -d the copies and the sidecar agree.
     out = tmp_path / "out"
     run([escpod, "demux", rna, "--model", model, "--annotate", "-d", out, "--force"])

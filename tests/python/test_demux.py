@@ -118,7 +118,8 @@ def test_stages_equal_cli(shared_data, escpod_bin, tmp_path):
     cli_calls = _csv(calls_csv)
     assert calls["barcode"].tolist() == [r["barcode"] for r in cli_calls]
     assert len(cli_calls) > 100
-    assert "WDX4" in escpod.demux.describe(model) or len(escpod.demux.describe(model)) > 20
+    desc = escpod.demux.describe(model)
+    assert "model:          WDX4_rna004_v1_0" in desc and "detector: boundary CNN" in desc, desc
 
 
 
