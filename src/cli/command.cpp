@@ -57,6 +57,48 @@ void add_verbosity_flags(CLI::App* sub, GlobalOptions& global) {
                          "Print debugging detail");
 }
 
+namespace {
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+bool is_command(const CLI::App& app, std::string_view name) {
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (sub->check_name(std::string(name))) return true;
+  return false;
+}
+
+std::string unknown_command_message(const CLI::App& app, std::string_view name) {
+  std::vector<std::string> close, all;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    const std::string& n = sub->get_name();
+    all.push_back(n);
+    if (edit_distance(name, n) <= 2 || (name.size() >= 2 && n.rfind(name, 0) == 0)) close.push_back(n);
+  }
+  std::string msg = "escpod: '" + std::string(name) + "' is not a command; ";
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  msg += close.empty() ? "the commands are " + join(all) : "did you mean " + join(close) + "?";
+  return msg + " (escpod --help)\n";
+}
+
 void add_staging_flags(CLI::App* sub, WriterFlags& flags) {
   sub->add_flag("-f,--force", flags.force, "Overwrite existing outputs");
   sub->add_option("--fsync", flags.fsync,

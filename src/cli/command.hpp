@@ -50,6 +50,11 @@ Result<pod5::WriterOptions> writer_options(const WriterFlags& flags);
 // `--fsync` values (CLI11 check: anything else is a usage error).
 inline const std::vector<std::string> kFsyncModes = {"none", "file", "full"};
 
+// "escpod: 'inspectt' is not a command; did you mean inspect?" (commands within two edits, or
+// starting with it), else the list of commands; newline-terminated.
+std::string unknown_command_message(const CLI::App& app, std::string_view name);
+bool is_command(const CLI::App& app, std::string_view name);
+
 // Worker threads to use: explicit --threads, else ESCPOD_THREADS, else min(16, CPUs usable by
 // this process per its affinity mask).
 int resolve_threads(const GlobalOptions& global);

@@ -122,6 +122,12 @@ int main(int argc, char** argv) {
   cli::register_convert(app, global);
 #endif
 
+  // An unknown command is named, with the commands it is close to (CLI11 alone would say "A
+  // subcommand is required").
+  if (argc > 1 && argv[1][0] != '-' && !cli::is_command(app, argv[1])) {
+    std::fprintf(stderr, "%s", cli::unknown_command_message(app, argv[1]).c_str());
+    return cli::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -63,3 +63,10 @@ def test_version_names_the_cpu_and_the_kernels_chosen(escpod):
     assert "AVX2/FMA" in lines["cpu"] and "AMX-BF16" in lines["cpu"]
     assert "oneDNN" in out and "float32 dense products" in out
     assert re.search(r"DTW float32 on (sse2|avx2|avx512)", out) and re.search(r"svb16 decoder (avx2|ssse3|scalar)", out)
+
+
+def test_an_unknown_command_is_named_with_the_close_ones(escpod):
+    r = run([escpod, "inspectt", "x.pod5"], check=False)
+    assert r.returncode == 2 and "'inspectt' is not a command; did you mean inspect?" in r.stderr, r.stderr
+    r = run([escpod, "xyzzy"], check=False)
+    assert r.returncode == 2 and "the commands are" in r.stderr and "bam-demux" in r.stderr, r.stderr
