@@ -754,3 +754,37 @@ def test_pod5_sidecar_labels(escpod, shared_data, drna_bam, drna_ids, tmp_path):
     exp, _ = assert_demux(escpod, drna_bam, ["--pod5", pod5_file, "--annotation", "condition"], by_cond,
                           tmp_path / "b")
     assert {t.BC for _, t in exp.records} == {"ctrl", "treated", "unclassified"}
+
+
+# ---- Ctrl-C -----------------------------------------------------------------------------------
+
+
+def test_ctrl_c_while_writing_exits_130_and_leaves_nothing(escpod, drna_bam, tmp_path):
+    """SIGINT once the outputs are being written (their staging files exist): exit 130, no
+    output and no staging file left, no crash (the thread pool outlives the files that use it)."""
+    import signal
+    import time
+
+    big = tmp_path / "big.bam"
+    with pysam.AlignmentFile(str(drna_bam)) as src, pysam.AlignmentFile(str(big), "wb", template=src) as out:
+        records = list(src)
+        for i in range(400):
+            for r in records:
+                r.query_name = str(uuid.UUID(int=random.Random(i * 1000 + len(r.query_name)).getrandbits(128)))
+                out.write(r)
+    calls = tmp_path / "calls.csv"
+    calls.write_text("read_id,barcode\n")
+    out_dir = tmp_path / "per"
+    p = subprocess.Popen([str(escpod), "bam-demux", "-b", str(big), "--classifications", str(calls),
+                          "-o", str(tmp_path / "all.bam"), "-d", str(out_dir), "-t", "2"],
+                         stderr=subprocess.PIPE, text=True)
+    # Wait for the writing pass (a staging file in the output folder), not for a time.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None and not any(out_dir.glob(".*")):
+        time.sleep(0.01)
+    assert p.poll() is None, "finished before it could be interrupted: make the input bigger"
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert not (tmp_path / "all.bam").exists()
+    assert not list(tmp_path.glob(".*")) and not list(out_dir.iterdir()), list(out_dir.iterdir())

@@ -409,13 +409,14 @@ struct ThreadPool {
 
 Status write_pass(const fs::path& bam, const BamDemuxOptions& o, const BamCalls& calls, const Census& c,
                   BamDemuxReport& rep) {
+  // The pool first: the input and every output use it, so it must outlive them all (on an early
+  // return too: an interrupted run closes its files on the way out).
+  ThreadPool pool(o.n_threads);
   detail::OpenAlignmentsOptions oo;
   oo.reference = o.reference;
   ESCPOD_ASSIGN_OR_RETURN(detail::OpenedAlignments in, detail::open_alignments(bam, oo));
   ESCPOD_ASSIGN_OR_RETURN(Header header, output_header(in.header.get(), c, calls, o));
-  ThreadPool pool(o.n_threads);
   if (pool.get()) (void)hts_set_opt(in.file.get(), HTS_OPT_THREAD_POOL, pool.get());
-  // Declared before the writers: the files must close before the pool they use is destroyed.
   Writers writers(o, header.get(), pool.get());
   BamOutput* all = nullptr;
   if (!o.output.empty()) {
