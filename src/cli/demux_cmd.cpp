@@ -71,6 +71,8 @@ Status check_bam_flags(const DemuxCliOptions& o) {
                          "--bam-output OUT.bam (every record, tagged)");
   if (!o.bam.empty() && !std::filesystem::is_regular_file(o.bam))
     return Status::not_found("--bam " + o.bam + ": no such file");
+  // Before the run, not after it: a BAM cut short is found now.
+  if (!o.bam.empty()) return pipeline::check_bam_file(o.bam);
   return Status::ok();
 }
 

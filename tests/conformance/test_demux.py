@@ -189,6 +189,11 @@ def test_demux_bam_tags_the_basecalled_records_with_the_runs_calls(escpod, wdx4,
     import json
     assert json.loads((tmp_path / "r.json").read_text())["bam_records_per_label"] == counts
     assert "BAM records" in (tmp_path / "r.html").read_text()
+    # A BAM cut short is refused before the run: nothing is written.
+    cut = tmp_path / "cut.bam"
+    cut.write_bytes(bam.read_bytes()[:50000])
+    r = run([escpod, "demux", rna_file, "--model", wdx4, "-d", tmp_path / "never", "--bam", cut], check=False)
+    assert r.returncode == 1 and "cut.bam" in r.stderr and not (tmp_path / "never").exists(), r.stderr
     # --bam-output without --bam, or --bam with nowhere to write: usage errors.
     r = run([escpod, "demux", rna_file, "--model", wdx4, "--classifications", tmp_path / "x.csv",
              "--bam-output", tmp_path / "y.bam"], check=False)

@@ -477,6 +477,12 @@ void fill_counts(const BamCalls& calls, const Census& c, BamDemuxReport& rep) {
 
 }  // namespace
 
+Status check_bam_file(const fs::path& bam) {
+  detail::OpenAlignmentsOptions oo;
+  oo.all_fields = false;
+  return detail::open_alignments(bam, oo).status();
+}
+
 Status bam_demux(const fs::path& bam, const BamDemuxOptions& o, BamDemuxReport* report) {
   const auto t0 = std::chrono::steady_clock::now();
   BamDemuxReport local;

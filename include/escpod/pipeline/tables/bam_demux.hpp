@@ -59,4 +59,8 @@ struct BamDemuxReport {
 // complete. Neither output given: kUsage. kCancelled on Ctrl-C.
 Status bam_demux(const std::filesystem::path& bam, const BamDemuxOptions& options, BamDemuxReport* report);
 
+// The cheap checks of an alignment file (it opens, is BAM/SAM/CRAM, has its end-of-file marker
+// and a readable header), for a run that tags it only after long work (`demux --bam`).
+Status check_bam_file(const std::filesystem::path& bam);
+
 }  // namespace escpod::pipeline
