@@ -478,8 +478,11 @@ def test_thousands_of_labels_one_file_each_with_bounded_memory_and_files(escpod,
                                "-d", out, "--memory-mib", "1", "-t", "2"])
            for name, path, csv_path, out in (("all", bam, table, by_label),
                                              ("quarter", small, small_table, tmp_path / "small_by_label"))}
-    assert rss["all"] <= rss["quarter"] + 16 * 1024, \
-        f"peak RSS {rss} KiB grows with the records ({decoded >> 20} vs {small_decoded >> 20} MiB decoded)"
+    # Under AddressSanitizer the peak is its quarantine and shadow memory, not ours: the Release
+    # run of this test is the one that measures.
+    if not os.environ.get("ESCPOD_SANITIZE"):
+        assert rss["all"] <= rss["quarter"] + 16 * 1024, \
+            f"peak RSS {rss} KiB grows with the records ({decoded >> 20} vs {small_decoded >> 20} MiB decoded)"
     assert len(list((tmp_path / "small_by_label").glob("*.bam"))) == 3001
     run([escpod, "bam-demux", "-b", bam, "--classifications", table, "-o", tmp_path / "all.bam", "-t", "2"])
     exp = ref.expected(bam, loaded)
