@@ -50,7 +50,17 @@ void log_report(const pipeline::BamDemuxReport& r, const pipeline::BamDemuxOptio
   log::info("{:.2f} s", r.seconds);
 }
 
-Status run_bam_demux(const BamDemuxCliOptions& opts, const GlobalOptions& global) {
+// Flags that only act with -d (--prefix, --memory-mib) are refused without it, not ignored.
+Status check_flags(const BamDemuxCliOptions& opts, const CLI::App& sub) {
+  if (opts.out_dir.empty()) {
+    for (const char* flag : {"--prefix", "--memory-mib"})
+      if (sub.count(flag) > 0) return Status::usage(std::string(flag) + " applies to -d DIR (one BAM per label); give -d");
+  }
+  return Status::ok();
+}
+
+Status run_bam_demux(const BamDemuxCliOptions& opts, const CLI::App& sub, const GlobalOptions& global) {
+  ESCPOD_RETURN_IF_ERROR(check_flags(opts, sub));
   pipeline::BamDemuxOptions o;
   ESCPOD_ASSIGN_OR_RETURN(o.calls, calls_source(opts));
   o.output = opts.output;
@@ -100,7 +110,7 @@ void register_bam_demux(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::PositiveNumber);
   add_staging_flags(sub, opts->writer);
   add_common_flags(sub, global);
-  set_body(sub, [opts, &global] { return run_bam_demux(*opts, global); });
+  set_body(sub, [opts, sub, &global] { return run_bam_demux(*opts, *sub, global); });
 }
 
 }  // namespace escpod::cli

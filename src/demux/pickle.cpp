@@ -343,12 +343,11 @@ class Machine {
   }
   // Python replaces an existing key; keys here are str or int (compared by value). The index
   // keeps a hostile dict of many keys linear, not quadratic.
-  Status set_key(PickleValue* dict, const PickleValue* key, const PickleValue* value) {
+  void set_key(PickleValue* dict, const PickleValue* key, const PickleValue* value) {
     std::string id = key->type == Type::kStr ? "s" + key->text : "i" + std::to_string(key->integer);
     auto [it, fresh] = m_dict_index[dict].try_emplace(std::move(id), dict->fields.size());
     if (fresh) dict->fields.emplace_back(key, value);
     else dict->fields[it->second].second = value;
-    return Status::ok();
   }
   Status check_key(const PickleValue* key, size_t at) const {
     if (key->type == Type::kStr || key->type == Type::kInt) return Status::ok();
@@ -359,7 +358,8 @@ class Machine {
     ESCPOD_ASSIGN_OR_RETURN(const PickleValue* key, pop(at, "SETITEM"));
     ESCPOD_RETURN_IF_ERROR(check_key(key, at));
     ESCPOD_ASSIGN_OR_RETURN(PickleValue * dict, container(Type::kDict, at, "SETITEM"));
-    return set_key(dict, key, value);
+    set_key(dict, key, value);
+    return Status::ok();
   }
   Status setitems(size_t at) {
     ESCPOD_ASSIGN_OR_RETURN(std::vector<const PickleValue*> items, pop_mark(at, "SETITEMS"));
@@ -367,7 +367,7 @@ class Machine {
     ESCPOD_ASSIGN_OR_RETURN(PickleValue * dict, container(Type::kDict, at, "SETITEMS"));
     for (size_t i = 0; i < items.size(); i += 2) {
       ESCPOD_RETURN_IF_ERROR(check_key(items[i], at));
-      ESCPOD_RETURN_IF_ERROR(set_key(dict, items[i], items[i + 1]));
+      set_key(dict, items[i], items[i + 1]);
     }
     return Status::ok();
   }

@@ -791,3 +791,12 @@ def test_ctrl_c_while_writing_exits_130_and_leaves_nothing(escpod, drna_bam, tmp
     assert p.returncode == 130, err
     assert not (tmp_path / "all.bam").exists()
     assert not list(tmp_path.glob(".*")) and not list(out_dir.iterdir()), list(out_dir.iterdir())
+
+
+def test_flags_that_would_be_ignored_are_refused(escpod, drna_bam, drna_ids, tmp_path):
+    calls = tmp_path / "calls.csv"
+    calls.write_text("read_id,barcode\n" + "".join(f"{i},BC01\n" for i in sorted(drna_ids)))
+    for extra in (["--prefix", "x"], ["--memory-mib", "8"], ["--reference", calls]):
+        r = bam_demux(escpod, drna_bam, "--classifications", calls, "-o", tmp_path / "o.bam", *extra, check=False)
+        assert r.returncode == 2 and str(extra[0]) in r.stderr, (extra, r.stderr)
+        assert not (tmp_path / "o.bam").exists()

@@ -51,6 +51,9 @@ Result<OpenedAlignments> open_alignments(const fs::path& bam_path, const OpenAli
   }
   out.is_bam = fmt->format == htsExactFormat::bam;
   out.is_cram = fmt->format == cram;
+  if (!out.is_cram && !options.reference.empty())
+    return Status::usage("--reference " + options.reference.string() + " is for a CRAM input; " + bam_path.string() +
+                         " is not CRAM");
   if (out.is_cram && !options.reference.empty()) {
     std::error_code ec;
     if (!fs::is_regular_file(options.reference, ec))

@@ -33,8 +33,7 @@ std::optional<size_t> column(const std::vector<std::string_view>& header, std::s
 }
 
 Result<Layout> layout_of(std::string_view header_line, const fs::path& path) {
-  const bool hashed = !header_line.empty() && header_line.front() == '#';
-  if (hashed) header_line.remove_prefix(1);
+  if (!header_line.empty() && header_line.front() == '#') header_line.remove_prefix(1);  // WarpDemuX's
   std::vector<std::string_view> cells;
   std::string storage;
   split_csv(header_line, cells, storage);
@@ -56,7 +55,6 @@ Result<Layout> layout_of(std::string_view header_line, const fs::path& path) {
   else if (column(cells, "decoded_seq") || column(cells, "crf_best")) l.source = "escpod-crf";
   else if (legacy) l.source = "escapepod";
   else l.source = "escpod";
-  (void)hashed;
   return l;
 }
 
