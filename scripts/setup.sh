@@ -45,6 +45,8 @@
 #                                                       with -DESCPOD_ENABLE_CUDA=ON)
 #   Arrow C++ and Parquet headers/libraries             pyarrow wheel (requirements.txt)
 #   tmux (progress-bar test in a real terminal)         tmux
+#   mmdebstrap (the wheel's bare-Debian test:           mmdebstrap
+#     tests/wheel/bare_debian.sh)
 #   headless browser (report screenshot test)          chromium
 #   official pod5 (conformance), escapepod (bench),     requirements.txt, in .venv
 #   pytest, numpy, h5py, pysam (bam-filter tests),
@@ -64,7 +66,7 @@ DEB_PACKAGES=(
   libhdf5-dev libvbz-hdf-plugin-dev
   libhts-dev samtools
   libedlib-dev libwfa2-dev
-  tmux chromium
+  tmux chromium mmdebstrap
 )
 
 missing=()

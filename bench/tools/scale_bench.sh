@@ -23,7 +23,7 @@ READS=${READS-"10000 100000 1000000"}  # empty: skip the axis
 BARCODES=${BARCODES-"4 12 48 96 384"}
 BC_READS=${BC_READS:-20000}
 TRAIN_PER_BARCODE=${TRAIN_PER_BARCODE:-20}
-ADAPTER=$(sed -n 's/^ADAPTER=//p' "$ROOT/scripts/demo.sh")
+ADAPTER=$(sed -n 's/^ADAPTER=//p' "$ROOT/scripts/demo-run.sh")
 mkdir -p "$WORK"
 cd "$WORK"
 

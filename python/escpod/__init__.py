@@ -5,7 +5,7 @@ what is covered). Beyond pod5: Reader.iter_signals / get_signals and DatasetRead
 (many reads on all cores), DatasetReader's read-id index (an `escpod index` where one covers the
 files, else their read-id columns), and escpod.demux (the demultiplexer).
 """
-__version__ = "0.1.0"
+from ._core import __version__  # CMakeLists.txt project(VERSION), like escpod --version
 
 from .pod5_types import (
     BaseRead,

@@ -1,5 +1,6 @@
-// `escpod --version`: the version, the CPU and the kernels each path chose on it (issue 34 asks
-// that a user and a bug report can tell), as one block of text.
+// `escpod --version`: the version, the CPU, the kernels each path chose on it and the versions
+// of the libraries loaded (a user and a bug report can tell which build, wheel or system library
+// ran), as one block of text.
 #include "cli/version_report.hpp"
 
 #include <cpuid.h>
@@ -8,9 +9,15 @@
 #include <fstream>
 #include <string>
 
+#include "escpod/pipeline/ops/bam_filter.hpp"
+#include "escpod/pod5/library_versions.hpp"
 #include "escpod/pod5/vbz.hpp"
 #ifdef ESCPOD_HAVE_DEMUX
 #include "escpod/demux/dtw.hpp"
+#include "escpod/demux/train_svm.hpp"
+#endif
+#ifdef ESCPOD_HAVE_FAST5
+#include "escpod/fast5/fast5_file.hpp"
 #endif
 #ifdef ESCPOD_HAVE_NN
 #include "escpod/nn/model.hpp"
@@ -62,7 +69,15 @@ std::string version_report(const std::string& version) {
   s += fmt::format("demux: DTW float32 on {} (ESCPOD_DTW_ISA caps it)\n",
                    demux::dtw_isa_name(demux::dtw_best_isa()));
 #endif
-  s += fmt::format("pod5: VBZ svb16 decoder {}", pod5::detail::svb16_decoder_name());
+  s += fmt::format("pod5: VBZ svb16 decoder {}\n", pod5::detail::svb16_decoder_name());
+  s += "libraries: " + pod5::library_versions();
+#ifdef ESCPOD_HAVE_FAST5
+  s += ", " + fast5::hdf5_version();
+#endif
+  s += fmt::format(", htslib {}", pipeline::htslib_version());
+#ifdef ESCPOD_HAVE_DEMUX
+  s += fmt::format(", libsvm {}", demux::libsvm_runtime_version());
+#endif
   return s;  // CLI11 ends the line
 }
 

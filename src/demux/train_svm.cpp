@@ -581,4 +581,6 @@ Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, si
   return serialize_dtw_svm(model);
 }
 
+int libsvm_runtime_version() { return libsvm_version; }
+
 }  // namespace escpod::demux

@@ -745,4 +745,10 @@ Status decode_signal(const StoredSignal& s, std::vector<int16_t>& out, const std
   return Status::internal(what + ": unknown signal coding");
 }
 
+std::string hdf5_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  (void)H5get_libversion(&major, &minor, &release);
+  return "HDF5 " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
 }  // namespace escpod::fast5

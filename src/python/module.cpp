@@ -1238,6 +1238,8 @@ nb::list format_ids(const IdArray& ids) {
 NB_MODULE(_core, m) {
   using namespace escpod::python;
   m.doc() = "escpod C++ core (files, signal decoding, read-id index, writer, demultiplexer)";
+  // The one version: CMake's project(VERSION), also escpod --version's and the wheel's.
+  m.attr("__version__") = ESCPOD_VERSION;
   // We share libarrow with pyarrow: registering POD5's extension types would change what
   // pyarrow, and the official pod5 package, read from every POD5 in this process.
   escpod::pod5::set_register_arrow_extension_types(false);

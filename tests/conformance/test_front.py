@@ -59,10 +59,16 @@ def test_version_names_the_cpu_and_the_kernels_chosen(escpod):
     out = run([escpod, "--version"]).stdout
     assert out.startswith("escpod ")
     lines = dict(line.split(": ", 1) for line in out.splitlines()[1:])
-    assert set(lines) == {"cpu", "nn", "demux", "pod5"}, out
+    assert set(lines) == {"cpu", "nn", "demux", "pod5", "libraries"}, out
     assert "AVX2/FMA" in lines["cpu"] and "AMX-BF16" in lines["cpu"]
     assert "oneDNN" in out and "float32 dense products" in out
     assert re.search(r"DTW float32 on (sse2|avx2|avx512)", out) and re.search(r"svb16 decoder (avx2|ssse3|scalar)", out)
+    # The libraries loaded, each by its own report: Arrow is the pinned pyarrow's.
+    import pyarrow
+    libraries = dict(item.rsplit(" ", 1) for item in lines["libraries"].split(", "))
+    assert set(libraries) == {"Arrow", "zstd", "zlib", "oneTBB", "HDF5", "htslib", "libsvm"}, out
+    assert libraries["Arrow"] == pyarrow.__version__, out
+    assert all(re.fullmatch(r"\d+(\.\d+)*", v) for v in libraries.values()), out
 
 
 def test_an_unknown_command_is_named_with_the_close_ones(escpod):
@@ -70,3 +76,19 @@ def test_an_unknown_command_is_named_with_the_close_ones(escpod):
     assert r.returncode == 2 and "'inspectt' is not a command; did you mean inspect?" in r.stderr, r.stderr
     r = run([escpod, "xyzzy"], check=False)
     assert r.returncode == 2 and "the commands are" in r.stderr and "bam-demux" in r.stderr, r.stderr
+
+
+def test_cmake_install_puts_both_programs_in_a_prefix(escpod, shared_data, tmp_path):
+    # `cmake --install BUILD --prefix P` gives P/bin/escpod and P/bin/escpod-full, which run from
+    # there (the front finds escpod-full beside itself; both find their Arrow).
+    build = escpod.parent.parent.parent
+    assert (build / "CMakeCache.txt").is_file(), build
+    run(["cmake", "--install", build, "--prefix", tmp_path, "--component", "cli"])
+    installed = tmp_path / "bin" / "escpod"
+    assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["escpod", "escpod-full"]
+    version = run([installed, "--version"]).stdout
+    assert version.startswith("escpod ") and "nn: oneDNN" in version, version  # escpod-full's report
+    pod5 = shared_data / "pod5" / "multi_fast5_zip_v3.pod5"
+    assert run([installed, "view", pod5]).stdout == run([escpod, "view", pod5]).stdout
+    ldd = run(["ldd", installed.parent / "escpod-full"]).stdout
+    assert "not found" not in ldd, ldd

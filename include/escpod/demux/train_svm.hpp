@@ -167,4 +167,7 @@ Result<std::string> train_warpdemux_svm(std::span<const double> fingerprints, si
                                         const std::string& model_name,
                                         SvmTrainReport* report = nullptr);
 
+// The version of the libsvm loaded, as libsvm numbers it (e.g. 332 for 3.32; escpod --version).
+int libsvm_runtime_version();
+
 }  // namespace escpod::demux

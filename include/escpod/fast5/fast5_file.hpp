@@ -97,4 +97,7 @@ Status decode_signal(const StoredSignal& signal, std::vector<int16_t>& out, cons
 // milliseconds since the Unix epoch, or 0 when the text is not a date-time.
 int64_t parse_iso8601_ms(std::string_view text);
 
+// "HDF5 1.10.8": the version of the HDF5 library loaded (escpod --version).
+std::string hdf5_version();
+
 }  // namespace escpod::fast5

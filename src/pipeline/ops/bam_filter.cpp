@@ -259,4 +259,6 @@ Status bam_filter_files(const fs::path& bam_path, const std::vector<fs::path>& i
   return Status::ok();
 }
 
+const char* htslib_version() { return hts_version(); }
+
 }  // namespace escpod::pipeline

@@ -84,4 +84,7 @@ Status bam_filter_files(const std::filesystem::path& bam,
                         const std::filesystem::path& output, const BamCriteria& criteria,
                         const BamFilterOptions& options, BamFilterReport* report);
 
+// The version of the htslib loaded, e.g. "1.16" (escpod --version).
+const char* htslib_version();
+
 }  // namespace escpod::pipeline
