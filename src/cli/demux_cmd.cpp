@@ -50,15 +50,12 @@ struct DemuxCliOptions {
   CrfCliFlags crf;
 };
 
-// The CRF head's options from the command line, registered before any model is loaded; a
-// bundle's pinned CNN becomes `cnn_model` when none was given, and `method` the detector the
-// run uses ("" = the model's default).
-Status register_crf_options(const DemuxCliOptions& o, std::string& cnn_model, std::string& method) {
+// The CRF head's options from the command line (into the run's HeadOptions); a bundle's pinned
+// CNN becomes the run's CNN when none was given, and its detector the run's method ("" = the
+// model's default).
+Result<pipeline::CrfRunSetup> crf_run(const DemuxCliOptions& o) {
   ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions c, crf_head_options_from_flags(o.crf));
-  ESCPOD_ASSIGN_OR_RETURN(pipeline::CrfRunSetup run, pipeline::setup_crf_run(o.model, c, o.cnn_model, o.method, o.info));
-  cnn_model = std::move(run.cnn_model);
-  method = std::move(run.method);
-  return Status::ok();
+  return pipeline::setup_crf_run(o.model, c, o.cnn_model, o.method, o.info);
 }
 
 // --bam: the basecalled BAM's records tagged with the run's calls (bam-demux), per label into
@@ -98,12 +95,14 @@ Result<pipeline::BamDemuxReport> tag_bam(const DemuxCliOptions& o, const pipelin
 
 Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   if (o.model.empty()) return Status::usage("demux needs --model MODEL.json");
-  std::string cnn_model, method;
-  ESCPOD_RETURN_IF_ERROR(register_crf_options(o, cnn_model, method));
-  ESCPOD_ASSIGN_OR_RETURN(pipeline::DetectorChoice detector, parse_method(method));
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::CrfRunSetup crf, crf_run(o));
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::DetectorChoice detector, parse_method(crf.method));
+  demux::HeadOptions head;
+  head.model_file = model_load_options(o.config);
+  head.crf = crf.crf;
+  ESCPOD_ASSIGN_OR_RETURN(head.dtw, parse_dtw_precision(o.dtw_precision));
   if (o.info) {
-    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, cnn_model, detector,
-                                                                                model_load_options(o.config)));
+    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, crf.cnn_model, detector, head));
     fmt::print("{}", text);
     return Status::ok();
   }
@@ -116,10 +115,9 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   }
   pipeline::DemuxOptions d;
   d.model_path = o.model;
-  d.model_options = model_load_options(o.config);
-  d.cnn_model = cnn_model;
+  d.head = head;
+  d.cnn_model = crf.cnn_model;
   d.detector = detector;
-  ESCPOD_ASSIGN_OR_RETURN(d.dtw, parse_dtw_precision(o.dtw_precision));
   d.out_dir = o.out_dir;
   d.prefix = o.prefix;
   d.classifications_csv = o.classifications;

@@ -815,14 +815,5 @@ Result<CrfHeadOptions> crf_head_options(const CrfHeadRequest& o) {
   return c;
 }
 
-void register_crf_head(const CrfHeadOptions& options) {
-  HeadKind kind;
-  kind.name = "crf";
-  kind.looks_for = "config.toml (a SeqTagger/bonito CTC-CRF model folder) or metadata.json with format "
-                   "escapepod-crf-encoder/N (an escapepod CRF bundle)";
-  kind.claims = [](const std::filesystem::path& p) { return is_crf_model_dir(p); };
-  kind.load = [options](const std::filesystem::path& p, const HeadOptions&) { return load_crf_head(p, options); };
-  register_head_kind(std::move(kind));
-}
 
 }  // namespace escpod::demux

@@ -5,6 +5,8 @@
 
 #include "escpod/demux/head.hpp"
 
+#include "escpod/demux/crf_head.hpp"  // the CRF head's folders, built into load_head
+
 namespace escpod::demux {
 
 namespace {
@@ -130,8 +132,14 @@ void register_head_kind(HeadKind kind) {
 
 Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptions& options) {
   std::function<Result<LoadedHead>(const std::filesystem::path&, const HeadOptions&)> load;
-  std::string looked_for;  // "kind: what" of every registered kind, for the error below
-  {
+  // "kind: what" of every kind, for the error below
+  std::string looked_for = std::string("crf: ") + kCrfModelLooksFor;
+  if (is_crf_model_dir(model)) {
+    load = [](const std::filesystem::path& folder, const HeadOptions& o) {
+      return load_crf_head(folder, o.crf ? *o.crf : CrfHeadOptions{});
+    };
+  }
+  if (!load) {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
     for (const HeadKind& k : r.kinds) {

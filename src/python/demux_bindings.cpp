@@ -50,7 +50,7 @@ nb::dict to_dict(const Map& m) {
 }
 
 // The CRF head's options from the Python arguments (the CLI's parser: demux::crf_head_options),
-// registered for the run; the detector and CNN file the run then uses (pipeline::setup_crf_run).
+// for the run's HeadOptions; the detector and CNN file the run then uses (pipeline::setup_crf_run).
 pipeline::CrfRunSetup setup_crf(const std::string& model, const demux::CrfHeadRequest& crf, const std::string& cnn_model,
                                 const std::string& method, bool describing) {
   auto options = demux::crf_head_options(crf);
@@ -76,10 +76,11 @@ nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string&
   const pipeline::CrfRunSetup run = setup_crf(model, crf, cnn_model, method, false);
   pipeline::DemuxOptions d;
   d.model_path = model;
-  d.model_options = model_options(config);
+  d.head.model_file = model_options(config);
+  d.head.crf = run.crf;
   d.cnn_model = run.cnn_model;
   d.detector = detector_choice(run.method);
-  d.dtw = dtw_precision(dtw);
+  d.head.dtw = dtw_precision(dtw);
   d.out_dir = out_dir;
   d.prefix = prefix;
   d.classifications_csv = classifications;
@@ -194,8 +195,10 @@ nb::tuple basecall_files(const std::vector<std::string>& inputs, const std::stri
 
 std::string describe_model(const std::string& model, const std::string& config, const std::string& cnn_model) {
   const pipeline::CrfRunSetup run = setup_crf(model, demux::CrfHeadRequest{}, cnn_model, "", true);
-  auto text = pipeline::describe_demux_model(model, run.cnn_model, detector_choice(run.method),
-                                             model_options(config));
+  demux::HeadOptions head;
+  head.model_file = model_options(config);
+  head.crf = run.crf;
+  auto text = pipeline::describe_demux_model(model, run.cnn_model, detector_choice(run.method), head);
   if (!text.is_ok()) raise_status(text.status());
   return *text;
 }

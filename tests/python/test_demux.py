@@ -63,6 +63,38 @@ def test_crf_model_folder_demux_equals_cli_with_its_options(shared_data, escpod_
     assert "CTC-CRF SeqTagger" in escpod.demux.describe(model)
 
 
+def test_concurrent_crf_runs_keep_their_own_options(shared_data):
+    """The CRF head's options travel with each run (HeadOptions::crf), not through process state:
+    threads running escpod.demux.demux at once with different gates (the GIL is released for the
+    run) each get exactly what they get alone. Under the old process-wide registry a run loaded
+    the head with whichever options were registered last."""
+    import threading
+
+    model = shared_data / "seqtagger/b04_RNA004"
+    reads = shared_data / "escapepod/drna/yeast_trna_reads.pod5"
+    options = [{}, {"min_baseq": 0, "min_mean_post": 0}]
+    alone = [escpod.demux.demux([reads], model=model, threads=1, **o)["barcode"].tolist() for o in options]
+    assert alone[0] != alone[1] and set(alone[0]) == {"unclassified"}
+    results, errors = {}, []
+    start = threading.Barrier(6)
+
+    def run(i):
+        try:
+            start.wait()
+            results[i] = escpod.demux.demux([reads], model=model, threads=1, **options[i % 2])["barcode"].tolist()
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i in range(6):
+        assert results[i] == alone[i % 2], f"run {i} got the other run's calls"
+
+
 def test_crf_basecall_equals_cli(shared_data, escpod_bin, tmp_path):
     """`escpod demux basecall` through the Python API: boundaries from detect() (a table) or a CSV
     path, the CLI's rows and columns (sequence, distances, baseq, lattice scores) with the same

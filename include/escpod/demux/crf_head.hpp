@@ -2,9 +2,9 @@
 // or escapepod CRF bundle, crf_model.hpp) that basecalls a window of each read's signal, names
 // the call's barcode by edit distance (crf_match.hpp) and gates it on its confidence
 // (crf_lattice.hpp). Specification: shared/docs/escapepod-behaviour.md section 4.8 and
-// shared/docs/seqtagger.md. The engine (pipeline::run_demux) needs no change: the head
-// registers itself as a HeadKind (register_crf_head) and reads the calibrated prefix the engine
-// decodes.
+// shared/docs/seqtagger.md. The engine (pipeline::run_demux) needs no change: load_head takes a
+// folder is_crf_model_dir accepts as this head, with the run's HeadOptions::crf, and the head
+// reads the calibrated prefix the engine decodes.
 //
 // Windows (our choices where SeqTagger's are unpublished; every one is an option below):
 //  - bundles: [adapter_end - chunk, adapter_end) with the bundle's margin and clamping rules
@@ -160,8 +160,10 @@ Result<CrfHeadOptions> crf_head_options(const CrfHeadRequest& request);
 // Loads a CRF model folder as a head with `options`.
 Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options);
 
-// Registers the "crf" head kind (claims folders is_crf_model_dir accepts) with `options`; a later
-// call replaces the options. Call before load_head / run_demux.
-void register_crf_head(const CrfHeadOptions& options = {});
+// What load_head looks for to take a folder as a CRF model (for its error about a folder nothing
+// claims).
+inline constexpr const char* kCrfModelLooksFor =
+    "config.toml (a SeqTagger/bonito CTC-CRF model folder) or metadata.json with format "
+    "escapepod-crf-encoder/N (an escapepod CRF bundle)";
 
 }  // namespace escpod::demux

@@ -103,9 +103,16 @@ class Head {
                         std::span<Classification> calls) const = 0;
 };
 
+struct CrfHeadOptions;  // crf_head.hpp
+
+// How a run loads and runs its head: travels with the run (DemuxOptions, the stages' options,
+// the Python calls), so two runs in one process never see each other's options.
 struct HeadOptions {
   DtwPrecision dtw = DtwPrecision::kFloat32;  // the DTW-SVM head's DTW arithmetic
   ModelLoadOptions model_file;                // how a model file is read (a joblib model's config)
+  // The CRF head's options (gates, decoder, windows, encoder backend) for a CRF model folder;
+  // null: its defaults. Immutable once set, shared by the copies of a run's options.
+  std::shared_ptr<const CrfHeadOptions> crf;
 };
 
 // A loaded head with the signal-processing settings the engine prepares its reads with: those
@@ -126,7 +133,7 @@ struct LoadedHead {
 Result<LoadedHead> make_head(ModelFile&& file, const HeadOptions& options);
 
 // A head kind whose models are files or folders this library does not parse itself (registered
-// by the code that implements it). claims(path) must be cheap and must not fail: it says whether
+// by the code that implements it; the CRF head's folders are built in, load_head knows them). claims(path) must be cheap and must not fail: it says whether
 // `path` is one of its models (e.g. a folder holding its manifest).
 struct HeadKind {
   std::string name;

@@ -245,11 +245,10 @@ std::string seqtagger_method(const std::filesystem::path& model, const std::stri
 
 Result<CrfRunSetup> setup_crf_run(const std::filesystem::path& model, const demux::CrfHeadOptions& options,
                                   const std::string& cnn_model, const std::string& method, bool describing) {
-  demux::CrfHeadOptions head = options;
-  head.load.verify_boundary_pin = cnn_model.empty();
-  CrfRunSetup run{cnn_model, seqtagger_method(model, method, cnn_model)};
+  auto head = std::make_shared<demux::CrfHeadOptions>(options);
+  head->load.verify_boundary_pin = cnn_model.empty();
+  CrfRunSetup run{cnn_model, seqtagger_method(model, method, cnn_model), std::move(head)};
   ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(model, run.method, describing, run.cnn_model));
-  demux::register_crf_head(head);
   return run;
 }
 

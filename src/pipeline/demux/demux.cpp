@@ -72,7 +72,7 @@ std::map<int32_t, std::string> head_label_names(const demux::Head& head) {
 }
 
 Result<Engine> make_engine(const DemuxOptions& o) {
-  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(o.model_path, {o.dtw, o.model_options}));
+  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(o.model_path, o.head));
   if (!h.signal_processing) {
     return Status::corrupt(o.model_path.string() +
                            ": model has no signal_processing block (which detector and "
@@ -368,9 +368,7 @@ std::string outputs_line(const demux::Head& head) {
 
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
                                          const std::filesystem::path& cnn_model, DetectorChoice detector,
-                                         const demux::ModelLoadOptions& model_options) {
-  demux::HeadOptions head_options;
-  head_options.model_file = model_options;
+                                         const demux::HeadOptions& head_options) {
   ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(model_path, head_options));
   if (h.default_settings) {
     const bool chosen = detector != DetectorChoice::kModelDefault;

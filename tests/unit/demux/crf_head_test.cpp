@@ -71,10 +71,10 @@ TEST(CrfHead, SeqTaggerV1DeclaresItsWindowColumnsAndLabels) {
             (std::vector<std::string>{"Barcode_1", "Barcode_2", "Barcode_3", "Barcode_4"}));
 }
 
-// load_head finds the CRF head from the folder itself, all four SeqTagger folders alike; a
-// folder that holds neither file is an error naming it and what was looked for.
+// load_head finds the CRF head from the folder itself (nothing registered first), all four
+// SeqTagger folders alike; a folder that holds neither file is an error naming it and what was
+// looked for.
 TEST(CrfHead, LoadHeadRecognisesTheFolderOrSaysWhatItLookedFor) {
-  register_crf_head({});
   for (const char* folder : {"b04_RNA004", "b96_RNA004", "b13_RNA004_mRNA", "b07_RNA004_tRNA"}) {
     auto h = load_head(test::shared_data(std::string("seqtagger/") + folder), {});
     ASSERT_TRUE(h.is_ok()) << folder << ": " << h.status().message();

@@ -42,15 +42,16 @@ Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs
                                 std::ostream& csv, CrfBasecallReport* report);
 
 // A fused demux run with a CRF model folder (the CLI's `escpod demux`, the Python API's
-// `demux`): registers the CRF head kind with `options` and resolves the detector. A SeqTagger
+// `demux`): the CRF head's options for the run (HeadOptions::crf) and the detector. A SeqTagger
 // folder records no detector: without `method` it runs LLR, or the CNN when `cnn_model` names a
 // file. A CRF bundle pins its detector (behaviour doc 1.3, 2.10): a `cnn` pin refuses `llr`, and
 // its CNN file is used unless `cnn_model` names another (the pin's sha256 is then not checked); a
 // bundle that pins none needs a method, except when `describing` (--info runs no detector).
-// Other models: `method` and `cnn_model` as given, the head registered all the same.
+// Other models: `method` and `cnn_model` as given.
 struct CrfRunSetup {
   std::string cnn_model;  // the CNN file the run uses ("" = none)
   std::string method;     // "cnn", "llr", or "" for the model's default
+  std::shared_ptr<const demux::CrfHeadOptions> crf;  // for DemuxOptions::head.crf
 };
 Result<CrfRunSetup> setup_crf_run(const std::filesystem::path& model, const demux::CrfHeadOptions& options,
                                   const std::string& cnn_model, const std::string& method, bool describing);

@@ -23,8 +23,9 @@
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/dtw.hpp"
-#include "escpod/pipeline/tables/barcode_labels.hpp"  // label_name, kNoiseLabel
+#include "escpod/demux/head.hpp"
 #include "escpod/demux/model_file.hpp"
+#include "escpod/pipeline/tables/barcode_labels.hpp"  // label_name, kNoiseLabel
 #include "escpod/pod5/file_writer.hpp"
 
 namespace escpod::pipeline {
@@ -35,11 +36,11 @@ struct DemuxOptions {
   // The model: a file or folder demux::load_head reads (DTW-SVM or GBM JSON, or a registered
   // head kind's model).
   std::filesystem::path model_path;
-  demux::ModelLoadOptions model_options;  // a WarpDemuX joblib model's config (--config)
+  // How the head is loaded and run: a WarpDemuX joblib model's config (--config), the DTW-SVM
+  // head's DTW arithmetic (see ClassifyStageOptions::dtw), the CRF head's options.
+  demux::HeadOptions head;
   std::filesystem::path cnn_model;      // boundary CNN (ONNX); empty: found beside the model
   DetectorChoice detector = DetectorChoice::kModelDefault;
-  // DTW arithmetic of the DTW-SVM head (see ClassifyStageOptions::dtw).
-  demux::DtwPrecision dtw = demux::DtwPrecision::kFloat32;
   std::filesystem::path out_dir;        // per-label POD5 files; empty: write none
   std::string prefix = "barcode";       // file names <prefix>_<label>.pod5
   std::filesystem::path classifications_csv;  // empty: none
@@ -101,6 +102,6 @@ Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
 Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
                                          const std::filesystem::path& cnn_model,
                                          DetectorChoice detector = DetectorChoice::kModelDefault,
-                                         const demux::ModelLoadOptions& model_options = {});
+                                         const demux::HeadOptions& head_options = {});
 
 }  // namespace escpod::pipeline
