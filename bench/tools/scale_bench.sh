@@ -16,7 +16,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-build}
 WORK=${2:-/tmp/escpod-scale}
-ESCPOD=${ESCPOD:-$ROOT/$BUILD/src/cli/escpod}  # or a copy (with escpod-full beside it), to keep building while it runs
+ESCPOD=${ESCPOD:-$ROOT/$BUILD/src/cli/escpod}  # or a copy, to keep building while it runs
 [[ -x $ESCPOD ]] || { echo "no escpod at $ESCPOD (build it first)" >&2; exit 1; }
 THREADS=${THREADS:-$(nproc)}
 READS=${READS-"10000 100000 1000000"}  # empty: skip the axis

@@ -1,7 +1,7 @@
 """The wheel's size (what dominates it) and its start-up against the CMake build, same run.
 
-Start-up: wall time of `escpod --version` (escpod-full: every library loaded) and of
-`escpod filter --ids` of one read from a small POD5 (the front: the POD5 commands' path), each
+Start-up: wall time of `escpod --version` and of `escpod filter --ids` of one read from a small
+POD5, each
 run N times interleaved, median and ratio; for the wheel both through pip's `escpod` command
 (python/escpod_launcher, then the program) and through the packaged program directly, so the
 launcher's share shows.

@@ -19,6 +19,7 @@ import io
 import os
 import tempfile
 import uuid
+import warnings
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -211,11 +212,17 @@ def fingerprint(inputs, boundaries, model: PathLike = "", method: str = "",
 
 def classify(fingerprints, model: PathLike, probabilities: bool = False,
              dtw_precision: str = "float32", threads: int = 0, config: PathLike = "") -> Dict[str, np.ndarray]:
-    """`escpod demux classify`: calls (read_id, barcode, confidence, is_confident) from
-    a fingerprint table (from fingerprint(), or a CSV/Parquet path)."""
+    """`escpod demux classify`: the classifications table demux() returns (read_id, barcode,
+    confidence, adapter_start, adapter_end, detector, reason, then the head's columns: the DTW-SVM
+    head's per-class probabilities), from a fingerprint table (from fingerprint(), or a
+    CSV/Parquet path), with the model's head (DTW-SVM or GBM). The boundary and detector cells are
+    empty: a fingerprint table does not hold them. `probabilities` is deprecated (always written)."""
+    if probabilities:
+        warnings.warn("probabilities= is deprecated: the head's columns are always in the table",
+                      DeprecationWarning, stacklevel=2)
     with tempfile.TemporaryDirectory(prefix="escpod-cls-") as tmp:
         path = _table_path(fingerprints, tmp, "fingerprints.csv")
-        text = _core.classify_file(path, str(model), str(config), probabilities, dtw_precision, threads)
+        text = _core.classify_file(path, str(model), str(config), dtw_precision, threads)
     return parse_table(text)
 
 

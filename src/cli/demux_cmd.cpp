@@ -50,12 +50,15 @@ struct DemuxCliOptions {
   CrfCliFlags crf;
 };
 
-// The CRF head's options from the command line (into the run's HeadOptions); a bundle's pinned
-// CNN becomes the run's CNN when none was given, and its detector the run's method ("" = the
-// model's default).
-Result<pipeline::CrfRunSetup> crf_run(const DemuxCliOptions& o) {
-  ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions c, crf_head_options_from_flags(o.crf));
-  return pipeline::setup_crf_run(o.model, c, o.cnn_model, o.method, o.info);
+// The run's model from the command line: the head's options (--config, --dtw-precision, the CRF
+// flags) and the detector (--method, --cnn-model, a CRF bundle's pin).
+Result<pipeline::ModelSpec> model_spec(const DemuxCliOptions& o) {
+  demux::HeadOptions head;
+  head.model_file = model_load_options(o.config);
+  ESCPOD_ASSIGN_OR_RETURN(head.dtw, parse_dtw_precision(o.dtw_precision));
+  ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions crf, crf_head_options_from_flags(o.crf));
+  head.crf = std::make_shared<const demux::CrfHeadOptions>(std::move(crf));
+  return pipeline::resolve_model_spec(o.model, std::move(head), o.method, o.cnn_model, o.info);
 }
 
 // --bam: the basecalled BAM's records tagged with the run's calls (bam-demux), per label into
@@ -95,14 +98,9 @@ Result<pipeline::BamDemuxReport> tag_bam(const DemuxCliOptions& o, const pipelin
 
 Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
   if (o.model.empty()) return Status::usage("demux needs --model MODEL.json");
-  ESCPOD_ASSIGN_OR_RETURN(pipeline::CrfRunSetup crf, crf_run(o));
-  ESCPOD_ASSIGN_OR_RETURN(pipeline::DetectorChoice detector, parse_method(crf.method));
-  demux::HeadOptions head;
-  head.model_file = model_load_options(o.config);
-  head.crf = crf.crf;
-  ESCPOD_ASSIGN_OR_RETURN(head.dtw, parse_dtw_precision(o.dtw_precision));
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::ModelSpec spec, model_spec(o));
   if (o.info) {
-    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(o.model, crf.cnn_model, detector, head));
+    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(spec));
     fmt::print("{}", text);
     return Status::ok();
   }
@@ -114,10 +112,7 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
                                     "and/or --classifications CSV");
   }
   pipeline::DemuxOptions d;
-  d.model_path = o.model;
-  d.head = head;
-  d.cnn_model = crf.cnn_model;
-  d.detector = detector;
+  d.model = std::move(spec);
   d.out_dir = o.out_dir;
   d.prefix = o.prefix;
   d.classifications_csv = o.classifications;

@@ -56,6 +56,22 @@ double per_second(uint64_t n, double seconds) {
   return static_cast<double>(n) / std::max(seconds, 1e-9);
 }
 
+// A stage's model, resolved as the fused run resolves it (pipeline::resolve_model_spec: a CRF
+// bundle's pinned detector, a SeqTagger folder's CNN choice) and loaded once.
+// `runs_detector`: the stage detects boundaries (detect); the others read them from a table.
+Result<pipeline::RunModel> stage_model(const std::string& model, const std::string& config, const std::string& method,
+                                       const std::string& cnn_model, demux::HeadOptions head, bool runs_detector) {
+  head.model_file = model_load_options(config);
+  if (model.empty()) {  // demux fingerprint without --model: the RNA004 settings
+    pipeline::ModelSpec spec;
+    ESCPOD_ASSIGN_OR_RETURN(spec.detector, parse_method(method));
+    return pipeline::load_run_model(spec, runs_detector);
+  }
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::ModelSpec spec, pipeline::resolve_model_spec(model, std::move(head), method,
+                                                                                 cnn_model, !runs_detector));
+  return pipeline::load_run_model(spec, runs_detector);
+}
+
 // ---- detect ---------------------------------------------------------------------------------
 
 struct DetectCliOptions {
@@ -66,17 +82,14 @@ struct DetectCliOptions {
 };
 
 Status run_detect(const DetectCliOptions& o, const GlobalOptions& global) {
+  ESCPOD_ASSIGN_OR_RETURN(const pipeline::RunModel model, stage_model(o.model, o.config, o.method, o.cnn_model, {}, true));
   pipeline::DetectStageOptions d;
-  d.model_path = o.model;
-  d.model_options = model_load_options(o.config);
-  d.cnn_model = o.cnn_model;
-  ESCPOD_ASSIGN_OR_RETURN(d.detector, parse_method(o.method));
   d.emit_llr_delta = o.emit_llr_delta;
   d.n_threads = resolve_threads(global);
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   pipeline::DetectStageReport rep;
   ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& csv) {
-    return pipeline::detect_boundaries(files, d, csv, &rep);
+    return pipeline::detect_boundaries(files, model, d, csv, &rep);
   }));
   log::info("adapter found in {} of {} reads", rep.n_detected, rep.n_reads);
   for (const auto& [why, n] : rep.failures) log::info("  no adapter ({}): {}", why, n);
@@ -109,7 +122,9 @@ void register_detect(CLI::App* demux, GlobalOptions& global) {
       "  escpod demux detect reads/ --model WDX4_rna004_v1_0.json -o boundaries.csv");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("-m,--model", o->model,
-                  "DTW-SVM model (its detector settings): JSON, or WarpDemuX's own .joblib file")->required();
+                  "The run's model (its detector settings), anything `escpod demux --model` takes: a\n"
+                  "DTW-SVM or GBM JSON file, WarpDemuX's own .joblib file, a CTC-CRF model folder")
+      ->required();
   add_model_config_flag(sub, o->config);
   add_method_flag(sub, o->method, "Override the model's detector: cnn or llr");
   sub->add_option("--cnn-model", o->cnn_model, "Boundary CNN (ONNX), if not beside the model");
@@ -130,14 +145,14 @@ struct FingerprintCliOptions {
 };
 
 Status run_fingerprint(const FingerprintCliOptions& o, const GlobalOptions& global) {
+  ESCPOD_ASSIGN_OR_RETURN(const pipeline::RunModel model, stage_model(o.model, o.config, o.method, "", {}, false));
+  ESCPOD_RETURN_IF_ERROR(
+      pipeline::require_head_input(model, demux::HeadInputKind::kFingerprint, "demux fingerprint"));
   pipeline::FingerprintStageOptions f;
-  f.model_path = o.model;
-  f.model_options = model_load_options(o.config);
-  ESCPOD_ASSIGN_OR_RETURN(f.detector, parse_method(o.method));
   f.emit_dwell = o.emit_dwell;
   f.n_threads = resolve_threads(global);
   const auto format = pipeline::fingerprint_format_of(o.out.output);
-  ESCPOD_ASSIGN_OR_RETURN(const size_t n_fp, pipeline::fingerprint_length(f));
+  const size_t n_fp = pipeline::fingerprint_length(model);
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   ESCPOD_ASSIGN_OR_RETURN(pipeline::BoundariesTable table, pipeline::read_boundaries_csv(o.boundaries));
   pipeline::FingerprintStageReport rep;
@@ -145,7 +160,7 @@ Status run_fingerprint(const FingerprintCliOptions& o, const GlobalOptions& glob
     const std::string what = o.out.output.empty() ? "standard output" : o.out.output;
     ESCPOD_ASSIGN_OR_RETURN(auto writer,
                             pipeline::FingerprintTableWriter::open(format, out, n_fp, f.emit_dwell, what));
-    return pipeline::fingerprint_from_boundaries(files, table, f, *writer, &rep);
+    return pipeline::fingerprint_from_boundaries(files, table, model, f, *writer, &rep);
   }));
   uint64_t n_failed = 0;
   for (const auto& [why, n] : rep.failures) n_failed += n;
@@ -177,7 +192,8 @@ void register_fingerprint(CLI::App* demux, GlobalOptions& global) {
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("--boundaries", o->boundaries, "Boundaries CSV (from demux detect)")->required();
   sub->add_option("-m,--model", o->model,
-                  "Model whose signal-processing settings to use (JSON, or WarpDemuX's .joblib)");
+                  "Model whose signal-processing settings to use (a model `escpod demux` takes whose\n"
+                  "head reads fingerprints: DTW-SVM or GBM JSON, WarpDemuX's .joblib)");
   add_model_config_flag(sub, o->config);
   add_method_flag(sub, o->method, "Detector the boundaries came from, if not the model's: cnn or llr");
   sub->add_flag("--emit-dwell", o->emit_dwell,
@@ -196,10 +212,7 @@ void add_method_flag(CLI::App* sub, std::string& value, const std::string& help)
 }
 
 Result<pipeline::DetectorChoice> parse_method(const std::string& method) {
-  if (method.empty()) return pipeline::DetectorChoice::kModelDefault;
-  if (method == "cnn") return pipeline::DetectorChoice::kCnn;
-  if (method == "llr") return pipeline::DetectorChoice::kLlr;
-  return Status::usage("--method must be cnn or llr, not '" + method + "'");
+  return pipeline::parse_detector_choice(method);
 }
 
 void add_model_config_flag(CLI::App* sub, std::string& value) {
@@ -237,15 +250,19 @@ struct ClassifyCliOptions {
 };
 
 Status run_classify(const ClassifyCliOptions& o, const GlobalOptions& global) {
+  if (o.probabilities) {
+    log::warn("--probabilities is deprecated: the classifications table always has the head's columns "
+              "(the DTW-SVM head's per-class probabilities among them); it will be removed");
+  }
+  demux::HeadOptions head;
+  ESCPOD_ASSIGN_OR_RETURN(head.dtw, parse_dtw_precision(o.dtw_precision));
+  ESCPOD_ASSIGN_OR_RETURN(const pipeline::RunModel model,
+                          stage_model(o.model, o.config, "", "", std::move(head), false));
   pipeline::ClassifyStageOptions c;
-  c.model_path = o.model;
-  c.model_options = model_load_options(o.config);
-  c.probabilities = o.probabilities;
-  ESCPOD_ASSIGN_OR_RETURN(c.dtw, parse_dtw_precision(o.dtw_precision));
   c.n_threads = resolve_threads(global);
   pipeline::ClassifyStageReport rep;
   ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& csv) {
-    return pipeline::classify_fingerprints(o.fingerprints, c, csv, &rep);
+    return pipeline::classify_fingerprints(o.fingerprints, model, c, csv, &rep);
   }));
   for (const auto& [label, n] : rep.calls) {
     log::info("{:<16} {:>10} {:>7.1f}%", label, n,
@@ -262,15 +279,20 @@ void register_classify(CLI::App* demux, GlobalOptions& global) {
   auto* sub = demux->add_subcommand(
       "classify",
       "Classify a fingerprint table (read_id,fp_0..: CSV, gzip CSV, or Parquet if named\n"
-      "*.parquet; barcode and dwell_* columns are ignored)\n"
-      "with a DTW-SVM model: read_id,barcode,confidence,is_confident[,pNN..], in input order;\n"
-      "barcode is BC + two digits, or unclassified (noise, below threshold): the column name of\n"
-      "every escpod table (escapepod calls it predicted_barcode). Counts per label on stderr.\n"
-      "  escpod demux classify fp.csv --model WDX4_rna004_v1_0.json -o calls.csv --probabilities");
+      "*.parquet; barcode and dwell_* columns are ignored) with the model's head (DTW-SVM or GBM),\n"
+      "as the fused `escpod demux` does, and write the same classifications table, in input order:\n"
+      "read_id,barcode,confidence,adapter_start,adapter_end,detector,reason, then the head's\n"
+      "columns (DTW-SVM: one probability per class); this stage does not see the boundaries, so\n"
+      "those three cells are empty. barcode is the output label (BC + two digits) or\n"
+      "unclassified, with the reason. Counts per label on stderr.\n"
+      "  escpod demux classify fp.parquet --model WDX4_rna004_v1_0.json -o calls.csv");
   sub->add_option("fingerprints", o->fingerprints, "Fingerprint table (from demux fingerprint): CSV or .parquet")->required();
-  sub->add_option("-m,--model", o->model, "DTW-SVM model: JSON, or WarpDemuX's own .joblib file")->required();
+  sub->add_option("-m,--model", o->model,
+                  "Model whose head reads fingerprints: DTW-SVM or GBM JSON, WarpDemuX's own .joblib file")
+      ->required();
   add_model_config_flag(sub, o->config);
-  sub->add_flag("--probabilities", o->probabilities, "Append one probability column per class");
+  sub->add_flag("--probabilities", o->probabilities,
+                "Deprecated (the head's columns, the probabilities among them, are always written)");
   add_dtw_precision_flag(sub, o->dtw_precision);
   add_csv_output_flags(sub, o->out, "Calls CSV to write");
   add_common_flags(sub, global);
@@ -291,15 +313,17 @@ struct BasecallCliOptions {
 };
 
 Status run_basecall(const BasecallCliOptions& o, const GlobalOptions& global) {
+  demux::HeadOptions head;
+  ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions crf, crf_head_options_from_flags(o.crf));
+  head.crf = std::make_shared<const demux::CrfHeadOptions>(std::move(crf));
+  ESCPOD_ASSIGN_OR_RETURN(const pipeline::RunModel model, stage_model(o.model, "", "", "", std::move(head), false));
   pipeline::CrfBasecallOptions b;
-  b.model_path = o.model;
-  ESCPOD_ASSIGN_OR_RETURN(b.head, crf_head_options_from_flags(o.crf));
   b.n_threads = resolve_threads(global);
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(o.inputs));
   ESCPOD_ASSIGN_OR_RETURN(pipeline::BoundariesTable table, pipeline::read_boundaries_csv(o.boundaries));
   pipeline::CrfBasecallReport rep;
   ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& csv) {
-    return pipeline::basecall_from_boundaries(files, table, b, csv, &rep);
+    return pipeline::basecall_from_boundaries(files, table, model, b, csv, &rep);
   }));
   log::info("{} reads basecalled, {} classified ({} boundary rows without an adapter skipped)", rep.n_rows,
             rep.n_classified, rep.n_dropped);
@@ -316,8 +340,9 @@ void register_basecall(CLI::App* demux, GlobalOptions& global) {
       "basecall",
       "Basecall the barcode of the reads a boundaries CSV names with a CTC-CRF model folder\n"
       "(SeqTagger or escapepod bundle) and name it by edit distance: one row per read, in input\n"
-      "order (read_id,barcode,confidence,best_dist,second_best_dist,adapter_end,decoded_len,\n"
-      "decoded_seq[,baseq][,crf_logp,crf_margin,crf_best,mean_logpost]).\n"
+      "order, of the classifications table the fused `escpod demux` writes (read_id,barcode,\n"
+      "confidence,adapter_start,adapter_end,detector,reason, then the head's columns: distances,\n"
+      "gates, scores), then decoded_seq, the barcode sequence the head decoded.\n"
       "  escpod demux basecall reads/ --boundaries b.csv --model seqtagger/b04_RNA004 -o calls.csv");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("--boundaries", o->boundaries, "Boundaries CSV (from demux detect)")->required();

@@ -8,11 +8,7 @@
 #include <string_view>
 
 #include "cli/command.hpp"
-#ifdef ESCPOD_CLI_FRONT
-#include "cli/front.hpp"
-#else
 #include "cli/version_report.hpp"
-#endif
 #include "escpod/core/executor.hpp"
 #include "escpod/core/log.hpp"
 #include "escpod/core/process_exit.hpp"
@@ -43,22 +39,22 @@ int exit_code_of(const Status& status) {
   }
 }
 
-// The POD5 commands, run by both programs: the front (cli/front.hpp) runs only these.
-struct Pod5Command {
-  std::string_view name;  // the subcommand `add` registers
-  void (*add)(CLI::App&, GlobalOptions&);
-};
-constexpr Pod5Command kPod5Commands[] = {
-    {"inspect", register_inspect}, {"view", register_view},         {"repack", register_repack},
-    {"merge", register_merge},     {"filter", register_filter},     {"subset", register_subset},
-    {"summary", register_summary}, {"annotate", register_annotate}, {"index", register_index},
-    {"recover", register_recover}};
-
-// The POD5 command called `name`; nullptr when none is.
-[[maybe_unused]] const Pod5Command* find_pod5_command(std::string_view name) {
-  for (const Pod5Command& c : kPod5Commands)
-    if (c.name == name) return &c;
-  return nullptr;
+// Every command, in the order `escpod --help` lists them.
+void register_commands(CLI::App& app, GlobalOptions& global) {
+  for (auto* add : {register_inspect, register_view, register_repack, register_merge, register_filter,
+                    register_subset, register_summary, register_annotate, register_index, register_recover,
+                    register_bam_filter, register_bam_demux, register_report, register_simulate}) {
+    add(app, global);
+  }
+#if defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)
+  register_demux(app, global);
+#endif
+#if defined(ESCPOD_HAVE_NN)
+  register_model(app, global);
+#endif
+#if defined(ESCPOD_HAVE_FAST5)
+  register_convert(app, global);
+#endif
 }
 
 // This process ends when its command returns: what the command is done with is left to the
@@ -82,45 +78,12 @@ int main(int argc, char** argv) {
 
   CLI::App app{"escpod: fast POD5 tools and signal-level barcode demultiplexing for nanopore "
                "direct-RNA reads"};
-#ifdef ESCPOD_CLI_FRONT
-  app.set_version_flag("--version", std::string("escpod ") + ESCPOD_VERSION);
-#else
   app.set_version_flag("--version", std::function<std::string()>([] { return cli::version_report(ESCPOD_VERSION); }));
-#endif
   app.require_subcommand(1);
   app.footer(cli::kExitCodesHelp);
   cli::GlobalOptions global;
   for (int i = 0; i < argc; ++i) global.command_line += (i ? " " : "") + std::string(argv[i]);
-
-#ifdef ESCPOD_CLI_FRONT
-  // The front (cli/front.hpp) runs the POD5 commands; anything else runs in escpod-full. It
-  // registers only the command named: no other can run, and registering all ten cost ~0.5 ms of
-  // a ~20 ms `filter --ids` (bench/results/index.md, Session 10).
-  const cli::Pod5Command* named = cli::find_pod5_command(argc > 1 ? argv[1] : "");
-  if (named != nullptr) {
-    named->add(app, global);
-  } else if (argc < 2 || std::string_view(argv[1]) != "--version") {
-    return cli::exec_full(argv);
-  } else {
-    // --version reports the kernels, which only escpod-full links; without it, the version alone.
-    cli::exec_full(argv, /*quiet_if_missing=*/true);
-  }
-#else
-  for (const cli::Pod5Command& c : cli::kPod5Commands) c.add(app, global);
-  cli::register_bam_filter(app, global);
-  cli::register_bam_demux(app, global);
-  cli::register_report(app, global);
-  cli::register_simulate(app, global);
-#endif
-#if !defined(ESCPOD_CLI_FRONT) && defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)
-  cli::register_demux(app, global);
-#endif
-#if !defined(ESCPOD_CLI_FRONT) && defined(ESCPOD_HAVE_NN)
-  cli::register_model(app, global);
-#endif
-#if !defined(ESCPOD_CLI_FRONT) && defined(ESCPOD_HAVE_FAST5)
-  cli::register_convert(app, global);
-#endif
+  cli::register_commands(app, global);
 
   // An unknown command is named, with the commands it is close to (CLI11 alone would say "A
   // subcommand is required").

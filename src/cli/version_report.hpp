@@ -1,4 +1,4 @@
-// `escpod --version` (escpod-full): version, CPU, and the kernels chosen on it.
+// `escpod --version`: version, CPU, the kernels chosen on it and the libraries loaded.
 #pragma once
 
 #include <string>

@@ -323,7 +323,7 @@ bool CrfHead::decode_view(const CrfScoresView& view, CrfScratch& s) const {
   return true;
 }
 
-// Behaviour doc section 4.8 window rules (margin, clamping), on the decoded prefix.
+// docs/demux.md §7.2 window rules (margin, clamping), on the decoded prefix.
 bool CrfHead::bundle_window(const PreparedRead& r, CrfScratch& s, float* dst, int64_t* start) const {
   const int64_t ae = r.adapter_end, len = static_cast<int64_t>(r.num_samples), c = chunk();
   int64_t begin = 0;
@@ -508,7 +508,7 @@ void CrfHead::fill_call(const BarcodeMatch& m, CrfGateResult gate, bool mean_pos
   if (pass) out.label = out.best_label;
   out.detail = gate_reason(gate, mean_post_failed);
   // Fused confidence = edit margin (0 when absent); without lattice scoring a margin-gated read
-  // reports 0 (behaviour doc section 4.8 quirk).
+  // reports 0 (docs/demux.md §7.7, as escapepod).
   const bool margin_gated = gate == CrfGateResult::kEditMargin && !m_settings.ref_scores;
   out.confidence = m.has_second() && !margin_gated ? m.margin() : 0.0;
   const double gate_code = gate != CrfGateResult::kPass ? static_cast<double>(gate)

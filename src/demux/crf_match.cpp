@@ -50,7 +50,7 @@ int sym_code(char c) {
   }
 }
 
-// Running best / runner-up (behaviour doc 4.8). Distances are offered in panel order.
+// Running best / runner-up (docs/demux.md §7.5). Distances are offered in panel order.
 struct Selection {
   int32_t best = std::numeric_limits<int32_t>::max();
   int32_t second = std::numeric_limits<int32_t>::max();

@@ -49,15 +49,32 @@ nb::dict to_dict(const Map& m) {
   return d;
 }
 
-// The CRF head's options from the Python arguments (the CLI's parser: demux::crf_head_options),
-// for the run's HeadOptions; the detector and CNN file the run then uses (pipeline::setup_crf_run).
-pipeline::CrfRunSetup setup_crf(const std::string& model, const demux::CrfHeadRequest& crf, const std::string& cnn_model,
-                                const std::string& method, bool describing) {
+// The run's model from the Python arguments, resolved as the CLI resolves its flags
+// (pipeline::resolve_model_spec); `crf` parsed by the CLI's parser (demux::crf_head_options).
+pipeline::ModelSpec model_spec(const std::string& model, const std::string& config, const std::string& method,
+                               const std::string& cnn_model, const std::string& dtw,
+                               const demux::CrfHeadRequest& crf, bool describing = false) {
+  (void)detector_choice(method);  // a bad method is a ValueError before anything is read
+  demux::HeadOptions head;
+  head.model_file.warpdemux_config = config;
+  head.dtw = dtw_precision(dtw);
   auto options = demux::crf_head_options(crf);
   if (!options.is_ok()) raise_status(options.status());
-  auto run = pipeline::setup_crf_run(model, *options, cnn_model, method, describing);
-  if (!run.is_ok()) raise_status(run.status());
-  return std::move(run).value();
+  head.crf = std::make_shared<const demux::CrfHeadOptions>(std::move(options).value());
+  if (model.empty()) {  // fingerprint without a model: the RNA004 settings
+    pipeline::ModelSpec spec;
+    spec.detector = detector_choice(method);
+    return spec;
+  }
+  auto spec = pipeline::resolve_model_spec(model, std::move(head), method, cnn_model, describing);
+  if (!spec.is_ok()) raise_status(spec.status());
+  return std::move(spec).value();
+}
+
+pipeline::RunModel run_model(const pipeline::ModelSpec& spec, bool need_detector) {
+  auto m = pipeline::load_run_model(spec, need_detector);
+  if (!m.is_ok()) raise_status(m.status());
+  return std::move(m).value();
 }
 
 // Fused pipeline: returns (report,); the classifications CSV goes to `classifications`.
@@ -73,14 +90,8 @@ nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string&
                       const std::string& method, const std::string& cnn_model,
                       const std::string& dtw, const std::string& prefix, int n_threads,
                       const demux::CrfHeadRequest& crf) {
-  const pipeline::CrfRunSetup run = setup_crf(model, crf, cnn_model, method, false);
   pipeline::DemuxOptions d;
-  d.model_path = model;
-  d.head.model_file = model_options(config);
-  d.head.crf = run.crf;
-  d.cnn_model = run.cnn_model;
-  d.detector = detector_choice(run.method);
-  d.head.dtw = dtw_precision(dtw);
+  d.model = model_spec(model, config, method, cnn_model, dtw, crf);
   d.out_dir = out_dir;
   d.prefix = prefix;
   d.classifications_csv = classifications;
@@ -102,18 +113,15 @@ nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string&
 std::string detect_files(const std::vector<std::string>& inputs, const std::string& model,
                          const std::string& config, const std::string& method, const std::string& cnn_model, bool emit_llr_delta,
                          int n_threads) {
+  const pipeline::RunModel m = run_model(model_spec(model, config, method, cnn_model, "float32", {}), true);
   pipeline::DetectStageOptions o;
-  o.model_path = model;
-  o.model_options = model_options(config);
-  o.cnn_model = cnn_model;
-  o.detector = detector_choice(method);
   o.emit_llr_delta = emit_llr_delta;
   o.n_threads = resolve_threads(n_threads);
   auto files = collect(inputs);
   std::ostringstream csv;
   pipeline::DetectStageReport report;
   Status s = run_interruptible([&](const std::atomic<bool>&) {
-    return pipeline::detect_boundaries(files, o, csv, &report);
+    return pipeline::detect_boundaries(files, m, o, csv, &report);
   });
   if (!s.is_ok()) raise_status(s);
   return csv.str();
@@ -123,42 +131,36 @@ std::string fingerprint_files(const std::vector<std::string>& inputs, const std:
                               const std::string& model, const std::string& config, const std::string& method,
                               bool emit_dwell,
                               int n_threads) {
+  const pipeline::RunModel m = run_model(model_spec(model, config, method, "", "float32", {}), false);
   pipeline::FingerprintStageOptions o;
-  o.model_path = model;
-  o.model_options = model_options(config);
-  o.detector = detector_choice(method);
   o.emit_dwell = emit_dwell;
   o.n_threads = resolve_threads(n_threads);
   auto files = collect(inputs);
   auto table = pipeline::read_boundaries_csv(boundaries_csv);
   if (!table.is_ok()) raise_status(table.status());
-  auto n_features = pipeline::fingerprint_length(o);
-  if (!n_features.is_ok()) raise_status(n_features.status());
+  if (Status s = pipeline::require_head_input(m, demux::HeadInputKind::kFingerprint, "demux fingerprint"); !s.is_ok())
+    raise_status(s);
   std::ostringstream csv;
-  auto writer = pipeline::FingerprintTableWriter::open(pipeline::FingerprintFormat::kCsv, csv, *n_features,
+  auto writer = pipeline::FingerprintTableWriter::open(pipeline::FingerprintFormat::kCsv, csv, pipeline::fingerprint_length(m),
                                                         emit_dwell, "fingerprints");
   if (!writer.is_ok()) raise_status(writer.status());
   pipeline::FingerprintStageReport report;
   Status s = run_interruptible([&](const std::atomic<bool>&) {
-    return pipeline::fingerprint_from_boundaries(files, *table, o, **writer, &report);
+    return pipeline::fingerprint_from_boundaries(files, *table, m, o, **writer, &report);
   });
   if (!s.is_ok()) raise_status(s);
   return csv.str();
 }
 
 std::string classify_file(const std::string& fingerprints, const std::string& model, const std::string& config,
-                          bool probabilities,
                           const std::string& dtw, int n_threads) {
+  const pipeline::RunModel m = run_model(model_spec(model, config, "", "", dtw, {}), false);
   pipeline::ClassifyStageOptions o;
-  o.model_path = model;
-  o.model_options = model_options(config);
-  o.probabilities = probabilities;
-  o.dtw = dtw_precision(dtw);
   o.n_threads = resolve_threads(n_threads);
   std::ostringstream csv;
   pipeline::ClassifyStageReport report;
   Status s = run_interruptible([&](const std::atomic<bool>&) {
-    return pipeline::classify_fingerprints(fingerprints, o, csv, &report);
+    return pipeline::classify_fingerprints(fingerprints, m, o, csv, &report);
   });
   if (!s.is_ok()) raise_status(s);
   return csv.str();
@@ -167,11 +169,9 @@ std::string classify_file(const std::string& fingerprints, const std::string& mo
 // `escpod demux basecall`: the basecall CSV's text and the run's counts.
 nb::tuple basecall_files(const std::vector<std::string>& inputs, const std::string& boundaries_csv,
                          const std::string& model, int n_threads, const demux::CrfHeadRequest& crf) {
-  auto head = demux::crf_head_options(crf);
-  if (!head.is_ok()) raise_status(head.status());
+  // No detector runs here (boundaries come from the table): resolved as for --info.
+  const pipeline::RunModel m = run_model(model_spec(model, "", "", "", "float32", crf, true), false);
   pipeline::CrfBasecallOptions o;
-  o.model_path = model;
-  o.head = std::move(head).value();
   o.n_threads = resolve_threads(n_threads);
   auto table = pipeline::read_boundaries_csv(boundaries_csv);
   if (!table.is_ok()) raise_status(table.status());
@@ -179,7 +179,7 @@ nb::tuple basecall_files(const std::vector<std::string>& inputs, const std::stri
   std::ostringstream csv;
   pipeline::CrfBasecallReport report;
   Status s = run_interruptible([&](const std::atomic<bool>&) {
-    return pipeline::basecall_from_boundaries(files, *table, o, csv, &report);
+    return pipeline::basecall_from_boundaries(files, *table, m, o, csv, &report);
   });
   if (!s.is_ok()) raise_status(s);
   nb::dict r;
@@ -194,11 +194,7 @@ nb::tuple basecall_files(const std::vector<std::string>& inputs, const std::stri
 }
 
 std::string describe_model(const std::string& model, const std::string& config, const std::string& cnn_model) {
-  const pipeline::CrfRunSetup run = setup_crf(model, demux::CrfHeadRequest{}, cnn_model, "", true);
-  demux::HeadOptions head;
-  head.model_file = model_options(config);
-  head.crf = run.crf;
-  auto text = pipeline::describe_demux_model(model, run.cnn_model, detector_choice(run.method), head);
+  auto text = pipeline::describe_demux_model(model_spec(model, config, "", cnn_model, "float32", {}, true));
   if (!text.is_ok()) raise_status(text.status());
   return *text;
 }
@@ -274,8 +270,7 @@ void bind_demux(nb::module_& m) {
         "emit_llr_delta"_a, "n_threads"_a);
   m.def("fingerprint_files", &fingerprint_files, "inputs"_a, "boundaries_csv"_a, "model"_a, "config"_a, "method"_a,
         "emit_dwell"_a, "n_threads"_a);
-  m.def("classify_file", &classify_file, "fingerprints"_a, "model"_a, "config"_a, "probabilities"_a, "dtw"_a,
-        "n_threads"_a);
+  m.def("classify_file", &classify_file, "fingerprints"_a, "model"_a, "config"_a, "dtw"_a, "n_threads"_a);
   m.def("describe_model", &describe_model, "model"_a, "config"_a, "cnn_model"_a);
   m.def("export_model", &export_model, "model"_a, "config"_a);
   m.def("bam_demux_file", &bam_demux_file, "bam"_a, "classifications"_a, "pod5_inputs"_a, "annotation"_a,

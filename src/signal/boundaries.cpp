@@ -1,5 +1,5 @@
-// Implementation of escpod/signal/boundaries.hpp, written from shared/docs/warpdemux-algorithm.md
-// sections 3.1-3.5 and escapepod-behaviour.md 4.1.
+// Implementation of escpod/signal/boundaries.hpp, written from docs/demux.md
+// §3.1-§3.5 and §3.6.
 #include "escpod/signal/boundaries.hpp"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 """A plain NumPy reference of the SeqTagger / bonito CTC-CRF encoder, written from the documented
-architecture (../shared/docs/seqtagger.md §1) and PyTorch's published layer definitions (Conv1d,
+architecture (docs/demux.md §7.1) and PyTorch's published layer definitions (Conv1d,
 LSTM with gate order i, f, g, o, Linear). It is the comparison point for escapepod's native
 encoder in the tests and the benchmark.
 

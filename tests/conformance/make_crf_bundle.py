@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes an escapepod CTC-CRF bundle (behaviour doc §2.10) with random weights, for tests and
+"""Writes an escapepod CTC-CRF bundle (docs/formats.md §4.3) with random weights, for tests and
 benchmarks: metadata.json, crf_encoder.onnx and (optionally) a pinned boundary CNN with its
 sha256. Needs only numpy and onnx (both pinned in requirements.txt); no torch.
 

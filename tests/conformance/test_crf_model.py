@@ -3,7 +3,7 @@ reference written from the docs (crf_reference.py) on real RNA004 windows; escap
 (random weights, made by make_crf_bundle.py) against onnxruntime; and the load-time checks of
 both kinds, through `escpod model info|run`.
 
-Tolerance: 1e-3 absolute on scores in [-5, 5]. seqtagger.md measures float32 summation-order
+Tolerance: 1e-3 absolute on scores in [-5, 5]. docs/demux.md §7.8 gives float32 summation-order
 effects up to ~2.5e-4 and float32-vs-float64 up to ~8e-4 on these models, so 1e-3 separates
 rounding from any real difference (a wrong gate order, direction or layout moves scores by O(1)).
 """

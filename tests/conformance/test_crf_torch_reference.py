@@ -7,7 +7,7 @@ POD5 by the same rule, runs `escpod model run` on the model folder, and compares
 Tolerances (float32), derived from what was observed: between escpod and torch over every
 score of every fixture window (the fixture script's --escpod report) the largest differences were
 max abs 1.2e-4 (b04), 1.0e-4 (b07), 9.7e-5 (b13), 2.3e-5 (b96) on scores in [-5, 5] (stays are
-exactly 2.0), within seqtagger.md's float32 summation-order spread (up to 2.5e-4). Sampled scores
+exactly 2.0), within docs/demux.md §7.8's float32 summation-order spread (up to 2.5e-4). Sampled scores
 and row maxima are compared at 5e-4 (4x above the worst). Row sums over the 1024 move scores
 differed by up to 2.8e-3 (errors of one step's hidden state move all 1024 outputs together) and
 column sums over T steps by up to 3.3e-4: both at 1e-2. A real defect fails by far more: running

@@ -1,6 +1,6 @@
 """escpod demux detect / fingerprint / classify: the stages chained give the fused pipeline's
 calls, write one boundaries row per input read, are identical for any thread count, and follow
-the CSV reader rules of escapepod-behaviour.md 2.1-2.3."""
+the CSV reader rules of docs/formats.md §3."""
 import csv
 import gzip
 import re
@@ -37,21 +37,20 @@ def input_ids(escpod, files):
     return ids
 
 
-def run_stages(escpod, model, files, out, threads="2", probabilities=False):
+def run_stages(escpod, model, files, out, threads="2", fingerprints="fp.csv", flags=()):
     out.mkdir(parents=True, exist_ok=True)
-    b, fp, calls = out / "boundaries.csv", out / "fp.csv", out / "calls.csv"
-    det = run([escpod, "demux", "detect", *files, "--model", model, "-o", b, "-t", threads])
+    b, fp, calls = out / "boundaries.csv", out / fingerprints, out / "calls.csv"
+    det = run([escpod, "demux", "detect", *files, "--model", model, "-o", b, "-t", threads, *flags])
     fpr = run([escpod, "demux", "fingerprint", *files, "--boundaries", b, "--model", model, "-o", fp,
-               "-t", threads])
-    extra = ["--probabilities"] if probabilities else []
-    cls = run([escpod, "demux", "classify", fp, "--model", model, "-o", calls, "-t", threads, *extra])
+               "-t", threads, *flags])
+    cls = run([escpod, "demux", "classify", fp, "--model", model, "-o", calls, "-t", threads])
     return (b, fp, calls), (det.stderr, fpr.stderr, cls.stderr)
 
 
 @pytest.fixture(scope="module")
 def chained(escpod, wdx4, sample_files, tmp_path_factory):
     out = tmp_path_factory.mktemp("stages")
-    paths, logs = run_stages(escpod, wdx4, sample_files, out, probabilities=True)
+    paths, logs = run_stages(escpod, wdx4, sample_files, out)
     fused = out / "fused.csv"
     run([escpod, "demux", *sample_files, "--model", wdx4, "--classifications", fused, "-t", "2"])
     return paths, logs, fused
@@ -107,8 +106,13 @@ def test_chained_stages_give_the_fused_calls(chained):
     (_, _, calls), (_, _, cls_log), fused = chained
     with open(calls) as f:
         header = f.readline().strip().split(",")
-    assert header[:4] == ["read_id", "barcode", "confidence", "is_confident"]
-    assert all(re.fullmatch(r"p(\d\d|-1)", c) for c in header[4:]) and len(header) > 5
+    with open(fused) as f:
+        fused_header = f.readline().strip().split(",")
+    # One classifications table: the fused run's header, the head's probabilities after the
+    # common columns.
+    assert header == fused_header
+    assert header[:7] == ["read_id", "barcode", "confidence", "adapter_start", "adapter_end", "detector", "reason"]
+    assert all(re.fullmatch(r"p(\d\d|-1)", c) for c in header[7:]) and len(header) > 8
     stage = {r["read_id"]: r for r in read_csv(calls)}
     fused_rows = read_csv(fused)
     both = 0
@@ -116,7 +120,8 @@ def test_chained_stages_give_the_fused_calls(chained):
         s = stage.get(f["read_id"])
         if s is not None:
             assert re.fullmatch(r"BC\d\d|unclassified", s["barcode"]), s
-            assert s["is_confident"] == ("true" if s["barcode"] != "unclassified" else "false")
+            assert (s["reason"] == "") == (s["barcode"] != "unclassified"), s
+            assert (s["adapter_start"], s["adapter_end"], s["detector"]) == ("", "", ""), s
         if s is None or f["barcode"] == "unclassified" or s["barcode"] == "unclassified":
             continue
         both += 1
@@ -125,6 +130,58 @@ def test_chained_stages_give_the_fused_calls(chained):
     n_fused = sum(1 for f in fused_rows if f["barcode"] != "unclassified")
     assert n_fused > 0 and both >= 0.99 * n_fused, f"{both} of {n_fused} fused calls reproduced"
     assert "reads/s" in cls_log
+
+
+def test_stages_through_parquet_give_the_fused_rows_cell_for_cell(escpod, wdx4, sample_files, chained, tmp_path):
+    """Stages are the fused run cut at its tables: with a Parquet fingerprint table (every bit of
+    each feature kept) every classified-stage row equals the fused run's row in every cell but the
+    boundaries the classify stage does not see, for every read that reached the classifier."""
+    _, _, fused = chained
+    (_, _, calls), _ = run_stages(escpod, wdx4, sample_files, tmp_path, fingerprints="fp.parquet")
+    fused_rows = {r["read_id"]: r for r in read_csv(fused)}
+    rows = read_csv(calls)
+    reached = [f for f in fused_rows.values() if not f["reason"].startswith(FAILED_BEFORE_CLASSIFIER)]
+    assert len(rows) == len(reached) > 500
+    for s in rows:
+        f = dict(fused_rows[s["read_id"]], adapter_start="", adapter_end="", detector="")
+        assert s == f, (s, f)
+    assert sum(s["barcode"] != "unclassified" for s in rows) > 300
+
+
+@pytest.mark.parametrize("model", ["escapepod/gbm/model.json", "seqtagger/b04_RNA004"])
+def test_every_model_the_fused_run_takes_each_stage_takes_where_its_table_applies(escpod, shared_data, tmp_path, model):
+    """A GBM model (no signal-processing block: the RNA004 defaults, as in the fused run) runs every
+    stage; a CRF model folder runs detect with the fused run's boundaries, and the fingerprint and
+    classify stages say which stage its head needs instead of failing to parse it."""
+    path = shared_data / model
+    reads = shared_data / "escapepod/drna/yeast_trna_reads.pod5"
+    fused = tmp_path / "fused.csv"
+    run([escpod, "demux", reads, "--model", path, "--method", "llr", "--classifications", fused])
+    b = tmp_path / "b.csv"
+    run([escpod, "demux", "detect", reads, "--model", path, "--method", "llr", "-o", b])
+    fused_rows = {r["read_id"]: r for r in read_csv(fused)}
+    for r in read_csv(b):
+        if not r["reason"]:
+            f = fused_rows[r["read_id"]]
+            assert (r["adapter_start"], r["adapter_end"]) == (f["adapter_start"], f["adapter_end"]), (r, f)
+    fp = tmp_path / "fp.parquet"
+    fpr = run([escpod, "demux", "fingerprint", reads, "--boundaries", b, "--model", path, "--method", "llr",
+               "-o", fp], check=False)
+    if model.startswith("seqtagger"):
+        assert fpr.returncode == 1 and "demux basecall" in fpr.stderr and "not valid JSON" not in fpr.stderr, fpr
+        cls = run([escpod, "demux", "classify", tmp_path / "none.csv", "--model", path, "-o", tmp_path / "c.csv"],
+                  check=False)
+        assert cls.returncode == 1 and "demux basecall" in cls.stderr, cls
+        return
+    assert fpr.returncode == 0, fpr.stderr
+    calls = tmp_path / "calls.csv"
+    run([escpod, "demux", "classify", fp, "--model", path, "-o", calls])
+    rows = read_csv(calls)
+    assert rows
+    for s in rows:  # the GBM test model takes 6 features: every read unclassified, the fused reason
+        f = fused_rows[s["read_id"]]
+        assert s["barcode"] == f["barcode"] == "unclassified" and s["reason"] == f["reason"], (s, f)
+        assert "GBM model expects 6 features, the fingerprint has 25" in s["reason"]
 
 
 def test_stage_outputs_identical_for_1_and_2_threads(escpod, wdx4, sample_files, tmp_path):
@@ -166,7 +223,8 @@ def test_classify_errors_and_empty_table(escpod, wdx4, tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("read_id," + ",".join(f"fp_{k}" for k in range(25)) + ",barcode\n")
     run([escpod, "demux", "classify", empty, "--model", wdx4, "-o", tmp_path / "e.csv"])
-    assert (tmp_path / "e.csv").read_text().startswith("read_id,barcode,confidence,is_confident\n")
+    assert (tmp_path / "e.csv").read_text() == \
+        "read_id,barcode,confidence,adapter_start,adapter_end,detector,reason,p03,p04,p05,p07,p-1\n"
 
 
 def test_outputs_are_not_overwritten_without_force(escpod, wdx4, sample_files, tmp_path):
@@ -352,7 +410,7 @@ def test_dtw_precision_float64_matches_float32_calls(escpod, wdx4, sample_files,
     run([escpod, "demux", *sample_files, "--model", wdx4, "--classifications", fused64, "-t", "2",
          "--dtw-precision", "float64"])
     calls64 = tmp_path / "calls64.csv"
-    run([escpod, "demux", "classify", fp, "--model", wdx4, "-o", calls64, "--probabilities",
+    run([escpod, "demux", "classify", fp, "--model", wdx4, "-o", calls64,
          "--dtw-precision", "float64"])
     for a_path, b_path, label in ((fused32, fused64, "barcode"), (calls32, calls64, "barcode")):
         a, b = read_csv(a_path), read_csv(b_path)

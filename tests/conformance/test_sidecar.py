@@ -1,4 +1,4 @@
-""".p5s sidecars (../shared/docs/escapepod-behaviour.md 2.8): our writer and reader against the
+""".p5s sidecars (docs/formats.md §2): our writer and reader against the
 Rust escapepod's (PyPI `escapepod`, its Python API: Reader.build_index() writes an index-only
 sidecar keeping existing annotations; annotation()/score()/design()/annotation_names()/
 score_names() read them; it has no call that writes an annotation, so sidecars with annotations

@@ -40,7 +40,7 @@ def test_stages_equal_the_json_copy(escpod, shared_data, joblib_dir, cnn, rna_po
         b, fp, c = (tmp_path / f"{kind}.{x}.csv" for x in ("b", "fp", "calls"))
         run([escpod, "demux", "detect", rna_pod5, "-m", model, "--cnn-model", cnn, "-o", b])
         run([escpod, "demux", "fingerprint", rna_pod5, "--boundaries", b, "-m", model, "-o", fp])
-        run([escpod, "demux", "classify", fp, "-m", model, "-o", c, "--probabilities"])
+        run([escpod, "demux", "classify", fp, "-m", model, "-o", c])
         outputs[kind] = [p.read_text() for p in (b, fp, c)]
     assert outputs["joblib"] == outputs["json"]
 

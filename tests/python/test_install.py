@@ -22,10 +22,10 @@ def test_pip_installs_the_escpod_command_running_the_packaged_program(shared_dat
     command = Path(sys.executable).parent / "escpod"
     assert command.is_file(), f"pip did not install the escpod command into {command.parent}"
     packaged = Path(escpod.__file__).parent / "_bin"
-    assert sorted(p.name for p in packaged.iterdir()) == ["escpod", "escpod-full"]
+    assert sorted(p.name for p in packaged.iterdir()) == ["escpod"]
     out = subprocess.run([command, "--version"], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[0] == f"escpod {escpod.__version__}"
-    assert "libraries: Arrow" in out  # escpod-full's report: the front found it beside itself
+    assert "libraries: Arrow" in out
     pod5 = shared_data / "pod5" / "multi_fast5_zip_v3.pod5"
     ours = subprocess.run([command, "view", pod5], capture_output=True, text=True, check=True).stdout
     built = subprocess.run([os.environ.get("ESCPOD_BIN", REPO / "build/src/cli/escpod"), "view", pod5],

@@ -1,4 +1,4 @@
-// GPU benchmark of the prep tape (contract item 17 of ../shared/docs/prep-tape.md). Scenarios:
+// GPU benchmark of the prep tape (contract item 17 of docs/prep_tape.md). Scenarios:
 //   six-buffer scrub: three int32 and three int64 persistent buffers (token capacity T,
 //     row capacity R; defaults 8192 and 256), a random live count below the capacity each step;
 //   escapepod scrub: signal float32 [R2, 2000], row length int32 [R2], read slot int64 [R2]

@@ -1,6 +1,6 @@
 // Errors as values: Status (a code and a message, cheap when OK) and Result<T> (a value or a
 // Status). Library code returns these for every expected failure (bad file, unknown version,
-// missing model); only cli/ turns them into exit codes. See ../shared/docs/style.md section 4.
+// missing model); only cli/ turns them into exit codes. See docs/architecture.md §3.1.
 #pragma once
 
 #include <cassert>

@@ -1,6 +1,6 @@
 // Decoders for CTC-CRF barcode heads (bonito's CTC_CRF lattice): the two-pass posterior decode
 // escapepod uses for its bundles and the beam search bonito/koi run for SeqTagger's models.
-// Specification: shared/docs/escapepod-behaviour.md section 4.8, shared/docs/seqtagger.md.
+// Specification: docs/demux.md §7.1, §7.3, §7.4.
 //
 // Score layout (the encoder's output, time-major): step t of a read holds n_scores floats,
 // index `dest * n_edges + edge`. Edge 0 is the stay/blank (source = dest, emits nothing); edge
@@ -64,7 +64,7 @@ struct PosteriorCall {
   float log_partition = 0.0f;      // logZ of the raw scores (log-semiring forward)
 };
 
-// The two-pass posterior decode (behaviour doc section 4.8 steps 1-4):
+// The two-pass posterior decode (docs/demux.md §7.3 steps 1-4):
 //   1. log-semiring forward/backward over the raw scores (alpha_0 = beta_T = 0);
 //   2. edge posteriors: per step, softmax over all n_scores of alpha_t[src] + S_t + beta_{t+1},
 //      replaced by ln(posterior + 1e-8);

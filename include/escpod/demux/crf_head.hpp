@@ -1,14 +1,14 @@
 // The CTC-CRF barcode head: a demux::Head over a CRF model folder (SeqTagger/bonito `crf` model
 // or escapepod CRF bundle, crf_model.hpp) that basecalls a window of each read's signal, names
 // the call's barcode by edit distance (crf_match.hpp) and gates it on its confidence
-// (crf_lattice.hpp). Specification: shared/docs/escapepod-behaviour.md section 4.8 and
-// shared/docs/seqtagger.md. The engine (pipeline::run_demux) needs no change: load_head takes a
+// (crf_lattice.hpp). Specification: docs/demux.md §7 (the head) and
+// §7.8 (SeqTagger's models). The engine (pipeline::run_demux) needs no change: load_head takes a
 // folder is_crf_model_dir accepts as this head, with the run's HeadOptions::crf, and the head
 // reads the calibrated prefix the engine decodes.
 //
 // Windows (our choices where SeqTagger's are unpublished; every one is an option below):
 //  - bundles: [adapter_end - chunk, adapter_end) with the bundle's margin and clamping rules
-//    (behaviour doc section 4.8), standardised with the bundle's constants;
+//    (docs/demux.md §7.2), standardised with the bundle's constants;
 //  - SeqTagger v1 (no [standardisation]): the last `chunk` samples before the detected adapter
 //    end (our detectors' adapter end is where the poly(A) tail starts), median/MAD-normalised
 //    over those samples, left-padded with zeros when fewer than `chunk` precede the boundary;
@@ -100,7 +100,7 @@ struct CrfHeadOptions {
   std::filesystem::path barcodes_csv;
 };
 
-// Reads a barcode reference CSV (behaviour doc section 2.6): the header must contain `name` and
+// Reads a barcode reference CSV (docs/formats.md §3.5): the header must contain `name` and
 // `sequence` (case-insensitive), other columns are ignored, fields are split on commas and
 // trimmed, blank lines skipped, sequences upper-cased. Errors (invalid_argument / io_error) name
 // the file and line: a missing column, a short row, an empty file. Symbols and duplicate names

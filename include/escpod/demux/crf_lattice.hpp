@@ -1,5 +1,5 @@
 // Lattice confidence of a CRF call (--ref-scores) and the CRF head's gates
-// (shared/docs/escapepod-behaviour.md section 4.8).
+// (docs/demux.md §7.6, §7.7).
 //
 // For every reference r of a panel, log P(r | signal) = logZ_target(r) - logZ, where logZ is the
 // log-semiring partition of the raw scores (PosteriorCall::log_partition) and logZ_target(r) the

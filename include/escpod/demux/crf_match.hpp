@@ -1,6 +1,6 @@
 // Naming a CRF call: unit-cost edit distance (Levenshtein: substitution, insertion and deletion
 // all cost 1) of the called sequence against every reference of a barcode panel, with the
-// runner-up rule of shared/docs/escapepod-behaviour.md section 4.8.
+// runner-up rule of docs/demux.md §7.5.
 //
 // Algorithm: Myers' bit-parallel edit distance (Hyyro's formulation, global alignment) with the
 // panel's references in 64-bit lanes, 8 references per AVX-512 vector (4 per AVX2 vector), so a
@@ -33,11 +33,11 @@ enum class PanelForm : uint8_t { kAsGiven, kSeqTaggerEmitted };
 const char* panel_form_name(PanelForm form);
 
 // SeqTagger's emitted form of each reference: the first len - state_len symbols of the reversed
-// sequence (measured, shared/docs/seqtagger.md). invalid_argument naming the reference when a
+// sequence (measured, docs/demux.md §7.8). invalid_argument naming the reference when a
 // sequence has no more than state_len symbols or state_len < 0. Names are kept.
 Result<std::vector<BarcodeRef>> seqtagger_emitted_form(std::span<const BarcodeRef> refs, int state_len);
 
-// Outcome of matching one call against a panel (behaviour doc section 4.8): iterating the
+// Outcome of matching one call against a panel (docs/demux.md §7.5): iterating the
 // references in panel order with best = second = +inf, a reference replaces best when strictly
 // closer (best moves to second), else replaces second when strictly below it. Exact ties keep the
 // lower index and give margin 0.
@@ -54,7 +54,7 @@ struct BarcodeMatch {
 // const and uses no shared scratch); copyable.
 class BarcodePanel {
  public:
-  // Validates as behaviour doc section 2.6: at least one reference, unique names, sequences
+  // Validates as docs/formats.md §3.5: at least one reference, unique names, sequences
   // non-empty and made of A, C, G, T only (case-insensitive; stored upper-cased). Errors are
   // invalid_argument naming the reference (index and name) and the offending symbol.
   // `backend` picks the kernel (kAuto: the widest this CPU runs; a vector backend the CPU lacks is

@@ -10,13 +10,13 @@
 //    moves). No converted copy is written anywhere (the models are CC BY-NC-ND 4.0; the authors
 //    have filed patent applications EP24382340 and EP24383144 on the method).
 //  - escapepod CRF bundles: `metadata.json` (format `escapepod-crf-encoder/1`) + an ONNX encoder
-//    (and optionally a pinned boundary CNN, checked against its sha256); behaviour doc §2.10.
+//    (and optionally a pinned boundary CNN, checked against its sha256); docs/formats.md §4.3.
 //
 // Encoder contract (both kinds): input a float32 window of n samples, already normalised; output
 // time-major scores [T, batch, n_states * (n_base + 1)] with T = ceil(n / stride) (= chunk / stride
 // for bundles, whose windows are always `chunk` long). Within a step, score index
 // `dest * (n_base + 1) + edge`, edge 0 = stay/blank, edge 1 + j = move from state
-// j * n_states / n_base + dest / n_base (behaviour doc §4.8).
+// j * n_states / n_base + dest / n_base (docs/demux.md §7.1).
 #pragma once
 
 #include <cstdint>
@@ -63,7 +63,7 @@ struct CrfConfig {
   int64_t steps(int64_t window) const;  // T for a window of `window` samples
 };
 
-// Pinned boundary detector of a bundle (behaviour doc §2.10 `boundary`).
+// Pinned boundary detector of a bundle (docs/formats.md §4.3 `boundary`).
 struct CrfBoundaryPin {
   std::string method;                 // "cnn" or "llr"; empty when the bundle pins none
   std::filesystem::path onnx;         // absolute path of the pinned CNN (method cnn)
@@ -106,7 +106,7 @@ bool is_crf_model_dir(const std::filesystem::path& dir);
 
 // Loads either kind, with every load-time check: for SeqTagger the config values the
 // architecture needs (package bonito.crf, lstm, swish, labels), the exact state_dict key set and
-// every tensor shape; for bundles every check of behaviour doc §2.10. Both end with a zero-window
+// every tensor shape; for bundles every check of docs/formats.md §4.3. Both end with a zero-window
 // run checking the output shape [T, 1, n_scores]. Errors name the file and what is wrong.
 Result<CrfModel> load_crf_model(const std::filesystem::path& dir, const CrfLoadOptions& options = {});
 

@@ -1,6 +1,6 @@
 // Dynamic time warping distance with the exact semantics WarpDemuX gets from dtaidistance 2.3.13
 // (C implementation, `distance(use_c=True, window=W, penalty=P)`); specified in
-// shared/docs/warpdemux-algorithm.md section 5.1:
+// docs/demux.md §5.1:
 //
 //   D[i][j] = (a_i - b_j)^2 + min(D[i-1][j-1], D[i-1][j] + P^2, D[i][j-1] + P^2),
 //   D[-1][-1] = 0, every other out-of-grid cell +inf, result sqrt(D[n-1][m-1]), IEEE double,

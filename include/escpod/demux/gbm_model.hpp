@@ -1,5 +1,5 @@
 // Gradient-boosted trees head (scikit-learn HistGradientBoostingClassifier exported to the Rust
-// escapepod's GBM JSON; escapepod-behaviour.md 2.9 and 4.7). Trees are flattened into one node
+// escapepod's GBM JSON; docs/formats.md §4.1, demux.md §6). Trees are flattened into one node
 // arena at load; prediction walks each tree from its root: left iff x[feature] <= threshold, a
 // NaN feature goes left iff missing_left; raw[g] = baseline[g] + sum of the leaf values over
 // iterations (leaves summed first, then the baseline added); softmax head (stable, uniform if

@@ -89,8 +89,8 @@ class Head {
   virtual std::span<const ColumnKind> extra_column_kinds() const { return {}; }
   // Output label of each class index (barcode number, -1 for noise).
   virtual std::span<const int32_t> labels() const = 0;
-  // The output name of each label, in labels() order (e.g. a CRF reference's name, behaviour doc
-  // 2.7), or empty: the engine then names label L "BC" + L zero-padded to 2. Names are safe as a
+  // The output name of each label, in labels() order (e.g. a CRF reference's name, docs/demux.md
+  // §8.1), or empty: the engine then names label L "BC" + L zero-padded to 2. Names are safe as a
   // file-name part (the head refuses others at load); equal names share one output, and the name
   // `unclassified` routes to the unclassified output.
   virtual std::span<const std::string> label_names() const { return {}; }

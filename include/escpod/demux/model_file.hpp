@@ -9,7 +9,7 @@
 //   "WDX4.json: signal_processing.core.max_obs_trace must be an integer, found string".
 // Options of the block this build does not implement are kUnsupported (same message shape).
 //
-// The RNA004 defaults (shared/docs/warpdemux-algorithm.md 3.0) exist once: the member defaults of
+// The RNA004 defaults (docs/demux.md §3.0) exist once: the member defaults of
 // signal::BoundaryConfig and signal::FingerprintParams plus kRna004CnnModelName below;
 // SignalProcessing::rna004() and a block's missing keys take them from there.
 #pragma once

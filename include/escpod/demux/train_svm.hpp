@@ -1,5 +1,5 @@
-// Training of the WarpDemuX-compatible DTW-kernel SVM (shared/docs/warpdemux-algorithm.md
-// section 5) from labelled fingerprints. The result is a TrainedDtwSvm (the model as values);
+// Training of the WarpDemuX-compatible DTW-kernel SVM (docs/demux.md
+// §5, §5.7) from labelled fingerprints. The result is a TrainedDtwSvm (the model as values);
 // serialize_dtw_svm writes it as the `escapepod-wdx-dtw-svm` JSON that load_model_file and
 // WarpDemuxModel::load read.
 //

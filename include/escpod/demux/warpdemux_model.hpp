@@ -1,11 +1,11 @@
-// WarpDemuX DTW-kernel SVM barcode classifier (shared/docs/warpdemux-algorithm.md section 5):
+// WarpDemuX DTW-kernel SVM barcode classifier (docs/demux.md §5):
 // DTW distance from the read's fingerprint to every training fingerprint -> kernel exp(-g d^p)
 // -> libsvm one-vs-one decision values -> Platt scaling -> pairwise coupling (Wu-Lin-Weng,
 // libsvm's second method) -> argmax, confidence = p1 - p2, per-class threshold -> barcode or -1.
 //
 // Loads the `escapepod-wdx-dtw-svm` JSON converted from WarpDemuX's joblib models
 // (shared/data/warpdemux/README.md) and the Rust escapepod's `DtwSvmModel` schema it is a
-// superset of (escapepod-behaviour.md 2.9, 4.5). Models are validated completely at load; a
+// superset of (docs/formats.md §4.1, demux.md §5). Models are validated completely at load; a
 // loaded model is immutable and may be shared by any number of threads, each with its own
 // Scratch.
 #pragma once

@@ -8,7 +8,7 @@
 //   The host enqueues step N+1 while step N's work is still queued. TokenSpeed wrote the
 //   registers into one persistent pinned array and enqueued an asynchronous upload; the upload
 //   reads the array when it *executes*, so a later run could overwrite the values an earlier,
-//   still-queued upload had not read yet (prep-tape.md section 6). We pass the whole register
+//   still-queued upload had not read yet (docs/prep_tape.md §6). We pass the whole register
 //   file (32 x 8 bytes) by value as a kernel argument instead (kKernelArgument, the default):
 //   the CUDA runtime copies argument values when the launch is enqueued (and a captured graph
 //   node, or cudaGraphExecKernelNodeSetParams, copies them when the node is set), so nothing a

@@ -4,7 +4,7 @@
 // each step supplies only a handful of 64-bit *registers* (live row count, live token count, the
 // address of a per-step source). The same finalized tape runs on the host (run_on_host, below:
 // the CPU path and the reference for tests) or on a CUDA device (DeviceTape in device_tape.hpp:
-// one kernel launch per stage). Specification: ../shared/docs/prep-tape.md.
+// one kernel launch per stage). Specification: docs/prep_tape.md.
 //
 // Semantics (identical in both interpreters; x[i] is element i at the operand's width; ranges
 // are half-open; a count that resolves to zero or less writes nothing):
@@ -176,7 +176,7 @@ struct PrepTapeOptions {
 // One encoded operation: eight signed 64-bit words, identical for both interpreters.
 //   word 0: opcode (bits 0-7), log2 widths of dst (8-9), src (10-11), idx (12-13), and in bits
 //           16-22 a mask saying which of words 1..7 name a register slot (bit k-1 for word k).
-//   words 1..7: dst, src, idx addresses; n, m counts; stride; scalar (see prep-tape.md 2.2).
+//   words 1..7: dst, src, idx addresses; n, m counts; stride; scalar (see docs/prep_tape.md §2.2).
 // Immediates are full 64-bit values: register references are flagged out of band.
 struct Descriptor {
   std::array<std::int64_t, 8> words{};

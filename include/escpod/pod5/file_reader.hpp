@@ -28,7 +28,7 @@ namespace detail {
 struct RecoveredTables;  // pod5/recovered_tables.hpp (internal: Arrow types)
 }
 
-// Reads-table layout versions (../shared/docs/pod5-format.md 5.4), detected from the columns.
+// Reads-table layout versions (docs/formats.md §1.3), detected from the columns.
 enum class ReadTableVersion : int { kV0 = 0, kV1, kV2, kV3, kV4, kV5, kV6, kV7 };
 
 struct FileInfo {

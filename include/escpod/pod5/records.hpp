@@ -1,6 +1,6 @@
 // Plain value types for what a POD5 file holds: a read's fields and a run (acquisition) info.
 // Independent of the file's table version: old layouts are mapped onto these on reading
-// (see ../shared/docs/pod5-format.md section 5.4 for the defaults of fields an old file lacks).
+// (see docs/formats.md §1.3 for the defaults of fields an old file lacks).
 #pragma once
 
 #include <array>

@@ -1,6 +1,6 @@
 // `.p5s` sidecars: per-read annotations kept beside a POD5 file (`reads.pod5` ->
 // `reads.pod5.p5s`) instead of copying reads into per-label files. Format and rules:
-// ../shared/docs/escapepod-behaviour.md section 2.8; files are interchangeable with the Rust
+// docs/formats.md §2; files are interchangeable with the Rust
 // escapepod's (checked in tests/conformance/test_sidecar.py against its Python package).
 //
 // A sidecar is an Arrow IPC file holding one zstd-compressed table: one row per read of the POD5,

@@ -1,6 +1,6 @@
 // VBZ, the POD5 signal codec: int16 samples -> delta -> zigzag -> svb16 (16-bit StreamVByte,
 // one key bit per sample) -> one zstd frame with its content size recorded.
-// Spec: ../shared/docs/pod5-format.md section 7.
+// Spec: docs/formats.md §1.4.
 #pragma once
 
 #include <cstddef>

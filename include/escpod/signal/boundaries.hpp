@@ -1,8 +1,8 @@
 // Per-read signal computations of the adapter / poly(A) boundary detector of ADAPTed as WarpDemuX
-// runs it on RNA004 (shared/docs/warpdemux-algorithm.md sections 2, 3.0-3.5), without the
+// runs it on RNA004 (docs/demux.md §2, §3.0-§3.5), without the
 // network: CNN input preparation and output decoding, the validation checks (adapter MAD, open
 // pores, real signal, MVS poly(A) check), the LLR traces with their peak pickers (the fallbacks),
-// and escapepod's LLR-only best-split detector (shared/docs/escapepod-behaviour.md 4.1).
+// and escapepod's LLR-only best-split detector (docs/demux.md §3.6).
 //
 // The pipeline's BoundaryDetector (include/escpod/pipeline/detect/boundary_detector.hpp) combines
 // these with the boundary CNN. Everything here is reentrant; buffers are the caller's (BoundaryWork).
@@ -34,7 +34,7 @@ struct Range {
 };
 
 // The effective signal-processing configuration (the model JSON's `signal_processing` block).
-// Defaults are the RNA004 values of warpdemux-algorithm.md section 3.0.
+// Defaults are the RNA004 values of docs/demux.md §3.0.
 struct BoundaryConfig {
   // core
   int64_t min_obs_adapter = 1000;
@@ -80,7 +80,7 @@ struct BoundaryConfig {
   double open_pore_pa = 200.0;
   int64_t open_pore_min_gap = 10;
   float cnn_pad_value = -5.0f;
-  // escapepod's LLR-only detector (DetectMethod::kLlr; escapepod-behaviour.md 4.1 and the CLI's
+  // escapepod's LLR-only detector (DetectMethod::kLlr; docs/demux.md §3.6 and the CLI's
   // --min-adapter / --border-trim / --downscale); not part of the signal_processing block.
   int64_t llr_only_min_adapter = 200;
   int64_t llr_only_border_trim = 50;
@@ -212,7 +212,7 @@ LlrBoundaries llr_detect_downscaled(std::span<const double> s, const BoundaryCon
 int64_t llr_short_read_polya(std::span<const float> u_window, const BoundaryConfig& cfg,
                              BoundaryWork& work);
 
-// escapepod's LLR-only detector (escapepod-behaviour.md 4.1) on a whole read (pA or ADC; the
+// escapepod's LLR-only detector (docs/demux.md §3.6) on a whole read (pA or ADC; the
 // method is invariant to positive affine maps up to rounding). Returns {adapter_start,
 // adapter_end} in samples; {0, 0} = none.
 struct LlrOnlyResult {

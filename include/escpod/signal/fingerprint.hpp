@@ -1,8 +1,8 @@
 // WarpDemuX barcode fingerprint of one read: the adapter window is winsorised, cut into events at
 // t-statistic change points, and the z-scored means of the last events form the fingerprint the
-// DTW-SVM classifiers take. Specified in shared/docs/warpdemux-algorithm.md section 4 (defaults
+// DTW-SVM classifiers take. Specified in docs/demux.md §4 (defaults
 // from the effective RNA004 configuration, section 3.0); escapepod calls this its
-// "WarpDemuX-compatible" mode (escapepod-behaviour.md 4.3, mode B).
+// "WarpDemuX-compatible" mode (docs/demux.md §4).
 //
 // A read that cannot be fingerprinted (too short, flat, MAD 0, NaN/inf samples, too few change
 // points) is not an error of the run: the function reports a FingerprintError whose reason()

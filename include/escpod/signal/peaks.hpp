@@ -1,7 +1,7 @@
 // Peak finding with scipy.signal.find_peaks semantics (scipy 1.x), as ADAPTed and WarpDemuX use
 // it: candidate local maxima (flat tops reported at their middle, rounded down), then the
 // distance filter, then prominence, then width. Specified in
-// shared/docs/warpdemux-algorithm.md section 3.5.
+// docs/demux.md §3.5.
 #pragma once
 
 #include <cstddef>

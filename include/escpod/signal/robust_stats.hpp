@@ -3,7 +3,7 @@
 // ADAPTed boundary checks). One function per statistic; every caller in the signal and demux
 // layers uses these, never a private copy.
 //
-// Conventions (shared/docs/warpdemux-algorithm.md, "Notation"): the median of an even-sized set
+// Conventions (docs/demux.md §1.4): the median of an even-sized set
 // is the mean of the two middle values; MAD is the median of absolute deviations from the median
 // with no 1.4826 factor; std is the population std (divide by n).
 #pragma once

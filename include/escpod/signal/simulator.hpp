@@ -6,7 +6,7 @@
 // adapter-3' pulled through the pore 3' end first, so the signal shows, in time order:
 //   [open pore] [adapter ... barcode] [poly(A)] [transcript, read 3'->5']
 // The barcode is the part of the adapter region next to the poly(A): WarpDemuX fingerprints the
-// last 25 t-test segments before the adapter end (docs/warpdemux-algorithm.md section 4), which
+// last 25 t-test segments before the adapter end (docs/demux.md §4), which
 // is where a barcode has to sit to be seen. In the truth, adapter_end == barcode_end ==
 // polya_start and polya_end == transcript_start.
 //

@@ -11,6 +11,7 @@
 #include "escpod/demux/head.hpp"
 #include "escpod/signal/calibration.hpp"
 #include "pipeline/demux/boundary_rows.hpp"
+#include "pipeline/demux/classifications_csv.hpp"
 #include "pipeline/ops/csv_text.hpp"
 #include "pipeline/ops/read_stream.hpp"
 
@@ -34,22 +35,6 @@ struct Scratch {
   std::vector<size_t> task_of;                // their positions in the block
   std::vector<demux::Classification> calls;
   std::unique_ptr<demux::HeadScratch> head;
-};
-
-// Positions of the head's columns the CSV needs (-1: not produced).
-struct ColumnIndex {
-  int edit = -1, second = -1, mean_post = -1, baseq = -1, crf_logp = -1, crf_margin = -1;
-  explicit ColumnIndex(std::span<const std::string> cols) {
-    for (size_t i = 0; i < cols.size(); ++i) {
-      const int k = static_cast<int>(i);
-      if (cols[i] == "edit_dist") edit = k;
-      if (cols[i] == "second_dist") second = k;
-      if (cols[i] == "mean_post") mean_post = k;
-      if (cols[i] == "baseq") baseq = k;
-      if (cols[i] == "crf_logp") crf_logp = k;
-      if (cols[i] == "crf_margin") crf_margin = k;
-    }
-  }
 };
 
 // Decodes what the head reads of one read into slot `slot` of w and describes it in *r; false
@@ -112,76 +97,35 @@ void call_block(const demux::Head& head, const BoundariesTable& boundaries, Read
   }
 }
 
-class RowWriter {
- public:
-  RowWriter(std::ostream& out, const demux::Head& head, size_t n_refs)
-      : m_out(out), m_cols(head.extra_columns()), m_single(n_refs == 1) {
-    m_out << "read_id,barcode,confidence,best_dist,second_best_dist,adapter_end,decoded_len,decoded_seq";
-    if (m_cols.baseq >= 0) m_out << ",baseq";
-    if (m_cols.crf_logp >= 0) m_out << ",crf_logp,crf_margin,crf_best,mean_logpost";
-    m_out << '\n';
-  }
-
-  void write(const pod5::ReadId& id, const BoundaryRow& br, const Out& o) {
-    char text[36];
-    id.format_to(text);
-    m_line.assign(text, 36);
-    const auto& p = o.call.probabilities;
-    const bool called = o.reason.empty() && !p.empty();
-    if (!called) {
-      fmt::format_to(std::back_inserter(m_line), ",unclassified,,,,{},0,", br.adapter_end);
-      if (m_cols.baseq >= 0) m_line += ',';
-      if (m_cols.crf_logp >= 0) m_line += ",,,,";
-    } else {
-      const auto at = [&](int k) { return p[static_cast<size_t>(k)]; };
-      m_line += ',';
-      detail::append_csv_cell(m_line, o.call.is_classified() ? o.reference : std::string("unclassified"));
-      m_line += ',';
-      if (!m_single) fmt::format_to(std::back_inserter(m_line), "{}", at(m_cols.second) - at(m_cols.edit));
-      fmt::format_to(std::back_inserter(m_line), ",{},", at(m_cols.edit));
-      if (!m_single) fmt::format_to(std::back_inserter(m_line), "{}", at(m_cols.second));
-      fmt::format_to(std::back_inserter(m_line), ",{},{},{}", br.adapter_end, o.sequence.size(), o.sequence);
-      if (m_cols.baseq >= 0) fmt::format_to(std::back_inserter(m_line), ",{:.4f}", at(m_cols.baseq));
-      if (m_cols.crf_logp >= 0) write_lattice(o, at(m_cols.crf_logp), at(m_cols.crf_margin), at(m_cols.mean_post));
-    }
-    m_line += '\n';
-    m_out << m_line;
-  }
-
- private:
-  void write_lattice(const Out& o, double logp, double margin, double mean_post) {
-    fmt::format_to(std::back_inserter(m_line), ",{:.4f},", logp);
-    if (!std::isnan(margin)) fmt::format_to(std::back_inserter(m_line), "{:.4f}", margin);
-    m_line += ',';
-    detail::append_csv_cell(m_line, o.crf_best);
-    fmt::format_to(std::back_inserter(m_line), ",{:.4f}", std::log(mean_post));
-  }
-
-  std::ostream& m_out;
-  ColumnIndex m_cols;
-  bool m_single;
-  std::string m_line;
-};
+// The classifications table's row of `t` (classifications_csv.hpp), then its decoded sequence.
+void append_basecall_row(std::string& line, const detail::ClassificationsCsv& table, const pod5::ReadId& id,
+                         const BoundaryRow& br, Out& o) {
+  if (o.reason.empty() && !o.call.is_classified()) o.reason.assign(o.call.reason());
+  const std::string label = table.row_label(o.call, o.reason);
+  table.append_row(line, id, label, o.call, detail::RowBoundaries{br.adapter_start, br.adapter_end, ""}, o.reason);
+  line.pop_back();  // the row's '\n'
+  line += ',';
+  line += o.sequence;
+  line += '\n';
+}
 
 }  // namespace
 
 Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs,
-                                const BoundariesTable& boundaries, const CrfBasecallOptions& options,
-                                std::ostream& csv, CrfBasecallReport* report) {
+                                const BoundariesTable& boundaries, const RunModel& model,
+                                const CrfBasecallOptions& options, std::ostream& csv, CrfBasecallReport* report) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (!demux::is_crf_model_dir(options.model_path)) {
-    return Status::invalid_argument(options.model_path.string() +
-                                    ": demux basecall needs a CTC-CRF model folder (SeqTagger or bundle)");
-  }
-  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead loaded, demux::load_crf_head(options.model_path, options.head));
-  const demux::Head& head = *loaded.head;
+  ESCPOD_RETURN_IF_ERROR(require_head_input(model, demux::HeadInputKind::kSignalWindow, "demux basecall"));
+  const demux::Head& head = model.head();
   ESCPOD_ASSIGN_OR_RETURN(auto readers, detail::open_readers(inputs, options.n_threads));
   CrfBasecallReport local;
   CrfBasecallReport& rep = report ? *report : local;
   rep.n_boundaries = boundaries.rows.size();
   rep.n_dropped = boundaries.n_dropped;
   detail::BoundaryRowIndex wanted(boundaries);
-  RowWriter writer(csv, head, head.labels().size());
+  const detail::ClassificationsCsv table(head);
+  csv << table.header().substr(0, table.header().size() - 1) << ",decoded_seq\n";
+  std::string line;
   Status s = detail::for_each_read_ordered<Out, Scratch>(
       readers, options.n_threads, /*block_size=*/4,
       [&](const pod5::ReadBatch& b, size_t row, size_t* tag) { return wanted.select(b.read_id[row], tag); },
@@ -192,10 +136,12 @@ Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs
       },
       [&](ReadBlock<Out>& block, Scratch& w) { call_block(head, boundaries, block, w); },
       [&](ReadTask<Out>& t) -> Status {
-        writer.write(t.batch->read_id[t.row], boundaries.rows[t.tag], t.out);
+        line.clear();
+        append_basecall_row(line, table, t.batch->read_id[t.row], boundaries.rows[t.tag], t.out);
+        csv << line;
         ++rep.n_rows;
-        if (t.out.reason.empty() && t.out.call.is_classified()) ++rep.n_classified;
-        else ++rep.unclassified_reasons[t.out.reason.empty() ? std::string(t.out.call.reason()) : t.out.reason];
+        if (t.out.reason.empty()) ++rep.n_classified;
+        else ++rep.unclassified_reasons[t.out.reason];
         if (!csv) return Status::io_error("basecall: writing the CSV failed");
         return Status::ok();
       });
@@ -207,7 +153,7 @@ Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs
 
 namespace {
 
-// The bundle's detector pin (setup_crf_run); `cnn_model` becomes the pinned file when empty.
+// The bundle's detector pin (resolve_model_spec); `cnn_model` becomes the pinned file when empty.
 Status apply_crf_bundle_pin(const std::filesystem::path& model, const std::string& method, bool describing,
                             std::string& cnn_model) {
   std::error_code ec;
@@ -243,13 +189,17 @@ std::string seqtagger_method(const std::filesystem::path& model, const std::stri
 
 }  // namespace
 
-Result<CrfRunSetup> setup_crf_run(const std::filesystem::path& model, const demux::CrfHeadOptions& options,
-                                  const std::string& cnn_model, const std::string& method, bool describing) {
-  auto head = std::make_shared<demux::CrfHeadOptions>(options);
-  head->load.verify_boundary_pin = cnn_model.empty();
-  CrfRunSetup run{cnn_model, seqtagger_method(model, method, cnn_model), std::move(head)};
-  ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(model, run.method, describing, run.cnn_model));
-  return run;
+Result<ModelSpec> resolve_model_spec(const std::filesystem::path& model, demux::HeadOptions head,
+                                     const std::string& method, const std::filesystem::path& cnn_model,
+                                     bool describing) {
+  auto crf = std::make_shared<demux::CrfHeadOptions>(head.crf ? *head.crf : demux::CrfHeadOptions{});
+  crf->load.verify_boundary_pin = cnn_model.empty();
+  head.crf = std::move(crf);
+  std::string cnn = cnn_model.string();
+  const std::string chosen = seqtagger_method(model, method, cnn);
+  ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(model, chosen, describing, cnn));
+  ESCPOD_ASSIGN_OR_RETURN(const DetectorChoice detector, parse_detector_choice(chosen));
+  return ModelSpec{model, std::move(head), detector, cnn};
 }
 
 }  // namespace escpod::pipeline

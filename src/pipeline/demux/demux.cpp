@@ -23,6 +23,7 @@
 #include "escpod/signal/calibration.hpp"
 #include "escpod/signal/fingerprint.hpp"
 #include "escpod/pipeline/tables/report.hpp"
+#include "pipeline/demux/classifications_csv.hpp"
 #include "pipeline/ops/csv_text.hpp"
 #include "pipeline/demux/demux_read.hpp"
 #include "pipeline/ops/read_stream.hpp"
@@ -31,65 +32,24 @@ namespace escpod::pipeline {
 
 namespace {
 
-// The boundary detector and fingerprint settings of a model (its signal_processing block).
-struct Featurizer {
-  BoundaryDetector detector;
-  signal::FingerprintParams fingerprint;
-};
-
-Result<Featurizer> make_featurizer(const StageSettings& s, const std::filesystem::path& model_path,
-                                   const std::filesystem::path& cnn_model) {
-  ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector, make_stage_detector(s, model_path, cnn_model));
-  return Featurizer{std::move(detector), s.fingerprint};
-}
-
-// The classifier head (demux::Head: DTW-SVM, GBM, or a registered kind) with the featurizer its
-// model's signal_processing settings describe.
+// The run's head (demux::Head: DTW-SVM, GBM, CRF, or a registered kind) with the detector and
+// fingerprint settings its model describes, and the classifications table it writes.
 struct Engine {
   std::unique_ptr<demux::Head> head;
   demux::HeadInput input;
   BoundaryDetector detector;
   signal::FingerprintParams fingerprint;
-  std::vector<std::string> output_columns;
-  std::vector<demux::ColumnKind> column_kinds;  // one per output column
-  std::map<int32_t, std::string> label_names;  // the head's names; labels without one are "BCnn"
-  std::vector<std::string> class_names;        // output name of each class index (kClassName cells)
+  detail::ClassificationsCsv table;
 };
 
-// The output name of `label` (its file barcode_<name>.pod5 and `barcode` column).
-std::string output_label(const Engine& e, int32_t label) {
-  const auto it = e.label_names.find(label);
-  return it == e.label_names.end() ? label_name(label) : it->second;
-}
-
-// label -> name from a head that names its labels (empty map when it does not).
-std::map<int32_t, std::string> head_label_names(const demux::Head& head) {
-  std::map<int32_t, std::string> names;
-  const auto labels = head.labels();
-  const auto given = head.label_names();
-  for (size_t i = 0; i < given.size() && i < labels.size(); ++i) names.emplace(labels[i], given[i]);
-  return names;
-}
-
 Result<Engine> make_engine(const DemuxOptions& o) {
-  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(o.model_path, o.head));
-  if (!h.signal_processing) {
-    return Status::corrupt(o.model_path.string() +
-                           ": model has no signal_processing block (which detector and "
-                           "fingerprint settings it was trained with)");
-  }
-  const std::string where = h.default_settings ? "default settings" : o.model_path.string();
-  const StageSettings sp = stage_settings_from(*h.signal_processing, where, o.detector);
-  ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, o.model_path, o.cnn_model));
-  Engine e{std::move(h.head), {}, std::move(f.detector), f.fingerprint, {}, {}, {}, {}};
-  e.label_names = head_label_names(*e.head);
+  if (o.model.path.empty()) return Status::usage("demux needs --model MODEL");
+  ESCPOD_ASSIGN_OR_RETURN(RunModel m, load_run_model(o.model));
+  ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector, make_stage_detector(m));
+  detail::ClassificationsCsv table(m.head());
+  Engine e{std::move(m.loaded.head), {}, std::move(detector), m.settings.fingerprint, std::move(table)};
   e.input = e.head->input();
   if (e.input.batch_size == 0) e.input.batch_size = 1;
-  for (const auto& c : e.head->extra_columns()) e.output_columns.push_back(c);
-  e.column_kinds.assign(e.output_columns.size(), demux::ColumnKind::kNumber);
-  const auto kinds = e.head->extra_column_kinds();
-  std::copy_n(kinds.begin(), std::min(kinds.size(), e.column_kinds.size()), e.column_kinds.begin());
-  for (int32_t l : e.head->labels()) e.class_names.push_back(output_label(e, l));
   return e;
 }
 
@@ -172,11 +132,9 @@ void add_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
   ReadSlot& slot = w.slots[w.prepared.size()];
   const bool want_fingerprint = e.input.kind == demux::HeadInputKind::kFingerprint;
   if (!featurize_read(e.detector, e.fingerprint, want_fingerprint, t, w, slot)) return;
-  if (want_fingerprint && e.input.fingerprint_length != 0 &&
-      slot.features.size() != e.input.fingerprint_length) {
-    t.out.reason = fmt::format("{} model expects {} features, the fingerprint has {}",
-                               e.head->name(), e.input.fingerprint_length, slot.features.size());
-    return;
+  if (want_fingerprint) {
+    t.out.reason = detail::fingerprint_mismatch(*e.head, slot.features.size());
+    if (!t.out.reason.empty()) return;
   }
   w.prepared.push_back(prepare_for_head(e, t, slot));
   w.tasks.push_back(&t);
@@ -236,16 +194,14 @@ class Router {
     m_csv_file.emplace(std::move(f));
     m_csv.open(m_csv_file->staging_path(), std::ios::binary | std::ios::trunc);
     if (!m_csv) return Status::io_error("cannot write " + m_csv_file->staging_path().string());
-    m_csv << "read_id,barcode,confidence,adapter_start,adapter_end,detector,reason";
-    for (const auto& c : m_engine.output_columns) m_csv << ',' << c;
-    m_csv << '\n';
+    m_csv << m_engine.table.header();
     return Status::ok();
   }
 
   Status route(const ReadTask& t, DemuxReport& report) {
     const pod5::ReadBatch& b = *t.batch;  // its mapped signal pages are released by
                                           // for_each_read_ordered once the batch is done
-    const std::string label = t.out.reason.empty() ? output_label(m_engine, t.out.call.label) : "unclassified";
+    const std::string label = m_engine.table.row_label(t.out.call, t.out.reason);
     ++report.n_reads;
     report.n_samples_decoded += t.out.n_decoded;
     ++report.reads_per_label[label];
@@ -258,14 +214,9 @@ class Router {
     }
     if (m_csv.is_open()) {
       m_line.clear();
-      char id[36];
-      b.read_id[t.row].format_to(id);
-      m_line.append(id, 36);
-      fmt::format_to(std::back_inserter(m_line), ",{},{:.6f},{},{},{},", label, t.out.call.confidence,
-                     t.out.bounds.adapter_start, t.out.bounds.adapter_end, t.out.bounds.method);
-      detail::append_csv_cell(m_line, t.out.reason);
-      append_head_columns(t.out.call.probabilities);
-      m_line += '\n';
+      const detail::RowBoundaries bounds{t.out.bounds.adapter_start, t.out.bounds.adapter_end,
+                                         t.out.bounds.method};
+      m_engine.table.append_row(m_line, b.read_id[t.row], label, t.out.call, bounds, t.out.reason);
       m_csv.write(m_line.data(), static_cast<std::streamsize>(m_line.size()));
       if (!m_csv) return Status::io_error("cannot write " + m_csv_file->staging_path().string());
     }
@@ -278,25 +229,6 @@ class Router {
     const auto& acq = t.file->run_info_ids()[static_cast<size_t>(b.run_info_idx[t.row])];
     if (const auto* ri = t.file->find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(*ri));
     return copy_read(*t.file, b, t.row, *writer, m_copy, nullptr);
-  }
-
-  // The head's extra cells of one row: numbers, or a class index as its label's output name;
-  // cells past the call's values are empty.
-  void append_head_columns(std::span<const double> values) {
-    const size_t n_cols = m_engine.output_columns.size();
-    for (size_t k = 0; k < n_cols; ++k) {
-      m_line += ',';
-      if (k >= values.size()) continue;
-      if (m_engine.column_kinds[k] == demux::ColumnKind::kNumber) {
-        fmt::format_to(std::back_inserter(m_line), "{:.6f}", values[k]);
-        continue;
-      }
-      const double v = values[k];
-      const auto& names = m_engine.class_names;
-      if (v >= 0.0 && v < static_cast<double>(names.size())) {
-        detail::append_csv_cell(m_line, names[static_cast<size_t>(v)]);
-      }
-    }
   }
 
   // All outputs finish before any is renamed into place (all or nothing).
@@ -348,15 +280,14 @@ class Router {
   std::unordered_map<std::string, uint32_t> m_label_index;
 };
 
-// `--info`'s outputs line. Behaviour doc 2.7: one output per distinct label name (a head's name
+// `--info`'s outputs line. docs/demux.md §8.1: one output per distinct label name (a head's name
 // `unclassified` is not a barcode), plus unclassified.
 std::string outputs_line(const demux::Head& head) {
   std::string out = "outputs: barcode_<label>.pod5 for labels";
-  const std::map<int32_t, std::string> names = head_label_names(head);
+  const detail::ClassificationsCsv table(head);
   std::vector<std::string> listed;
   for (int32_t l : head.labels()) {
-    const auto it = names.find(l);
-    std::string name = it == names.end() ? label_name(l) : it->second;
+    std::string name = table.label_output(l);
     if (name == "unclassified" || std::find(listed.begin(), listed.end(), name) != listed.end()) continue;
     out += " " + name;
     listed.push_back(std::move(name));
@@ -366,27 +297,28 @@ std::string outputs_line(const demux::Head& head) {
 
 }  // namespace
 
-Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
-                                         const std::filesystem::path& cnn_model, DetectorChoice detector,
-                                         const demux::HeadOptions& head_options) {
-  ESCPOD_ASSIGN_OR_RETURN(demux::LoadedHead h, demux::load_head(model_path, head_options));
+Result<DetectorChoice> parse_detector_choice(const std::string& method) {
+  if (method.empty()) return DetectorChoice::kModelDefault;
+  if (method == "cnn") return DetectorChoice::kCnn;
+  if (method == "llr") return DetectorChoice::kLlr;
+  return Status::usage("--method must be cnn or llr, not '" + method + "'");
+}
+
+Result<std::string> describe_demux_model(const ModelSpec& spec) {
+  ESCPOD_ASSIGN_OR_RETURN(RunModel m, load_run_model(spec, /*need_detector=*/false));
+  const demux::LoadedHead& h = m.loaded;
   if (h.default_settings) {
-    const bool chosen = detector != DetectorChoice::kModelDefault;
-    const bool cnn = chosen ? detector == DetectorChoice::kCnn
-                            : h.signal_processing && h.signal_processing->uses_cnn();
+    const bool chosen = spec.detector != DetectorChoice::kModelDefault;
+    const bool cnn = m.settings.method == DetectMethod::kCnn;
     const char* why = chosen ? "RNA004 settings, chosen on the command line" : "RNA004 defaults";
     return h.head->describe() +
            fmt::format("\ndetector: {} ({}; {} models record no signal processing)\n", cnn ? "boundary CNN" : "LLR",
                        why, h.head->name()) +
            outputs_line(*h.head);
   }
-  if (!h.signal_processing) {
-    return Status::corrupt(model_path.string() +
-                           ": model has no signal_processing block (which detector and "
-                           "fingerprint settings it was trained with)");
-  }
+  // The detector the model pins, whatever the run chooses.
   const StageSettings sp =
-      stage_settings_from(*h.signal_processing, model_path.string(), DetectorChoice::kModelDefault);
+      stage_settings_from(*h.signal_processing, spec.path.string(), DetectorChoice::kModelDefault);
   std::string out = h.head->describe();
   if (!h.settings_source.empty()) out += "\nsignal processing: " + h.settings_source + "\n";
   if (!h.barcode_names.empty()) out += "barcodes as its config.toml names them: " + fmt::format("{}", fmt::join(h.barcode_names, " ")) + "\n";
@@ -395,7 +327,7 @@ Result<std::string> describe_demux_model(const std::filesystem::path& model_path
                                                           ") with LLR fallbacks"
                                                     : std::string("LLR"));
   if (cnn_detect) {
-    auto cnn = find_cnn_model(model_path, cnn_model, sp.cnn_model_name);
+    auto cnn = find_cnn_model(spec.path, spec.cnn_model, sp.cnn_model_name);
     out += cnn.is_ok() ? "CNN file: " + cnn->string() + "\n" : "CNN file: MISSING: " + cnn.status().message() + "\n";
   }
   out += outputs_line(*h.head);
@@ -444,8 +376,15 @@ Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
     const std::vector<std::filesystem::path>& inputs, const std::map<std::string, int32_t>& labels,
     const FingerprintOptions& options, FingerprintReport* report) {
   const std::filesystem::path where = options.cnn_model.empty() ? "signal_processing" : options.cnn_model;
-  const StageSettings sp = stage_settings_from(options.signal_processing, where.string(), options.detector);
-  ESCPOD_ASSIGN_OR_RETURN(Featurizer f, make_featurizer(sp, where, options.cnn_model));
+  // The detector and fingerprints of the model being trained (no head yet), as a run's.
+  RunModel m;
+  m.path = where;
+  m.settings = stage_settings_from(options.signal_processing, where.string(), options.detector);
+  if (m.settings.method == DetectMethod::kCnn) {
+    ESCPOD_ASSIGN_OR_RETURN(m.cnn, find_cnn_model(where, options.cnn_model, m.settings.cnn_model_name));
+  }
+  ESCPOD_ASSIGN_OR_RETURN(const BoundaryDetector detector, make_stage_detector(m));
+  const signal::FingerprintParams& params = m.settings.fingerprint;
 
   std::unordered_map<pod5::ReadId, int32_t, pod5::ReadIdHash> by_id;
   for (const auto& [text, label] : labels) {
@@ -459,11 +398,11 @@ Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
   ESCPOD_RETURN_IF_ERROR((detail::for_each_read_ordered<DemuxRead, WorkerScratch>(
       readers, options.n_threads, /*block_size=*/1,
       [&by_id](const pod5::ReadBatch& b, size_t row, size_t*) { return by_id.count(b.read_id[row]) > 0; },
-      [&f] { return make_worker_scratch(f.detector, 1); },
-      [&f](detail::ReadBlock<DemuxRead>& block, WorkerScratch& w) {
+      [&detector] { return make_worker_scratch(detector, 1); },
+      [&detector, &params](detail::ReadBlock<DemuxRead>& block, WorkerScratch& w) {
         for (ReadTask& t : block.reads) {
           ReadSlot& slot = w.slots[0];
-          if (featurize_read(f.detector, f.fingerprint, true, t, w, slot)) t.out.features = slot.features;
+          if (featurize_read(detector, params, true, t, w, slot)) t.out.features = slot.features;
         }
       },
       [&](const ReadTask& t) -> Status {

@@ -18,11 +18,11 @@
 
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
-#include "escpod/demux/warpdemux_model.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/vbz.hpp"
 #include "escpod/signal/calibration.hpp"
 #include "pipeline/demux/boundary_rows.hpp"
+#include "pipeline/demux/classifications_csv.hpp"
 #include "pipeline/ops/csv_text.hpp"
 #include "pipeline/ops/read_stream.hpp"
 
@@ -129,18 +129,37 @@ StageSettings stage_settings_from(const demux::SignalProcessing& processing, con
   return s;
 }
 
-Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice,
-                                     const demux::ModelLoadOptions& model_options) {
-  if (model_path.empty()) {
-    return stage_settings_from(demux::SignalProcessing::rna004(true), "default settings", choice);
+Result<RunModel> load_run_model(const ModelSpec& spec, bool need_detector) {
+  RunModel m;
+  m.path = spec.path;
+  if (spec.path.empty()) {
+    m.settings = stage_settings_from(demux::SignalProcessing::rna004(true), "default settings", spec.detector);
+    return m;
   }
-  ESCPOD_ASSIGN_OR_RETURN(demux::ModelFile m, demux::load_model_settings(model_path, model_options));
-  if (!m.signal_processing) {
-    return Status::corrupt(model_path.string() +
+  ESCPOD_ASSIGN_OR_RETURN(m.loaded, demux::load_head(spec.path, spec.head));
+  if (!m.loaded.signal_processing) {
+    return Status::corrupt(spec.path.string() +
                            ": model has no signal_processing block (which detector and "
                            "fingerprint settings it was trained with)");
   }
-  return stage_settings_from(*m.signal_processing, model_path.string(), choice);
+  const std::string where = m.loaded.default_settings ? "default settings" : spec.path.string();
+  m.settings = stage_settings_from(*m.loaded.signal_processing, where, spec.detector);
+  if (need_detector && m.settings.method == DetectMethod::kCnn) {
+    ESCPOD_ASSIGN_OR_RETURN(m.cnn, find_cnn_model(spec.path, spec.cnn_model, m.settings.cnn_model_name));
+  }
+  return m;
+}
+
+Status require_head_input(const RunModel& model, demux::HeadInputKind kind, const std::string& stage) {
+  if (!model.loaded.head) return Status::ok();  // default settings: no head to disagree
+  const demux::HeadInputKind has = model.head().input().kind;
+  if (has == kind) return Status::ok();
+  const bool wants_window = has == demux::HeadInputKind::kSignalWindow;
+  return Status::invalid_argument(fmt::format(
+      "{}: a {} model, whose head reads {}; {} reads {}: its stages are demux detect, then {}",
+      model.path.string(), model.head().name(), wants_window ? "the signal window" : "fingerprints", stage,
+      wants_window ? "fingerprints" : "the signal window",
+      wants_window ? "demux basecall" : "demux fingerprint and demux classify"));
 }
 
 // The ONNX file of the model's boundary CNN: --cnn-model, else beside the model.
@@ -164,127 +183,138 @@ Result<std::filesystem::path> find_cnn_model(const std::filesystem::path& model_
 }
 
 
-Result<BoundaryDetector> make_stage_detector(const StageSettings& s, const std::filesystem::path& model_path,
-                                             const std::filesystem::path& cnn_model) {
-  std::filesystem::path cnn;
-  if (s.method == DetectMethod::kCnn) {
-    ESCPOD_ASSIGN_OR_RETURN(cnn, find_cnn_model(model_path, cnn_model, s.cnn_model_name));
-  }
-  return BoundaryDetector::create(s.config, s.method, cnn);
+Result<BoundaryDetector> make_stage_detector(const RunModel& model) {
+  return BoundaryDetector::create(model.settings.config, model.settings.method, model.cnn);
 }
 
 // ---- detect ---------------------------------------------------------------------------------
 
-Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
-                         const DetectStageOptions& options, std::ostream& csv,
-                         DetectStageReport* report) {
-  const auto t0 = Clock::now();
-  if (options.model_path.empty()) return Status::usage("detect needs --model MODEL.json");
-  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings,
-                          stage_settings(options.model_path, options.detector, options.model_options));
-  std::filesystem::path cnn;
-  if (settings.method == DetectMethod::kCnn) {
-    ESCPOD_ASSIGN_OR_RETURN(cnn, find_cnn_model(options.model_path, options.cnn_model, settings.cnn_model_name));
-  }
-  ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector,
-                          BoundaryDetector::create(settings.config, settings.method, cnn));
-  const bool llr_delta = options.emit_llr_delta;
-  if (llr_delta && settings.method != DetectMethod::kCnn) {
+namespace {
+
+// The detect stage's detectors: the model's, and with emit_llr_delta the LLR detector run over the
+// whole read beside it.
+struct DetectStageDetectors {
+  BoundaryDetector main;
+  std::optional<BoundaryDetector> llr;
+};
+
+Result<DetectStageDetectors> make_detect_stage_detectors(const RunModel& model, bool llr_delta) {
+  if (llr_delta && model.settings.method != DetectMethod::kCnn) {
     return Status::invalid_argument(
         "--emit-llr-delta compares the CNN's adapter end with the LLR detector's; it needs the CNN "
         "detector (--method cnn or a model that pins it)");
   }
-  std::optional<BoundaryDetector> llr;
+  ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector main, make_stage_detector(model));
+  DetectStageDetectors d{std::move(main), std::nullopt};
   if (llr_delta) {
-    ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector d, BoundaryDetector::create(settings.config, DetectMethod::kLlr, {}));
-    llr.emplace(std::move(d));
+    ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector llr,
+                            BoundaryDetector::create(model.settings.config, DetectMethod::kLlr, {}));
+    d.llr.emplace(std::move(llr));
   }
+  return d;
+}
+
+struct DetectOut {
+  Boundaries bounds;
+  Boundaries llr;  // emit_llr_delta only
+  std::string reason;
+};
+
+struct DetectScratch {
+  std::vector<SignalScratch> signal;  // one per read of a block
+  BoundaryDetector::Scratch detector;
+  BoundaryDetector::Scratch llr;
+  std::vector<std::span<const float>> pas;
+  std::vector<uint64_t> lengths;
+  std::vector<size_t> which;
+  std::vector<Boundaries> found;
+};
+
+// Decodes a block's reads and detects their boundaries in one batch (the CNN evaluates up to 32
+// reads per call; detect_batch gives detect()'s answers read by read). The LLR detector, with
+// emit_llr_delta, reads `preload` samples (the whole read); the main detector its own prefix.
+void detect_block(const DetectStageDetectors& d, size_t preload, ReadBlock<DetectOut>& block, DetectScratch& w) {
+  const size_t n = block.reads.size();
+  const size_t main_preload = d.main.preload_samples();
+  if (w.signal.size() < n) w.signal.resize(n);
+  w.pas.clear();
+  w.lengths.clear();
+  w.which.clear();
+  for (size_t i = 0; i < n; ++i) {
+    ReadTask<DetectOut>& t = block.reads[i];
+    t.out.reason = decode_prefix(*t.file, *t.batch, t.row, preload, w.signal[i]);
+    if (!t.out.reason.empty()) continue;
+    const std::span<const float> pa(w.signal[i].pa);
+    w.pas.push_back(pa.first(std::min(pa.size(), main_preload)));
+    if (d.llr) t.out.llr = d.llr->detect(pa, t.batch->num_samples[t.row], w.llr);
+    w.lengths.push_back(t.batch->num_samples[t.row]);
+    w.which.push_back(i);
+  }
+  w.found.resize(w.which.size());
+  if (!w.which.empty()) d.main.detect_batch(w.pas, w.lengths, w.detector, w.found);
+  for (size_t k = 0; k < w.which.size(); ++k) {
+    ReadTask<DetectOut>& t = block.reads[w.which[k]];
+    t.out.bounds = std::move(w.found[k]);
+    if (!t.out.bounds.success) t.out.reason = "boundary detection failed: " + t.out.bounds.fail_reason;
+  }
+}
+
+// One boundaries row of `t` (kBoundariesHeader's columns, then kLlrDeltaColumns' with
+// `llr_delta`) into `line`, counted into `rep`.
+void append_boundaries_row(std::string& line, const ReadTask<DetectOut>& t, bool llr_delta, DetectStageReport& rep) {
+  const pod5::ReadBatch& b = *t.batch;
+  const Boundaries& bd = t.out.bounds;
+  const bool ok = t.out.reason.empty();
+  const std::string method = bd.method.empty() ? std::string("none") : bd.method;
+  ++rep.n_reads;
+  ++rep.detector_used[method];
+  if (ok) ++rep.n_detected;
+  else ++rep.failures[reason_key(t.out.reason)];
+  line.clear();
+  append_id(line, b.read_id[t.row]);
+  fmt::format_to(std::back_inserter(line), ",{},{},{},{},{},", b.num_samples[t.row], ok ? bd.adapter_start : 0,
+                 ok ? bd.adapter_end : 0, ok ? bd.polya_end : 0, method);
+  append_csv_cell(line, t.out.reason);
+  if (llr_delta) {
+    const Boundaries& l = t.out.llr;
+    const int64_t llr_end = l.success ? l.adapter_end : 0;
+    const int64_t main_end = ok ? bd.adapter_end : 0;
+    fmt::format_to(std::back_inserter(line), ",{},{},", l.success ? l.adapter_start : 0, llr_end);
+    if (main_end > 0 && llr_end > 0) {
+      fmt::format_to(std::back_inserter(line), "{}", main_end - llr_end);
+      ++rep.n_llr_delta;
+      rep.end_deltas.push_back(main_end - llr_end);
+    }
+  }
+  line += '\n';
+}
+
+}  // namespace
+
+Status detect_boundaries(const std::vector<std::filesystem::path>& inputs, const RunModel& model,
+                         const DetectStageOptions& options, std::ostream& csv, DetectStageReport* report) {
+  const auto t0 = Clock::now();
+  const bool llr_delta = options.emit_llr_delta;
+  ESCPOD_ASSIGN_OR_RETURN(const DetectStageDetectors detectors, make_detect_stage_detectors(model, llr_delta));
   ESCPOD_ASSIGN_OR_RETURN(auto readers, open_readers(inputs, options.n_threads));
   DetectStageReport local;
   DetectStageReport& rep = report ? *report : local;
-
-  struct Out {
-    Boundaries bounds;
-    Boundaries llr;  // emit_llr_delta only
-    std::string reason;
-  };
-  struct Scratch {
-    std::vector<SignalScratch> signal;  // one per read of a block
-    BoundaryDetector::Scratch detector;
-    BoundaryDetector::Scratch llr;
-    std::vector<std::span<const float>> pas;
-    std::vector<uint64_t> lengths;
-    std::vector<size_t> which;
-    std::vector<Boundaries> found;
-  };
   csv << kBoundariesHeader << (llr_delta ? std::string(",") + kLlrDeltaColumns : "") << '\n';
   std::string line;
   // The LLR detector reads the whole read; the CNN still sees only its own prefix.
-  const size_t cnn_preload = detector.preload_samples();
-  const size_t preload = llr_delta ? llr->preload_samples() : cnn_preload;
-  // The CNN evaluates up to 32 reads per call; detect_batch gives detect()'s answers read by read.
-  const size_t block_size = settings.method == DetectMethod::kCnn ? 16 : 4;
-  Status s = for_each_read_ordered<Out, Scratch>(
-      readers, options.n_threads, block_size,
-      [](const pod5::ReadBatch&, size_t, size_t*) { return true; },
-      [&detector, &llr] {
-        Scratch w;
-        w.detector = detector.make_scratch();
-        if (llr) w.llr = llr->make_scratch();
+  const size_t preload = llr_delta ? detectors.llr->preload_samples() : detectors.main.preload_samples();
+  const size_t block_size = model.settings.method == DetectMethod::kCnn ? 16 : 4;
+  Status s = for_each_read_ordered<DetectOut, DetectScratch>(
+      readers, options.n_threads, block_size, [](const pod5::ReadBatch&, size_t, size_t*) { return true; },
+      [&detectors] {
+        DetectScratch w;
+        w.detector = detectors.main.make_scratch();
+        if (detectors.llr) w.llr = detectors.llr->make_scratch();
         return w;
       },
-      [&](ReadBlock<Out>& block, Scratch& w) {
-        const size_t n = block.reads.size();
-        if (w.signal.size() < n) w.signal.resize(n);
-        w.pas.clear();
-        w.lengths.clear();
-        w.which.clear();
-        for (size_t i = 0; i < n; ++i) {
-          ReadTask<Out>& t = block.reads[i];
-          t.out.reason = decode_prefix(*t.file, *t.batch, t.row, preload, w.signal[i]);
-          if (!t.out.reason.empty()) continue;
-          const std::span<const float> pa(w.signal[i].pa);
-          w.pas.push_back(pa.first(std::min(pa.size(), cnn_preload)));
-          if (llr) t.out.llr = llr->detect(pa, t.batch->num_samples[t.row], w.llr);
-          w.lengths.push_back(t.batch->num_samples[t.row]);
-          w.which.push_back(i);
-        }
-        w.found.resize(w.which.size());
-        if (!w.which.empty()) detector.detect_batch(w.pas, w.lengths, w.detector, w.found);
-        for (size_t k = 0; k < w.which.size(); ++k) {
-          ReadTask<Out>& t = block.reads[w.which[k]];
-          t.out.bounds = std::move(w.found[k]);
-          if (!t.out.bounds.success) t.out.reason = "boundary detection failed: " + t.out.bounds.fail_reason;
-        }
-      },
-      [&](ReadTask<Out>& t) -> Status {
-        const pod5::ReadBatch& b = *t.batch;
-        const Boundaries& bd = t.out.bounds;
-        const bool ok = t.out.reason.empty();
-        const std::string method = bd.method.empty() ? std::string("none") : bd.method;
-        ++rep.n_reads;
-        ++rep.detector_used[method];
-        if (ok) ++rep.n_detected;
-        else ++rep.failures[reason_key(t.out.reason)];
-        line.clear();
-        append_id(line, b.read_id[t.row]);
-        fmt::format_to(std::back_inserter(line), ",{},{},{},{},{},", b.num_samples[t.row],
-                       ok ? bd.adapter_start : 0, ok ? bd.adapter_end : 0, ok ? bd.polya_end : 0,
-                       method);
-        append_csv_cell(line, t.out.reason);
-        if (llr_delta) {
-          const Boundaries& l = t.out.llr;
-          const int64_t llr_start = l.success ? l.adapter_start : 0;
-          const int64_t llr_end = l.success ? l.adapter_end : 0;
-          const int64_t cnn_end = ok ? bd.adapter_end : 0;
-          fmt::format_to(std::back_inserter(line), ",{},{},", llr_start, llr_end);
-          if (cnn_end > 0 && llr_end > 0) {
-            fmt::format_to(std::back_inserter(line), "{}", cnn_end - llr_end);
-            ++rep.n_llr_delta;
-            rep.end_deltas.push_back(cnn_end - llr_end);
-          }
-        }
-        line += '\n';
+      [&](ReadBlock<DetectOut>& block, DetectScratch& w) { detect_block(detectors, preload, block, w); },
+      [&](ReadTask<DetectOut>& t) -> Status {
+        append_boundaries_row(line, t, llr_delta, rep);
         csv.write(line.data(), static_cast<std::streamsize>(line.size()));
         return check_stream(csv);
       });
@@ -351,19 +381,15 @@ Result<BoundariesTable> read_boundaries_csv(const std::filesystem::path& path) {
   return table;
 }
 
-Result<size_t> fingerprint_length(const FingerprintStageOptions& options) {
-  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings,
-                          stage_settings(options.model_path, options.detector, options.model_options));
-  return settings.fingerprint.barcode_num_events;
-}
+size_t fingerprint_length(const RunModel& model) { return model.settings.fingerprint.barcode_num_events; }
 
 Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inputs,
-                                   const BoundariesTable& boundaries,
+                                   const BoundariesTable& boundaries, const RunModel& model,
                                    const FingerprintStageOptions& options,
                                    FingerprintTableWriter& table, FingerprintStageReport* report) {
   const auto t0 = Clock::now();
-  ESCPOD_ASSIGN_OR_RETURN(StageSettings settings,
-                          stage_settings(options.model_path, options.detector, options.model_options));
+  ESCPOD_RETURN_IF_ERROR(require_head_input(model, demux::HeadInputKind::kFingerprint, "demux fingerprint"));
+  const StageSettings& settings = model.settings;
   ESCPOD_ASSIGN_OR_RETURN(auto readers, open_readers(inputs, options.n_threads));
   FingerprintStageReport local;
   FingerprintStageReport& rep = report ? *report : local;
@@ -429,86 +455,75 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
 
 // ---- classify -------------------------------------------------------------------------------
 
-Status classify_fingerprints(const std::filesystem::path& fingerprints,
+namespace {
+
+struct ClassifyWorker {
+  std::unique_ptr<demux::HeadScratch> scratch;
+  std::vector<demux::PreparedRead> prepared;
+};
+
+// Calls rows [0, n) of a chunk (row i's features at x[i * d, (i + 1) * d)) with the head, in its
+// batches, in parallel: calls[i] for row i.
+void classify_chunk(const demux::Head& head, std::span<const double> x, size_t d, size_t n, Executor& arena,
+                    tbb::enumerable_thread_specific<ClassifyWorker>& workers,
+                    std::vector<demux::Classification>& calls) {
+  const size_t batch = std::max<size_t>(1, head.input().batch_size);
+  calls.resize(n);
+  (void)parallel_for(arena, (n + batch - 1) / batch, [&](size_t b) {
+    ClassifyWorker& w = workers.local();
+    const size_t begin = b * batch, end = std::min(n, begin + batch);
+    w.prepared.resize(end - begin);
+    for (size_t i = begin; i < end; ++i) {
+      w.prepared[i - begin] = demux::PreparedRead{};
+      w.prepared[i - begin].fingerprint = x.subspan(i * d, d);
+    }
+    head.classify(w.prepared, *w.scratch, std::span<demux::Classification>(calls).subspan(begin, end - begin));
+  });
+}
+
+}  // namespace
+
+Status classify_fingerprints(const std::filesystem::path& fingerprints, const RunModel& model,
                              const ClassifyStageOptions& options, std::ostream& csv,
                              ClassifyStageReport* report) {
   const auto t0 = Clock::now();
-  ESCPOD_ASSIGN_OR_RETURN(demux::ModelFile file, demux::load_model_file(options.model_path, options.model_options));
-  if (!file.dtw_svm)
-    return Status::invalid_argument(options.model_path.string() + ": a " + demux::model_kind_name(file.kind) +
-                                    " model; the classify stage reads DTW-SVM models");
-  const demux::WarpDemuxModel& model = *file.dtw_svm;
+  ESCPOD_RETURN_IF_ERROR(require_head_input(model, demux::HeadInputKind::kFingerprint, "demux classify"));
+  const demux::Head& head = model.head();
+  const size_t d = fingerprint_length(model);
+  // A head that cannot take the model's fingerprints calls every read unclassified with the
+  // fused run's reason.
+  const std::string mismatch = detail::fingerprint_mismatch(head, d);
   ESCPOD_ASSIGN_OR_RETURN(std::unique_ptr<FingerprintTableReader> in,
-                          FingerprintTableReader::open(fingerprints, model.n_features(), model.name()));
+                          FingerprintTableReader::open(fingerprints, d, model.path.filename().string()));
   ClassifyStageReport local;
   ClassifyStageReport& rep = report ? *report : local;
-  const size_t d = model.n_features();
-
-  const size_t k_classes = model.n_classes();
-  csv << "read_id,barcode,confidence,is_confident";
-  if (options.probabilities) {
-    for (const auto& c : model.output_columns()) csv << ',' << c;
-  }
-  csv << '\n';
-
-  struct Worker {
-    demux::WarpDemuxModel::Scratch scratch;
-    demux::Classification call;
-  };
-  tbb::enumerable_thread_specific<Worker> workers([&model] {
-    Worker w;
-    w.scratch = model.make_scratch();
-    return w;
-  });
-  const int threads = std::max(1, options.n_threads);
-  Executor& arena = Executor::for_threads(threads);
+  const detail::ClassificationsCsv table(head);
+  csv << table.header();
+  tbb::enumerable_thread_specific<ClassifyWorker> workers([&head] { return ClassifyWorker{head.make_scratch(), {}}; });
+  Executor& arena = Executor::for_threads(std::max(1, options.n_threads));
   const size_t chunk = std::max<size_t>(1, options.chunk_rows);
   std::vector<pod5::ReadId> ids;
-  std::vector<double> x, probs;
-  std::vector<int32_t> labels;
-  std::vector<double> confidence;
-  std::vector<demux::CallStatus> status;
-  std::string out;
-  bool more = true;
-  while (more) {
+  std::vector<double> x;
+  std::vector<demux::Classification> calls;
+  std::string out, reason;
+  for (bool more = true; more;) {
     ESCPOD_ASSIGN_OR_RETURN(const size_t got, in->next(chunk, ids, x));
     more = got == chunk;
     if (interrupted()) return Status::cancelled("interrupted");
-    const size_t n = ids.size();
-    labels.assign(n, demux::kUnclassifiedLabel);
-    confidence.assign(n, 0.0);
-    status.assign(n, demux::CallStatus::kInvalidInput);
-    probs.assign(options.probabilities ? n * k_classes : 0, std::numeric_limits<double>::quiet_NaN());
-    (void)parallel_for(arena, n, [&](size_t i) {
-      Worker& w = workers.local();
-      model.classify(std::span<const double>(x).subspan(i * d, d), w.scratch, w.call,
-                     demux::KernelPrecision::kModelDefault, options.dtw);
-      labels[i] = w.call.label;
-      confidence[i] = w.call.confidence;
-      status[i] = w.call.status;
-      if (options.probabilities && w.call.probabilities.size() == k_classes) {
-        std::copy(w.call.probabilities.begin(), w.call.probabilities.end(),
-                  probs.begin() + static_cast<std::ptrdiff_t>(i * k_classes));
-      }
-    });
+    if (mismatch.empty()) {
+      classify_chunk(head, x, d, ids.size(), arena, workers, calls);
+    } else {
+      calls.assign(ids.size(), demux::Classification{});
+    }
     out.clear();
-    for (size_t i = 0; i < n; ++i) {
-      const bool confident = status[i] == demux::CallStatus::kClassified;
-      const std::string name = label_name(confident ? labels[i] : demux::kUnclassifiedLabel);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!mismatch.empty()) reason = mismatch;
+      else reason.assign(calls[i].is_classified() ? std::string_view() : calls[i].reason());
+      const std::string label = table.row_label(calls[i], reason);
       ++rep.n_reads;
-      ++rep.calls[name];
-      if (!confident) ++rep.unclassified_reasons[std::string(demux::call_status_reason(status[i]))];
-      append_id(out, ids[i]);
-      fmt::format_to(std::back_inserter(out), ",{},{:.6f},{}", name, confidence[i],
-                     confident ? "true" : "false");
-      if (options.probabilities) {
-        for (size_t c = 0; c < k_classes; ++c) {
-          const double p = probs[i * k_classes + c];
-          if (std::isnan(p)) out += ',';
-          else fmt::format_to(std::back_inserter(out), ",{:.6f}", p);
-        }
-      }
-      out += '\n';
+      ++rep.calls[label];
+      if (!reason.empty()) ++rep.unclassified_reasons[reason];
+      table.append_row(out, ids[i], label, calls[i], std::nullopt, reason);
     }
     csv.write(out.data(), static_cast<std::streamsize>(out.size()));
     ESCPOD_RETURN_IF_ERROR(check_stream(csv));

@@ -1,5 +1,5 @@
 // BoundaryDetector: ADAPTed's combined CNN detection with validation and LLR fallbacks
-// (shared/docs/warpdemux-algorithm.md 3.1-3.4), or escapepod's LLR-only detector (4.1).
+// (docs/demux.md §3.1-§3.4), or escapepod's LLR-only detector (§3.6).
 #include "escpod/pipeline/detect/boundary_detector.hpp"
 
 #include <algorithm>

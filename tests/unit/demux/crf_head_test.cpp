@@ -66,7 +66,7 @@ TEST(CrfHead, SeqTaggerV1DeclaresItsWindowColumnsAndLabels) {
   EXPECT_EQ(std::vector<std::string>(h.head->extra_columns().begin(), h.head->extra_columns().end()), want);
   EXPECT_EQ(std::vector<int32_t>(h.head->labels().begin(), h.head->labels().end()),
             (std::vector<int32_t>{1, 2, 3, 4}));
-  // Outputs are named by reference (behaviour doc 2.7), in labels() order.
+  // Outputs are named by reference (docs/demux.md §8.1), in labels() order.
   EXPECT_EQ(std::vector<std::string>(h.head->label_names().begin(), h.head->label_names().end()),
             (std::vector<std::string>{"Barcode_1", "Barcode_2", "Barcode_3", "Barcode_4"}));
 }

@@ -33,7 +33,7 @@ std::string mutate(std::mt19937& rng, const std::string& s, double rate) {
   return out;
 }
 
-// The rule of behaviour doc 4.8 applied to plain-DP distances of every reference.
+// The rule of docs/demux.md §7.5 applied to plain-DP distances of every reference.
 BarcodeMatch expected_match(const std::vector<BarcodeRef>& refs, const std::string& call) {
   int32_t best = INT32_MAX, second = INT32_MAX, idx = -1;
   for (size_t r = 0; r < refs.size(); ++r) {

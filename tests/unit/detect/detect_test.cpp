@@ -1,5 +1,5 @@
-// Tests of the ADAPTed/WarpDemuX boundary detector (warpdemux-algorithm.md 3.0-3.5) and of
-// escapepod's LLR-only detector (escapepod-behaviour.md 4.1): the CNN test vectors end to end,
+// Tests of the ADAPTed/WarpDemuX boundary detector (docs/demux.md §3.0-§3.5) and of
+// escapepod's LLR-only detector (docs/demux.md §3.6): the CNN test vectors end to end,
 // each validation rule and fallback on constructed signals, the decode's peak quirks, LLR on step
 // signals, and a smoke run on real RNA004 reads.
 #include <gtest/gtest.h>
@@ -716,7 +716,7 @@ TEST(DetectLlr, AdapterEndCorrections) {
 }
 
 TEST(DetectLlr, LlrOnlyStepSignal) {
-  // escapepod 4.1: high head [0, 500), adapter [500, 3000) low, then a higher level.
+  // docs/demux.md §3.6: high head [0, 500), adapter [500, 3000) low, then a higher level.
   Noise noise(31);
   std::vector<float> s;
   segment(s, 500, 100.0, 5.0, noise);

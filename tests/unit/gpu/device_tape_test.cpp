@@ -4,7 +4,7 @@
 // ordering, register isolation with two or more runs in flight (plus the negative control
 // that shows the test detects the race), a host that never waits, multi-block throughput
 // against a driver memset, and the graph runner. Contract items refer to
-// ../shared/docs/prep-tape.md.
+// docs/prep_tape.md.
 #include "escpod/gpu/device_tape.hpp"
 #include "escpod/gpu/graph_runner.hpp"
 #include "escpod/gpu/prep_tape.hpp"

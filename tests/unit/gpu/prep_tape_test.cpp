@@ -2,7 +2,7 @@
 // bounds, operation semantics on hand-written edge cases against the eager reference, mixed
 // widths, barriers, the stage-independence check, the multi-step stale-tail scrub of the
 // TokenSpeed and escapepod layouts, and the CUDA interpreter's code on large operations in a
-// CPU grid emulation. Contract items refer to ../shared/docs/prep-tape.md.
+// CPU grid emulation. Contract items refer to docs/prep_tape.md.
 #include "escpod/gpu/device_tape.hpp"
 #include "escpod/gpu/graph_runner.hpp"
 #include "escpod/gpu/prep_tape.hpp"

@@ -1,6 +1,6 @@
 // Test support for the prep tape: a tape described as plain data (TapeSpec), host memory images
 // with canaries around every buffer, a random tape generator, and the eager reference: plain
-// per-operation loops written from the specification (prep-tape.md section 3), independently of
+// per-operation loops written from the specification (docs/prep_tape.md §3), independently of
 // the descriptor encoding and of both interpreters. Shared by the CPU and GPU test binaries.
 #pragma once
 

@@ -166,7 +166,7 @@ TEST(DemuxHeads, RegisteredWindowHeadPlugsInWithBatches) {
   std::filesystem::create_directories(model);
   std::ofstream(model / "window_head.txt") << "test head\n";
   pipeline::DemuxOptions o;
-  o.model_path = model;
+  o.model.path = model;
   o.classifications_csv = dir / "calls.csv";
   o.n_threads = 2;
   pipeline::DemuxReport rep;
@@ -216,7 +216,7 @@ TEST(DemuxHeads, ClassNameColumnsAreWrittenAsTheLabelsOutputNames) {
     std::ofstream(model / "class_head.txt") << "test head\n";
     if (named) std::ofstream(model / "named") << "\n";
     pipeline::DemuxOptions o;
-    o.model_path = model;
+    o.model.path = model;
     o.classifications_csv = dir / "calls.csv";
     o.n_threads = 1;
     ASSERT_TRUE(pipeline::run_demux({test::shared_data("warpdemux/sample/small_pod5_0.pod5")}, o, nullptr).is_ok());
@@ -247,8 +247,8 @@ TEST(DemuxHeads, ShippedModelsAreParsedOncePerRun) {
   const auto input = test::shared_data("warpdemux/sample/small_pod5_0.pod5");
   for (const char* model : {"warpdemux/WDX4_rna004_v1_0.json", "escapepod/gbm/model.json"}) {
     pipeline::DemuxOptions o;
-    o.model_path = test::shared_data(model);
-    o.detector = pipeline::DetectorChoice::kLlr;  // no CNN file needed
+    o.model.path = test::shared_data(model);
+    o.model.detector = pipeline::DetectorChoice::kLlr;  // no CNN file needed
     o.classifications_csv = dir / "calls.csv";
     o.writer.overwrite = true;
     const uint64_t before = demux::detail::model_json_parse_count();
@@ -258,7 +258,7 @@ TEST(DemuxHeads, ShippedModelsAreParsedOncePerRun) {
     EXPECT_EQ(demux::detail::model_json_parse_count() - before, 1u) << model;
     EXPECT_GT(rep.n_reads, 100u);
     const uint64_t described = demux::detail::model_json_parse_count();
-    auto info = pipeline::describe_demux_model(o.model_path, {});
+    auto info = pipeline::describe_demux_model({o.model.path, {}, {}, {}});
     ASSERT_TRUE(info.is_ok()) << info.status().to_string();
     EXPECT_EQ(demux::detail::model_json_parse_count() - described, 1u) << model;
   }
@@ -268,8 +268,8 @@ TEST(DemuxHeads, GbmHeadReportsAFingerprintOfTheWrongLength) {
   // escapepod's GBM test model takes 6 features; the RNA004 fingerprint has 25.
   const auto dir = test::scratch_dir("gbm");
   pipeline::DemuxOptions o;
-  o.model_path = test::shared_data("escapepod/gbm/model.json");
-  o.detector = pipeline::DetectorChoice::kLlr;
+  o.model.path = test::shared_data("escapepod/gbm/model.json");
+  o.model.detector = pipeline::DetectorChoice::kLlr;
   pipeline::DemuxReport rep;
   ASSERT_TRUE(pipeline::run_demux({test::shared_data("warpdemux/sample/small_pod5_0.pod5")}, o, &rep).is_ok());
   EXPECT_EQ(rep.reads_per_label["unclassified"], rep.n_reads);

@@ -20,7 +20,7 @@ namespace {
 using Bytes = std::vector<uint8_t>;
 using Samples = std::vector<int16_t>;
 
-// pod5-format.md 7.2.
+// docs/formats.md §1.5.
 const Samples kExampleSamples = {500, 502, 498, 498, 1000, 990, -20, -21, -21, 300};
 const Bytes kExampleSvb16 = {0x51, 0x02, 0xE8, 0x03, 0x04, 0x07, 0x00, 0xEC,
                              0x03, 0x13, 0xE3, 0x07, 0x01, 0x00, 0x82, 0x02};

@@ -1,5 +1,5 @@
 // Expected values worked out by hand from scipy.signal.find_peaks' documented rules
-// (warpdemux-algorithm.md section 3.5).
+// (docs/demux.md §3.5).
 #include "escpod/signal/peaks.hpp"
 
 #include <gtest/gtest.h>

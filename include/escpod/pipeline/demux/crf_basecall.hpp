@@ -1,5 +1,5 @@
-// `escpod demux basecall`: the CTC-CRF head on the reads a boundaries CSV names, one CSV row per
-// read with the decoded barcode sequence (behaviour doc section 2.5).
+// `escpod demux basecall`: the CTC-CRF head on the reads a boundaries CSV names, one row per read
+// of the classifications table with the decoded barcode sequence.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +16,6 @@
 namespace escpod::pipeline {
 
 struct CrfBasecallOptions {
-  std::filesystem::path model_path;  // a CRF model folder (SeqTagger or bundle)
-  demux::CrfHeadOptions head;
   int n_threads = 1;
 };
 
@@ -31,29 +29,26 @@ struct CrfBasecallReport {
   double seconds = 0.0;
 };
 
-// Writes the header and one row per input read that the boundaries table names, in input
-// order: read_id,barcode,confidence,best_dist,second_best_dist,adapter_end,decoded_len,decoded_seq
-// [,baseq (beam search)][,crf_logp,crf_margin,crf_best,mean_logpost (lattice scoring)].
-// barcode is the nearest reference's name, or `unclassified` when a gate rejected the call (its
-// distances and scores kept) or the read had no usable window / signal (empty sequence and empty
-// distance and score cells). confidence = edit margin, empty with one reference.
+// Writes the header and one row per input read that the boundaries table names, in input order,
+// with the model's head (it must read the signal window: a CRF model folder): the fused run's
+// classifications table (classifications_csv.hpp: read_id,barcode,confidence,adapter_start,
+// adapter_end,detector,reason, then the head's columns; the detector cell empty) and the decoded
+// barcode sequence last (decoded_seq; empty when the read had no usable window or signal). A call
+// a gate rejected is `unclassified` with the gate as its reason, its distances and scores kept.
 Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs,
-                                const BoundariesTable& boundaries, const CrfBasecallOptions& options,
-                                std::ostream& csv, CrfBasecallReport* report);
+                                const BoundariesTable& boundaries, const RunModel& model,
+                                const CrfBasecallOptions& options, std::ostream& csv, CrfBasecallReport* report);
 
-// A fused demux run with a CRF model folder (the CLI's `escpod demux`, the Python API's
-// `demux`): the CRF head's options for the run (HeadOptions::crf) and the detector. A SeqTagger
-// folder records no detector: without `method` it runs LLR, or the CNN when `cnn_model` names a
-// file. A CRF bundle pins its detector (behaviour doc 1.3, 2.10): a `cnn` pin refuses `llr`, and
-// its CNN file is used unless `cnn_model` names another (the pin's sha256 is then not checked); a
-// bundle that pins none needs a method, except when `describing` (--info runs no detector).
-// Other models: `method` and `cnn_model` as given.
-struct CrfRunSetup {
-  std::string cnn_model;  // the CNN file the run uses ("" = none)
-  std::string method;     // "cnn", "llr", or "" for the model's default
-  std::shared_ptr<const demux::CrfHeadOptions> crf;  // for DemuxOptions::head.crf
-};
-Result<CrfRunSetup> setup_crf_run(const std::filesystem::path& model, const demux::CrfHeadOptions& options,
-                                  const std::string& cnn_model, const std::string& method, bool describing);
+// A run's ModelSpec from what a user gives (the CLI's flags, the Python arguments), for every
+// entry point alike (the fused run, each stage, --info): `method` ("cnn", "llr", or "" for the
+// model's default) and `cnn_model` as given, with the CRF model folders' detector rules applied.
+// A SeqTagger folder records no detector: without `method` it runs LLR, or the CNN when
+// `cnn_model` names a file. A CRF bundle pins its detector (docs/demux.md §1.3): a `cnn` pin
+// refuses `llr`, and its CNN file is used unless `cnn_model` names another (the pin's sha256 is
+// then not checked); a bundle that pins none needs a method, except when `describing` (--info
+// runs no detector). head.crf null: the CRF head's defaults.
+Result<ModelSpec> resolve_model_spec(const std::filesystem::path& model, demux::HeadOptions head,
+                                     const std::string& method, const std::filesystem::path& cnn_model,
+                                     bool describing = false);
 
 }  // namespace escpod::pipeline

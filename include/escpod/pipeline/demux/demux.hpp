@@ -32,15 +32,25 @@ namespace escpod::pipeline {
 
 enum class DetectorChoice { kModelDefault, kCnn, kLlr };
 
-struct DemuxOptions {
-  // The model: a file or folder demux::load_head reads (DTW-SVM or GBM JSON, or a registered
-  // head kind's model).
-  std::filesystem::path model_path;
+// "" (the model's default), "cnn" or "llr"; anything else is a usage error naming --method.
+Result<DetectorChoice> parse_detector_choice(const std::string& method);
+
+// What a run's model is and how to load it, the same for the fused run, every stage and the
+// Python API (resolve_model_spec builds it from what a user gives; load_run_model loads it).
+struct ModelSpec {
+  // A file or folder demux::load_head reads: DTW-SVM or GBM JSON, WarpDemuX joblib, CRF model
+  // folder, or a registered head kind's model.
+  std::filesystem::path path;
   // How the head is loaded and run: a WarpDemuX joblib model's config (--config), the DTW-SVM
-  // head's DTW arithmetic (see ClassifyStageOptions::dtw), the CRF head's options.
+  // head's DTW arithmetic (float32, or float64: dtaidistance's distances bit for bit), the CRF
+  // head's options.
   demux::HeadOptions head;
-  std::filesystem::path cnn_model;      // boundary CNN (ONNX); empty: found beside the model
   DetectorChoice detector = DetectorChoice::kModelDefault;
+  std::filesystem::path cnn_model;  // boundary CNN (ONNX); empty: found beside the model
+};
+
+struct DemuxOptions {
+  ModelSpec model;
   std::filesystem::path out_dir;        // per-label POD5 files; empty: write none
   std::string prefix = "barcode";       // file names <prefix>_<label>.pod5
   std::filesystem::path classifications_csv;  // empty: none
@@ -97,11 +107,8 @@ Result<std::vector<FingerprintRow>> fingerprint_labelled_reads(
     const FingerprintOptions& options, FingerprintReport* report);
 
 // Human-readable description of a model and the detector it pins (for `demux --info`); for a
-// model that records no signal processing, the detector `detector` chooses (its default when
+// model that records no signal processing, the detector spec.detector chooses (its default when
 // kModelDefault).
-Result<std::string> describe_demux_model(const std::filesystem::path& model_path,
-                                         const std::filesystem::path& cnn_model,
-                                         DetectorChoice detector = DetectorChoice::kModelDefault,
-                                         const demux::HeadOptions& head_options = {});
+Result<std::string> describe_demux_model(const ModelSpec& spec);
 
 }  // namespace escpod::pipeline

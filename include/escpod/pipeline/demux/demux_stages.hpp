@@ -1,8 +1,12 @@
-// The demultiplexer's stages run one at a time, exchanging CSV files (escapepod-behaviour.md
-// 1.3, 2.1-2.3): `demux detect` (POD5 -> boundaries CSV), `demux fingerprint` (POD5 + boundaries
-// -> fingerprint table), `demux classify` (fingerprint table -> calls). Chained with the same
-// model they give the fused pipeline's calls (run_demux), except where the 6-decimal rounding of
-// the fingerprint table moves a read across a confidence threshold.
+// The demultiplexer's stages run one at a time, exchanging tables (docs/formats.md): `demux
+// detect` (POD5 -> boundaries CSV), `demux fingerprint` (POD5 + boundaries -> fingerprint table),
+// `demux classify` (fingerprint table -> the classifications table), and for heads that read the
+// signal window instead of a fingerprint (the CRF head) `demux basecall` (POD5 + boundaries ->
+// calls, crf_basecall.hpp). Every entry point resolves its model the same way, once
+// (load_run_model: the head and the settings its detector and fingerprints use), so any model the
+// fused run (run_demux) accepts, each stage accepts where its table applies. Chained with the same
+// model they give the fused run's calls (a Parquet fingerprint table keeps every bit; the CSV's 6
+// decimals can move a read across a confidence threshold).
 //
 // Every stage works per read in parallel (oneTBB, one scratch per worker) and writes its rows in
 // input order, so its output is identical for any thread count. Memory is bounded by the reads
@@ -49,24 +53,35 @@ Result<std::filesystem::path> find_cnn_model(const std::filesystem::path& model_
                                              const std::filesystem::path& explicit_path,
                                              const std::string& cnn_model_name);
 
-// The boundary detector `s` describes (finding the CNN beside `model_path` when it is used).
-Result<BoundaryDetector> make_stage_detector(const StageSettings& s, const std::filesystem::path& model_path,
-                                             const std::filesystem::path& cnn_model);
 
-// Settings from `model_path`'s signal_processing block (empty path: the RNA004 defaults,
-// demux::SignalProcessing::rna004(true)), with the detector overridden per `choice` (a warning
-// when LLR overrides a CNN-trained model). Reads the model file once (demux::load_model_settings).
-// Errors: those of load_model_settings, a model without a signal_processing block.
-Result<StageSettings> stage_settings(const std::filesystem::path& model_path, DetectorChoice choice,
-                                     const demux::ModelLoadOptions& model_options = {});
+// A run's model, resolved once (the fused run, every stage, --info): its head (demux::load_head:
+// DTW-SVM or GBM file, WarpDemuX joblib, CRF model folder), the settings the detector and
+// fingerprints use (the model's signal processing, or the RNA004 defaults for a kind whose models
+// record none, with the detector choice applied), and the boundary CNN file. A spec without a
+// path (`demux fingerprint` without --model) gives the RNA004 defaults and no head.
+struct RunModel {
+  std::filesystem::path path;
+  demux::LoadedHead loaded;
+  StageSettings settings;
+  std::filesystem::path cnn;  // the CNN's ONNX file when settings.method is kCnn and `need_detector`
+  const demux::Head& head() const { return *loaded.head; }  // precondition: a model was given
+};
+
+// Loads spec.path once (load_head). `need_detector`: find the CNN file (kNotFound says where it looked) when
+// the settings use it; `demux classify` reads no signal and needs none. Errors: load_head's, a
+// model without signal-processing settings.
+Result<RunModel> load_run_model(const ModelSpec& spec, bool need_detector = true);
+
+// The boundary detector the model's settings describe (with its CNN file).
+Result<BoundaryDetector> make_stage_detector(const RunModel& model);
+
+// The model's head reads `kind` (a fingerprint or a signal window), else invalid_argument naming
+// the model and the stage that fits it (`stage`: "demux fingerprint" for the message).
+Status require_head_input(const RunModel& model, demux::HeadInputKind kind, const std::string& stage);
 
 // ---- detect ---------------------------------------------------------------------------------
 
 struct DetectStageOptions {
-  std::filesystem::path model_path;  // required: the settings and the CNN's name
-  demux::ModelLoadOptions model_options;  // a WarpDemuX joblib model's config (--config)
-  std::filesystem::path cnn_model;   // empty: found beside the model
-  DetectorChoice detector = DetectorChoice::kModelDefault;
   // CNN only: also run the LLR-only detector on the whole read and append
   // llr_adapter_start,llr_adapter_end,end_delta (cnn end - llr end; empty unless both ends > 0).
   bool emit_llr_delta = false;
@@ -91,9 +106,8 @@ inline constexpr const char* kLlrDeltaColumns = "llr_adapter_start,llr_adapter_e
 // Writes one boundaries row per input read, in input order, header first. A read whose
 // detection failed gets adapter_start = adapter_end = polya_end = 0, the attempt that failed in
 // `detector` ("none" when no detector ran) and the reason; the fingerprint stage drops it.
-Status detect_boundaries(const std::vector<std::filesystem::path>& inputs,
-                         const DetectStageOptions& options, std::ostream& csv,
-                         DetectStageReport* report);
+Status detect_boundaries(const std::vector<std::filesystem::path>& inputs, const RunModel& model,
+                         const DetectStageOptions& options, std::ostream& csv, DetectStageReport* report);
 
 // ---- fingerprint ----------------------------------------------------------------------------
 
@@ -108,16 +122,13 @@ struct BoundariesTable {
   uint64_t n_dropped = 0;         // rows with adapter_end <= adapter_start
 };
 
-// Reads a boundaries CSV (2.1 reader rules): columns by header name (read_id, num_samples or
+// Reads a boundaries CSV (docs/formats.md §3.1): columns by header name (read_id, num_samples or
 // signal_len else column 1, adapter_start, adapter_end), a leading '#' on the header stripped,
 // later '#' lines skipped, gzip read transparently, positions may be floats (truncated), rows
 // with adapter_end <= adapter_start dropped and counted. Errors name the file and line.
 Result<BoundariesTable> read_boundaries_csv(const std::filesystem::path& path);
 
 struct FingerprintStageOptions {
-  std::filesystem::path model_path;  // empty: RNA004 defaults
-  demux::ModelLoadOptions model_options;  // a WarpDemuX joblib model's config (--config)
-  DetectorChoice detector = DetectorChoice::kModelDefault;  // decides how much signal is decoded
   bool emit_dwell = false;  // also dwell_0..: the length in samples of each fingerprint event
   int n_threads = 1;
 };
@@ -132,25 +143,20 @@ struct FingerprintStageReport {
 };
 
 // Fingerprints every input read the boundaries table names, in input order, into `table`
-// (opened with the model's fingerprint length and options.emit_dwell; finished here). Failures
-// are counted by reason, not written.
+// (opened with fingerprint_length(model) and options.emit_dwell; finished here), with the model's
+// fingerprint settings (the detector choice decides how much signal is decoded). Failures are
+// counted by reason, not written. The model's head must read fingerprints (require_head_input).
 Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inputs,
-                                   const BoundariesTable& boundaries,
+                                   const BoundariesTable& boundaries, const RunModel& model,
                                    const FingerprintStageOptions& options,
                                    FingerprintTableWriter& table, FingerprintStageReport* report);
 
-// The fingerprint length (fp_* columns) the stage writes for these options' model.
-Result<size_t> fingerprint_length(const FingerprintStageOptions& options);
+// The fingerprint length (fp_* columns) the model's fingerprints have.
+size_t fingerprint_length(const RunModel& model);
 
 // ---- classify -------------------------------------------------------------------------------
 
 struct ClassifyStageOptions {
-  std::filesystem::path model_path;  // a DTW-SVM model: JSON or WarpDemuX joblib
-  demux::ModelLoadOptions model_options;  // a WarpDemuX joblib model's config (--config)
-  bool probabilities = false;  // append one pNN column per class
-  // DTW arithmetic: float32 (default, ~2x faster, within the golden tolerances) or float64
-  // (dtaidistance's distances bit for bit).
-  demux::DtwPrecision dtw = demux::DtwPrecision::kFloat32;
   int n_threads = 1;
   size_t chunk_rows = 4096;    // rows read, classified and written at a time
 };
@@ -163,10 +169,12 @@ struct ClassifyStageReport {
 };
 
 // Classifies a fingerprint table (FingerprintTableReader: CSV, gzip CSV or Parquet by name; N the
-// model's fingerprint length) and writes read_id,barcode,confidence,is_confident[,pNN...] in
-// input order (`barcode` as in every table escpod writes; escapepod calls it predicted_barcode).
-// Errors: a missing fp column, a malformed number (naming file and line or row).
-Status classify_fingerprints(const std::filesystem::path& fingerprints,
+// model's fingerprint length) with the model's head, the fused run's, and writes the
+// classifications table the fused run writes (pipeline/demux/classifications_csv.hpp; the
+// boundary and detector cells empty: this stage does not see them), in input order. The head must
+// read fingerprints (DTW-SVM, GBM). Errors: a missing fp column, a malformed number (naming file
+// and line or row).
+Status classify_fingerprints(const std::filesystem::path& fingerprints, const RunModel& model,
                              const ClassifyStageOptions& options, std::ostream& csv,
                              ClassifyStageReport* report);
 

@@ -1,7 +1,7 @@
 // Adapter / poly(A) boundary detection per read, as WarpDemuX 1.0 runs ADAPTed on RNA004
-// (shared/docs/warpdemux-algorithm.md sections 2, 3.0-3.5): the boundary CNN, the validation
+// (docs/demux.md §2, §3.0-§3.5): the boundary CNN, the validation
 // checks, the short-read LLR poly(A) retry and the full LLR retry. Or, with DetectMethod::kLlr,
-// escapepod's LLR-only detector (shared/docs/escapepod-behaviour.md 4.1).
+// escapepod's LLR-only detector (docs/demux.md §3.6).
 //
 // Usage: one BoundaryDetector (immutable after create, shared by all workers) and one Scratch per
 // worker thread. detect() and detect_batch() give identical results; the batched form runs the
@@ -27,8 +27,8 @@ class Workspace;
 namespace escpod::pipeline {
 
 // Every key of the model JSON's `signal_processing` block that the detector uses, with the
-// RNA004 defaults of warpdemux-algorithm.md 3.0 (see signal::BoundaryConfig for the fields), plus
-// the LLR-only parameters of escapepod 4.1 (llr_only_*; CLI --min-adapter 200, --border-trim 50,
+// RNA004 defaults of docs/demux.md §3.0 (see signal::BoundaryConfig for the fields), plus
+// the LLR-only parameters of §3.6 (llr_only_*; CLI --min-adapter 200, --border-trim 50,
 // --downscale 10).
 using DetectorConfig = signal::BoundaryConfig;
 
@@ -54,7 +54,7 @@ struct Boundaries {
 
 enum class DetectMethod {
   kCnn,  // ADAPTed: CNN primary, validation, with the LLR fallbacks as configured
-  kLlr,  // escapepod's LLR-only detector (4.1) on the whole read; no validation
+  kLlr,  // escapepod's LLR-only detector (§3.6) on the whole read; no validation
 };
 
 class BoundaryDetector {

@@ -29,7 +29,7 @@ struct Barcode {
   std::string sequence;  // 5'->3', upper-case ACGT
 };
 
-// Barcode reference CSV (docs/escapepod-behaviour.md 2.6): a header with `name` and `sequence`
+// Barcode reference CSV (docs/formats.md §3.5): a header with `name` and `sequence`
 // columns (case-insensitive, any position, other columns ignored), fields split on commas and
 // trimmed, blank lines skipped, sequences upper-cased, non-empty and ACGT-only (U is read as T
 // here since the barcodes are RNA), names unique, at least one row. Errors name `source` and the

@@ -1,6 +1,6 @@
 // Barcode labels as tables spell them, and the label tables demux training and scoring read:
 // one strict parser, so a label that cannot be read is an error naming the file, the line and
-// the label, never a silent noise read (escapepod-behaviour.md 2.3-2.7 name the columns).
+// the label, never a silent noise read (docs/formats.md §3.3-§3.6 name the columns).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The fingerprint table (shared/docs/escapepod-behaviour.md 2.2) in its two encodings: CSV
+// The fingerprint table (docs/formats.md §3.2) in its two encodings: CSV
 // (`read_id,fp_0..fp_{N-1}[,dwell_0..dwell_{N-1}]`, 6 decimals, gzip accepted when reading) and
 // Parquet (`read_id` string, float64 fp_*/dwell_* columns, zstd). `demux fingerprint` writes it,
 // `demux classify` reads it; the encoding follows the file name (`.parquet` or not), so tables
