@@ -45,6 +45,7 @@
 #                                                       with -DESCPOD_ENABLE_CUDA=ON)
 #   Arrow C++ and Parquet headers/libraries             pyarrow wheel (requirements.txt)
 #   tmux (progress-bar test in a real terminal)         tmux
+#   strace (test: each model file opened once a run)    strace
 #   mmdebstrap (the wheel's bare-Debian test:           mmdebstrap
 #     tests/wheel/bare_debian.sh)
 #   headless browser (report screenshot test)          chromium
@@ -66,7 +67,7 @@ DEB_PACKAGES=(
   libhdf5-dev libvbz-hdf-plugin-dev
   libhts-dev samtools
   libedlib-dev libwfa2-dev
-  tmux chromium mmdebstrap
+  tmux chromium mmdebstrap strace
 )
 
 missing=()

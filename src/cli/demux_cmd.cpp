@@ -58,7 +58,7 @@ Result<pipeline::ModelSpec> model_spec(const DemuxCliOptions& o) {
   ESCPOD_ASSIGN_OR_RETURN(head.dtw, parse_dtw_precision(o.dtw_precision));
   ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions crf, crf_head_options_from_flags(o.crf));
   head.crf = std::make_shared<const demux::CrfHeadOptions>(std::move(crf));
-  return pipeline::resolve_model_spec(o.model, std::move(head), o.method, o.cnn_model, o.info);
+  return pipeline::resolve_model_spec(o.model, std::move(head), o.method, o.cnn_model);
 }
 
 // --bam: the basecalled BAM's records tagged with the run's calls (bam-demux), per label into

@@ -67,8 +67,7 @@ Result<pipeline::RunModel> stage_model(const std::string& model, const std::stri
     ESCPOD_ASSIGN_OR_RETURN(spec.detector, parse_method(method));
     return pipeline::load_run_model(spec, runs_detector);
   }
-  ESCPOD_ASSIGN_OR_RETURN(pipeline::ModelSpec spec, pipeline::resolve_model_spec(model, std::move(head), method,
-                                                                                 cnn_model, !runs_detector));
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::ModelSpec spec, pipeline::resolve_model_spec(model, std::move(head), method, cnn_model));
   return pipeline::load_run_model(spec, runs_detector);
 }
 

@@ -125,88 +125,100 @@ Status run_model(const ModelOptions& o, int n_threads) {
   return nn::write_npy(o.output, out_shape, out);
 }
 
-Status run_bench(const ModelOptions& o, int n_threads) {
-  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<const nn::Model> model_ptr, load(o));
-  const nn::Model& model = *model_ptr;
+// What `model bench` runs on: --input's real windows [N, ...] from a .npy, taken `batch` at a time
+// in turn (cycling), so a comparison with another engine can run on the same data; otherwise one
+// random N(0, 1) batch.
+struct BenchInput {
+  std::vector<int64_t> shape;  // one call's input shape
+  std::vector<float> data;
+  size_t n_in = 0;             // values per call
+
+  // The batch of call k: windows [k*batch, (k+1)*batch) of the data, wrapping to the start.
+  std::span<const float> batch(long call) const {
+    const size_t b = static_cast<size_t>(call) % (data.size() / n_in);
+    return std::span<const float>(data).subspan(b * n_in, n_in);
+  }
+};
+
+Result<BenchInput> bench_input(const nn::Model& model, const ModelOptions& o) {
   const nn::ValueInfo& in = model.info().inputs[0];
-  std::vector<int64_t> shape = in.dims;
-  if (shape.empty()) return Status::invalid_argument("the model's input has no declared shape");
-  shape[0] = o.batch;
-  for (size_t d = 1; d < shape.size(); ++d) {
-    if (shape[d] < 0) {
-      if (o.length <= 0 && o.input.empty()) {
-        return Status::usage(fmt::format("input dimension {} ('{}') is symbolic: give --length", d, in.dim_params[d]));
-      }
-      shape[d] = o.length;
+  BenchInput b;
+  b.shape = in.dims;
+  if (b.shape.empty()) return Status::invalid_argument("the model's input has no declared shape");
+  b.shape[0] = o.batch;
+  for (size_t d = 1; d < b.shape.size(); ++d) {
+    if (b.shape[d] >= 0) continue;
+    if (o.length <= 0 && o.input.empty()) {
+      return Status::usage(fmt::format("input dimension {} ('{}') is symbolic: give --length", d, in.dim_params[d]));
     }
+    b.shape[d] = o.length;
   }
-  // --input: real windows [N, ...] from a .npy; calls take `batch` of them in turn (cycling), so
-  // a comparison with another engine can run on the same data. Otherwise one random N(0, 1) batch.
-  nn::NpyArray given;
   if (!o.input.empty()) {
-    ESCPOD_ASSIGN_OR_RETURN(given, nn::read_npy(o.input));
-    if (given.shape.size() != shape.size() || given.shape[0] < o.batch) {
+    ESCPOD_ASSIGN_OR_RETURN(nn::NpyArray given, nn::read_npy(o.input));
+    if (given.shape.size() != b.shape.size() || given.shape[0] < o.batch) {
       return Status::invalid_argument(
-          fmt::format("{}: expected [N >= {}, ...] with {} dimensions", o.input, o.batch, shape.size()));
+          fmt::format("{}: expected [N >= {}, ...] with {} dimensions", o.input, o.batch, b.shape.size()));
     }
-    for (size_t d = 1; d < shape.size(); ++d) shape[d] = given.shape[d];
+    for (size_t d = 1; d < b.shape.size(); ++d) b.shape[d] = given.shape[d];
+    b.data = std::move(given.data);
   }
-  ESCPOD_ASSIGN_OR_RETURN(auto out_shape, model.output_shape(shape));
-  ESCPOD_ASSIGN_OR_RETURN(double flops, model.flops(shape));
-  int64_t n_in = 1, n_out = 1;
-  for (int64_t d : shape) n_in *= d;
-  for (int64_t d : out_shape) n_out *= d;
-  std::vector<float> input = std::move(given.data);
+  int64_t n_in = 1;
+  for (int64_t d : b.shape) n_in *= d;
+  b.n_in = static_cast<size_t>(n_in);
   if (o.input.empty()) {
-    input.resize(static_cast<size_t>(n_in));
+    b.data.resize(b.n_in);
     std::mt19937 rng(12345);
     std::normal_distribution<float> dist(0.0f, 1.0f);
-    for (float& v : input) v = dist(rng);
+    for (float& v : b.data) v = dist(rng);
   }
-  // The batch of call k: windows [k*batch, (k+1)*batch) of the file, wrapping to the start.
-  const size_t n_batches = input.size() / static_cast<size_t>(n_in);
-  auto batch_of = [&](long call) {
-    const size_t b = static_cast<size_t>(call) % n_batches;
-    return std::span<const float>(input).subspan(b * static_cast<size_t>(n_in), static_cast<size_t>(n_in));
-  };
+  return b;
+}
 
-  if (o.profile) {
-    nn::Workspace ws(o.mode == "intra" ? n_threads : 1);
-    ESCPOD_ASSIGN_OR_RETURN(auto times, model.profile(ws, shape, 20));
-    double total = 0;
-    for (const auto& t : times) total += t.second;
-    for (const auto& [text, secs] : times) {
-      std::printf("  %8.3f ms %5.1f%%  %s\n", secs * 1e3, total > 0 ? 100.0 * secs / total : 0.0, text.c_str());
-    }
-    std::printf("  %8.3f ms total per call\n", total * 1e3);
+// --profile: the time of each plan step over 20 calls.
+Status print_profile(const nn::Model& model, const std::vector<int64_t>& shape, int ws_threads) {
+  nn::Workspace ws(ws_threads);
+  ESCPOD_ASSIGN_OR_RETURN(auto times, model.profile(ws, shape, 20));
+  double total = 0;
+  for (const auto& t : times) total += t.second;
+  for (const auto& [text, secs] : times) {
+    std::printf("  %8.3f ms %5.1f%%  %s\n", secs * 1e3, total > 0 ? 100.0 * secs / total : 0.0, text.c_str());
   }
-  const bool intra = o.mode == "intra";
-  const int workers = intra ? 1 : n_threads;
-  // Every worker warms up, then times whole calls from a common start to the end of its last
-  // call: slow configurations (a call of ~1 s) are measured exactly, not rounded to the calls
-  // that happened to finish inside a fixed window.
+  std::printf("  %8.3f ms total per call\n", total * 1e3);
+  return Status::ok();
+}
+
+// One timing worker's count.
+struct Tally {
+  // Read by the main thread while the worker counts (the fewest-calls wait in time_calls).
+  std::atomic<long> calls{0};
+  double seconds = 0;
+  double cpu_seconds = 0;  // the worker thread's CPU time over its timed calls
+  Status status;
+};
+
+// CPU time of the calling thread: on a loaded machine wall time also counts the time the worker
+// waited for a core; this does not (for calls whose kernels run on that thread).
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Runs `tally.size()` workers (each a Workspace of ws_threads): every worker warms up, then they
+// time whole calls from a common start to the end of each one's last call, for `seconds` and
+// until each finished at least two (cap 120 s): slow configurations (a call of ~1 s) are measured
+// exactly, not rounded to the calls that happened to finish inside a fixed window.
+void time_calls(const nn::Model& model, const BenchInput& input, const std::vector<int64_t>& out_shape,
+                int ws_threads, double seconds, std::vector<Tally>& tally) {
+  const int workers = static_cast<int>(tally.size());
+  int64_t n_out = 1;
+  for (int64_t d : out_shape) n_out *= d;
   std::atomic<int> warmed{0};
   std::atomic<bool> start{false}, stop{false};
-  struct Tally {
-    // Read by the main thread while the worker counts (the fewest-calls wait below).
-    std::atomic<long> calls{0};
-    double seconds = 0;
-    double cpu_seconds = 0;  // the worker thread's CPU time over its timed calls
-    Status status;
-  };
-  // CPU time of the calling thread: on a loaded machine wall time also counts the time the
-  // worker waited for a core; this does not (for calls whose kernels run on that thread).
-  auto thread_cpu = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  };
-  std::vector<Tally> tally(static_cast<size_t>(workers));
-  auto worker = [&](int w) {
-    Tally& t = tally[static_cast<size_t>(w)];
-    nn::Workspace ws(intra ? n_threads : 1);
+  auto worker = [&](Tally& t) {
+    nn::Workspace ws(ws_threads);
     std::vector<float> out(static_cast<size_t>(n_out));
-    t.status = model.run(ws, batch_of(0), shape, out);  // warm-up: plan binding, arena
+    t.status = model.run(ws, input.batch(0), input.shape, out);  // warm-up: plan binding, arena
     warmed.fetch_add(1);
     if (!t.status.is_ok()) {
       stop = true;
@@ -214,36 +226,47 @@ Status run_bench(const ModelOptions& o, int n_threads) {
     }
     while (!start.load() && !stop.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
     const auto t0 = std::chrono::steady_clock::now();
-    const double cpu0 = thread_cpu();
+    const double cpu0 = thread_cpu_seconds();
     while (!stop.load(std::memory_order_relaxed)) {
-      t.status = model.run(ws, batch_of(t.calls.load(std::memory_order_relaxed)), shape, out);
+      t.status = model.run(ws, input.batch(t.calls.load(std::memory_order_relaxed)), input.shape, out);
       if (!t.status.is_ok()) {
         stop = true;
         return;
       }
       t.calls.fetch_add(1, std::memory_order_relaxed);
       t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      t.cpu_seconds = thread_cpu() - cpu0;
+      t.cpu_seconds = thread_cpu_seconds() - cpu0;
     }
   };
   std::vector<std::thread> threads;
-  for (int w = 0; w < workers; ++w) threads.emplace_back(worker, w);
+  for (Tally& t : tally) threads.emplace_back(worker, std::ref(t));
   while (warmed.load() < workers) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   start = true;
   const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
-  // Slow configurations: wait until every worker finished a few calls (cap 120 s).
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   auto fewest_calls = [&] {
     long m = LONG_MAX;
     for (const Tally& t : tally) m = std::min(m, t.calls.load(std::memory_order_relaxed));
     return m;
   };
-  while (fewest_calls() < 2 && !stop.load() &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+  while (fewest_calls() < 2 && !stop.load() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   stop = true;
   for (auto& t : threads) t.join();
+}
+
+Status run_bench(const ModelOptions& o, int n_threads) {
+  ESCPOD_ASSIGN_OR_RETURN(std::shared_ptr<const nn::Model> model_ptr, load(o));
+  const nn::Model& model = *model_ptr;
+  ESCPOD_ASSIGN_OR_RETURN(const BenchInput input, bench_input(model, o));
+  ESCPOD_ASSIGN_OR_RETURN(auto out_shape, model.output_shape(input.shape));
+  ESCPOD_ASSIGN_OR_RETURN(double flops, model.flops(input.shape));
+  const bool intra = o.mode == "intra";
+  const int workers = intra ? 1 : n_threads;
+  if (o.profile) ESCPOD_RETURN_IF_ERROR(print_profile(model, input.shape, intra ? n_threads : 1));
+  std::vector<Tally> tally(static_cast<size_t>(workers));
+  time_calls(model, input, out_shape, intra ? n_threads : 1, o.seconds, tally);
   double n_calls = 0, rate = 0, secs = 0;  // rate: calls per second, all workers together
   double cpu_per_call = 0;                  // mean over workers of CPU seconds per call
   for (const Tally& t : tally) {
@@ -256,7 +279,7 @@ Status run_bench(const ModelOptions& o, int n_threads) {
   const double windows = rate * static_cast<double>(o.batch);
   std::printf("model=%s batch=%lld length=%lld threads=%d mode=%s backend=%s isa=%s calls=%.0f seconds=%.3f "
               "windows_per_s=%.2f ms_per_call=%.3f gflops=%.2f cpu_ms_per_call=%.3f\n",
-              o.model.c_str(), static_cast<long long>(o.batch), static_cast<long long>(shape.back()), n_threads,
+              o.model.c_str(), static_cast<long long>(o.batch), static_cast<long long>(input.shape.back()), n_threads,
               o.mode.c_str(), o.reference ? "reference" : "optimised", o.reference ? "scalar" : nn::effective_isa_name().c_str(),
               n_calls, secs, windows, rate > 0 ? 1e3 * workers / rate : 0.0, rate * flops / 1e9, cpu_per_call * 1e3);
   return Status::ok();

@@ -743,11 +743,17 @@ int64_t crf_samples_needed(const Head& head, int64_t adapter_end) {
 }
 
 Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options) {
+  if (auto probed = probe_crf_model_dir(folder)) return load_crf_head(*probed, options);
+  return load_crf_model(folder, options.load).status();  // says what the folder lacks
+}
+
+Result<LoadedHead> load_crf_head(const CrfModelFolder& probed, const CrfHeadOptions& options) {
+  const std::filesystem::path& folder = probed.dir;
   if (options.max_window_batch && (*options.max_window_batch < 1 || *options.max_window_batch > 16)) {
     return Status::invalid_argument(fmt::format("CRF head: windows per encoder call must be 1..16, got {}",
                                                 *options.max_window_batch));
   }
-  ESCPOD_ASSIGN_OR_RETURN(CrfModel model, load_crf_model(folder, options.load));
+  ESCPOD_ASSIGN_OR_RETURN(CrfModel model, load_crf_model(probed, options.load));
   if (model.config.chunk <= 0) {
     return Status::invalid_argument(folder.string() + ": the model's chunk length must be positive");
   }
@@ -776,6 +782,9 @@ Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfH
   out.signal_processing = SignalProcessing::rna004(cnn);
   out.default_settings = true;
   out.kind = "crf";
+  if (model.kind == CrfModelKind::kBundle) {
+    out.detector_pin = LoadedHead::DetectorPin{model.boundary.method, model.boundary.onnx, model.boundary.sha256};
+  }
   out.head = std::make_unique<CrfHead>(std::move(model), std::move(panel), std::move(settings));
   return out;
 }

@@ -300,16 +300,9 @@ Result<CrfModel> load_seqtagger(const fs::path& dir, const CrfLoadOptions& optio
 
 // ---- escapepod bundles -------------------------------------------------------------------------
 
-Result<std::string> sha256_hex(const fs::path& path) {
+Result<std::string> file_sha256_hex(const fs::path& path) {
   ESCPOD_ASSIGN_OR_RETURN(std::string bytes, read_text(path));
-  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
-  unsigned int len = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), md.data(), &len, EVP_sha256(), nullptr) != 1) {
-    return Status::internal("sha256 failed");
-  }
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
-  return hex;
+  return sha256_hex(bytes);
 }
 
 // A file named by the bundle: relative, inside the folder.
@@ -403,7 +396,7 @@ Status parse_bundle_boundary(const json& j, const fs::path& dir, CrfBoundaryPin&
   }
   ESCPOD_ASSIGN_OR_RETURN(b.onnx, bundle_file(dir, onnx, "boundary.onnx", where));
   if (verify) {
-    ESCPOD_ASSIGN_OR_RETURN(std::string got, sha256_hex(b.onnx));
+    ESCPOD_ASSIGN_OR_RETURN(std::string got, file_sha256_hex(b.onnx));
     if (got != b.sha256) {
       return Status::corrupt(fmt::format("{}: pinned boundary CNN {} has sha256 {}, the bundle pins {}", where, b.onnx.string(), got, b.sha256));
     }
@@ -425,10 +418,9 @@ Result<std::vector<CrfReference>> parse_bundle_barcodes(const json& j, const std
   return refs;
 }
 
-Result<CrfModel> load_bundle(const fs::path& dir, const CrfLoadOptions& options) {
+Result<CrfModel> load_bundle(const fs::path& dir, const std::string& text, const CrfLoadOptions& options) {
   const fs::path meta = dir / "metadata.json";
   const std::string where = meta.string();
-  ESCPOD_ASSIGN_OR_RETURN(std::string text, read_text(meta));
   json j;
   try {
     j = json::parse(text);
@@ -463,21 +455,37 @@ Result<CrfModel> load_bundle(const fs::path& dir, const CrfLoadOptions& options)
   return m;
 }
 
-bool bundle_metadata(const fs::path& dir) {
+// metadata.json's text when it names a CRF bundle's format, else nullopt.
+std::optional<std::string> bundle_metadata(const fs::path& dir) {
   auto text = read_text(dir / "metadata.json");
-  if (!text.is_ok()) return false;
+  if (!text.is_ok()) return std::nullopt;
   const json j = json::parse(*text, nullptr, false);
-  return j.is_object() && j.contains("format") && j["format"].is_string() &&
-         j["format"].get<std::string>().rfind("escapepod-crf-encoder/", 0) == 0;
+  const bool bundle = j.is_object() && j.contains("format") && j["format"].is_string() &&
+                      j["format"].get<std::string>().rfind("escapepod-crf-encoder/", 0) == 0;
+  return bundle ? std::optional<std::string>(std::move(text).value()) : std::nullopt;
 }
 
 }  // namespace
 
-bool is_crf_model_dir(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return false;
-  return fs::is_regular_file(dir / "config.toml", ec) || bundle_metadata(dir);
+std::string sha256_hex(std::string_view bytes) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int len = 0;
+  // EVP_Digest with SHA-256 fails only on allocation failure.
+  if (EVP_Digest(bytes.data(), bytes.size(), md.data(), &len, EVP_sha256(), nullptr) != 1) return {};
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
+  return hex;
 }
+
+std::optional<CrfModelFolder> probe_crf_model_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  if (auto meta = bundle_metadata(dir)) return CrfModelFolder{dir, std::move(meta)};
+  if (fs::is_regular_file(dir / "config.toml", ec)) return CrfModelFolder{dir, std::nullopt};
+  return std::nullopt;
+}
+
+bool is_crf_model_dir(const fs::path& dir) { return probe_crf_model_dir(dir).has_value(); }
 
 Status parse_encoder_precision(std::string_view name, nn::LoadOptions& encoder) {
   encoder.bf16_gemm = name == "bf16";
@@ -490,10 +498,18 @@ Status parse_encoder_precision(std::string_view name, nn::LoadOptions& encoder) 
 Result<CrfModel> load_crf_model(const fs::path& dir, const CrfLoadOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return Status::not_found(fmt::format("{}: not a model folder", dir.string()));
-  if (fs::is_regular_file(dir / "metadata.json", ec)) return load_bundle(dir, options);
+  if (fs::is_regular_file(dir / "metadata.json", ec)) {
+    ESCPOD_ASSIGN_OR_RETURN(std::string text, read_text(dir / "metadata.json"));
+    return load_bundle(dir, text, options);
+  }
   if (fs::is_regular_file(dir / "config.toml", ec)) return load_seqtagger(dir, options);
   return Status::not_found(fmt::format("{}: neither metadata.json (escapepod CRF bundle) nor config.toml (SeqTagger/bonito) found",
                                        dir.string()));
+}
+
+Result<CrfModel> load_crf_model(const CrfModelFolder& folder, const CrfLoadOptions& options) {
+  if (folder.bundle_metadata) return load_bundle(folder.dir, *folder.bundle_metadata, options);
+  return load_seqtagger(folder.dir, options);
 }
 
 // ---- encoder -----------------------------------------------------------------------------------

@@ -134,9 +134,9 @@ Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptio
   std::function<Result<LoadedHead>(const std::filesystem::path&, const HeadOptions&)> load;
   // "kind: what" of every kind, for the error below
   std::string looked_for = std::string("crf: ") + kCrfModelLooksFor;
-  if (is_crf_model_dir(model)) {
-    load = [](const std::filesystem::path& folder, const HeadOptions& o) {
-      return load_crf_head(folder, o.crf ? *o.crf : CrfHeadOptions{});
+  if (auto folder = probe_crf_model_dir(model)) {
+    load = [probed = std::move(*folder)](const std::filesystem::path&, const HeadOptions& o) {
+      return load_crf_head(probed, o.crf ? *o.crf : CrfHeadOptions{});
     };
   }
   if (!load) {

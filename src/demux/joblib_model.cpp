@@ -286,6 +286,10 @@ bool looks_like_joblib(std::span<const uint8_t> head) {
 
 Result<std::vector<uint8_t>> read_joblib_bytes(const fs::path& path) {
   ESCPOD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file(path));
+  return joblib_pickle_bytes(std::move(bytes), path);
+}
+
+Result<std::vector<uint8_t>> joblib_pickle_bytes(std::vector<uint8_t> bytes, const fs::path& path) {
   for (const Magic& m : kUnreadCompressors)
     if (starts_with(bytes, m.bytes.data(), m.n))
       return Status::unsupported(path.string() + ": a joblib file compressed with " + m.name +

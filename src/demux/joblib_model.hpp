@@ -22,6 +22,8 @@ bool looks_like_joblib(std::span<const uint8_t> head);
 // The whole file, decompressed when joblib compressed it with zlib or gzip; other compressors
 // (lz4, bz2, xz/lzma) and joblib's pre-0.10 "ZF" layout are kUnsupported with the way out.
 Result<std::vector<uint8_t>> read_joblib_bytes(const std::filesystem::path& path);
+// The same from the file's bytes, read already (`path` names it in messages).
+Result<std::vector<uint8_t>> joblib_pickle_bytes(std::vector<uint8_t> bytes, const std::filesystem::path& path);
 
 // Where a joblib model's signal-processing settings came from, and what its folder's config.toml
 // says about it.

@@ -90,9 +90,23 @@ struct JoblibModel {
   detail::WarpDemuxPairing pairing;
 };
 
-Result<JoblibModel> read_joblib(const std::filesystem::path& path, const ModelLoadOptions& options) {
+// The whole model file, read once (its format is sniffed from these bytes).
+Result<std::vector<uint8_t>> read_model_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return Status::io_error(path.string() + ": no such file");
+    return Status::io_error(path.string() + ": cannot open");
+  }
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::io_error(path.string() + ": read failed");
+  return bytes;
+}
+
+Result<JoblibModel> read_joblib(std::vector<uint8_t> file, const std::filesystem::path& path,
+                                const ModelLoadOptions& options) {
   JoblibModel m;
-  ESCPOD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, detail::read_joblib_bytes(path));
+  ESCPOD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, detail::joblib_pickle_bytes(std::move(file), path));
   ESCPOD_ASSIGN_OR_RETURN(m.pairing, detail::pair_warpdemux_config(path, options));
   ESCPOD_ASSIGN_OR_RETURN(m.json, detail::dtw_svm_json_from_joblib(bytes, path, m.pairing));
   return m;
@@ -113,9 +127,10 @@ Result<ModelFile> build_model_file(const Json& j, const std::filesystem::path& p
 }
 
 Result<ModelFile> load(const std::filesystem::path& path, const ModelLoadOptions& options, bool classifier) {
-  ESCPOD_ASSIGN_OR_RETURN(const ModelFormat format, sniff_format(path));
-  if (format == ModelFormat::kJoblib) {
-    ESCPOD_ASSIGN_OR_RETURN(JoblibModel jm, read_joblib(path, options));
+  ESCPOD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_model_bytes(path));
+  const size_t head = std::min<size_t>(bytes.size(), 8);
+  if (detail::looks_like_joblib(std::span<const uint8_t>(bytes.data(), head))) {
+    ESCPOD_ASSIGN_OR_RETURN(JoblibModel jm, read_joblib(std::move(bytes), path, options));
     ESCPOD_ASSIGN_OR_RETURN(ModelFile m, build_model_file(jm.json, path, classifier));
     m.format = ModelFormat::kJoblib;
     m.settings_source = std::move(jm.pairing.source);
@@ -126,7 +141,7 @@ Result<ModelFile> load(const std::filesystem::path& path, const ModelLoadOptions
     return Status::usage("--config " + options.warpdemux_config.string() + " pairs a WarpDemuX joblib model with "
                                     "its signal-processing config, but " + path.string() +
                                     " is a JSON model, which records its own (signal_processing)");
-  ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_file(path));
+  ESCPOD_ASSIGN_OR_RETURN(Json j, detail::parse_json_text(std::string(bytes.begin(), bytes.end()), path.string()));
   return build_model_file(j, path, classifier);
 }
 
@@ -144,7 +159,8 @@ Result<std::string> joblib_model_as_json(const std::filesystem::path& path, cons
   ESCPOD_ASSIGN_OR_RETURN(const ModelFormat format, sniff_format(path));
   if (format != ModelFormat::kJoblib)
     return Status::invalid_argument(path.string() + ": not a WarpDemuX joblib model file (it is read as JSON already)");
-  ESCPOD_ASSIGN_OR_RETURN(JoblibModel jm, read_joblib(path, options));
+  ESCPOD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_model_bytes(path));
+  ESCPOD_ASSIGN_OR_RETURN(JoblibModel jm, read_joblib(std::move(bytes), path, options));
   // Built once to check it: the text is only written for a model that loads.
   ESCPOD_RETURN_IF_ERROR(build_model_file(jm.json, path, /*classifier=*/true).status());
   return jm.json.dump() + "\n";

@@ -53,7 +53,7 @@ nb::dict to_dict(const Map& m) {
 // (pipeline::resolve_model_spec); `crf` parsed by the CLI's parser (demux::crf_head_options).
 pipeline::ModelSpec model_spec(const std::string& model, const std::string& config, const std::string& method,
                                const std::string& cnn_model, const std::string& dtw,
-                               const demux::CrfHeadRequest& crf, bool describing = false) {
+                               const demux::CrfHeadRequest& crf) {
   (void)detector_choice(method);  // a bad method is a ValueError before anything is read
   demux::HeadOptions head;
   head.model_file.warpdemux_config = config;
@@ -66,7 +66,7 @@ pipeline::ModelSpec model_spec(const std::string& model, const std::string& conf
     spec.detector = detector_choice(method);
     return spec;
   }
-  auto spec = pipeline::resolve_model_spec(model, std::move(head), method, cnn_model, describing);
+  auto spec = pipeline::resolve_model_spec(model, std::move(head), method, cnn_model);
   if (!spec.is_ok()) raise_status(spec.status());
   return std::move(spec).value();
 }
@@ -170,7 +170,7 @@ std::string classify_file(const std::string& fingerprints, const std::string& mo
 nb::tuple basecall_files(const std::vector<std::string>& inputs, const std::string& boundaries_csv,
                          const std::string& model, int n_threads, const demux::CrfHeadRequest& crf) {
   // No detector runs here (boundaries come from the table): resolved as for --info.
-  const pipeline::RunModel m = run_model(model_spec(model, "", "", "", "float32", crf, true), false);
+  const pipeline::RunModel m = run_model(model_spec(model, "", "", "", "float32", crf), false);
   pipeline::CrfBasecallOptions o;
   o.n_threads = resolve_threads(n_threads);
   auto table = pipeline::read_boundaries_csv(boundaries_csv);
@@ -194,7 +194,7 @@ nb::tuple basecall_files(const std::vector<std::string>& inputs, const std::stri
 }
 
 std::string describe_model(const std::string& model, const std::string& config, const std::string& cnn_model) {
-  auto text = pipeline::describe_demux_model(model_spec(model, config, "", cnn_model, "float32", {}, true));
+  auto text = pipeline::describe_demux_model(model_spec(model, config, "", cnn_model, "float32", {}));
   if (!text.is_ok()) raise_status(text.status());
   return *text;
 }

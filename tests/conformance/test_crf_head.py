@@ -4,6 +4,7 @@ barcode: every read must get exactly one row and one output, the calls must not 
 thread count or the run, and the default gates must reject every read that reaches the head
 (the confidence values those reads score are in bench/results/crf_head.md)."""
 import csv
+import re
 import pathlib
 import sys
 
@@ -507,3 +508,37 @@ def test_bundle_pinned_to_the_cnn_refuses_llr_and_names_its_cnn(escpod, reads, t
     (pinned / "boundary.onnx").write_bytes((pinned / "boundary.onnx").read_bytes() + b"x")
     r = run([escpod, "demux", *reads, "--model", pinned, "--classifications", tmp_path / "c.csv"], check=False)
     assert r.returncode != 0 and "sha256" in r.stderr and not (tmp_path / "c.csv").exists()
+
+
+def opens_per_file(escpod, args, folder):
+    """How many times a run opens each file under `folder` (strace: every openat of the process and
+    its threads; failed opens not counted)."""
+    r = run(["strace", "-f", "-qq", "-e", "trace=openat", "-e", "signal=none", escpod, *args], check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = {}
+    for line in r.stderr.splitlines():
+        m = re.search(r'openat\([^,]+, "([^"]+)".*\) = \d+$', line)
+        if m and m.group(1).startswith(str(folder)) and not m.group(1).endswith("/"):
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return counts
+
+
+def test_each_model_file_is_opened_once_per_run(escpod, shared_data, reads, tmp_path):
+    """A run reads its model once: a bundle's metadata, encoder and pinned CNN (whose sha256 the
+    detector checks on the bytes it loads), a SeqTagger folder's files, a WarpDemuX JSON model and
+    its CNN; the same in a stage (detect)."""
+    bundle = tmp_path / "bundle"
+    make_crf_bundle.write_bundle(str(bundle), chunk=2000)
+    out = tmp_path / "c.csv"
+    # The test bundle's CNN is a stand-in that cannot run, so the bundle is loaded through --info.
+    counts = opens_per_file(escpod, ["demux", "--model", bundle, "--info"], bundle)
+    assert counts and all(n == 1 for n in counts.values()), counts
+    seqtagger = shared_data / "seqtagger/b04_RNA004"
+    counts = opens_per_file(escpod, ["demux", *reads, "--model", seqtagger, "--classifications", out, "-f"], seqtagger)
+    assert {pathlib.Path(p).name for p in counts} >= {"config.toml", "weights_39.tar"} and set(counts.values()) == {1}, counts
+    wdx = shared_data / "warpdemux"
+    model = wdx / "WDX4_rna004_v1_0.json"
+    for args in (["demux", *reads, "--model", model, "--classifications", out, "-f"],
+                 ["demux", "detect", *reads, "--model", model, "-o", tmp_path / "b.csv", "-f"]):
+        counts = opens_per_file(escpod, args, wdx)
+        assert counts == {str(model): 1, str(wdx / "adapted_cnn_rna004_130bps@v0.2.4.onnx"): 1}, counts

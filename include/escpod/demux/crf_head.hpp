@@ -159,6 +159,8 @@ Result<CrfHeadOptions> crf_head_options(const CrfHeadRequest& request);
 
 // Loads a CRF model folder as a head with `options`.
 Result<LoadedHead> load_crf_head(const std::filesystem::path& folder, const CrfHeadOptions& options);
+// The same from a probed folder (probe_crf_model_dir: its metadata is not read again).
+Result<LoadedHead> load_crf_head(const CrfModelFolder& folder, const CrfHeadOptions& options);
 
 // What load_head looks for to take a folder as a CRF model (for its error about a folder nothing
 // claims).

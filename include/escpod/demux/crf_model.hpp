@@ -75,6 +75,9 @@ struct CrfBoundaryPin {
   int64_t clamp_max_shift = 0;        // window clamping allowance (0 = off)
 };
 
+// The SHA-256 of `bytes`, as 64 lowercase hex digits (a bundle's boundary.sha256 pin).
+std::string sha256_hex(std::string_view bytes);
+
 struct CrfModel {
   CrfModelKind kind = CrfModelKind::kSeqTagger;
   std::filesystem::path path;         // the folder
@@ -100,8 +103,15 @@ struct CrfLoadOptions {
 // `encoder`; invalid_argument naming the choices otherwise.
 Status parse_encoder_precision(std::string_view name, nn::LoadOptions& encoder);
 
-// True when `dir` looks like a CRF model folder of either kind (has config.toml or metadata.json
-// with format escapepod-crf-encoder/...). Does not validate it.
+// A folder that looks like a CRF model folder of either kind: config.toml (SeqTagger/bonito), or
+// a metadata.json with format escapepod-crf-encoder/... (a bundle), whose text is kept so that
+// loading it reads the file no second time.
+struct CrfModelFolder {
+  std::filesystem::path dir;
+  std::optional<std::string> bundle_metadata;  // the bundle's metadata.json; nullopt: SeqTagger
+};
+// The folder as a CRF model folder, or nullopt. Does not validate it.
+std::optional<CrfModelFolder> probe_crf_model_dir(const std::filesystem::path& dir);
 bool is_crf_model_dir(const std::filesystem::path& dir);
 
 // Loads either kind, with every load-time check: for SeqTagger the config values the
@@ -109,6 +119,7 @@ bool is_crf_model_dir(const std::filesystem::path& dir);
 // every tensor shape; for bundles every check of docs/formats.md §4.3. Both end with a zero-window
 // run checking the output shape [T, 1, n_scores]. Errors name the file and what is wrong.
 Result<CrfModel> load_crf_model(const std::filesystem::path& dir, const CrfLoadOptions& options = {});
+Result<CrfModel> load_crf_model(const CrfModelFolder& folder, const CrfLoadOptions& options = {});
 
 // Runs a model's encoder for one worker. Holds the worker's nn::Workspace; after the first call
 // for a window length it allocates nothing. One thread at a time; make one per worker (they share

@@ -127,6 +127,16 @@ struct LoadedHead {
   // model's config: ModelFile::settings_source), and the barcode names its registry lists.
   std::string settings_source;
   std::vector<std::string> barcode_names;
+  // The boundary detector a model pins (a CRF bundle, docs/formats.md §4.3): method "cnn" (with
+  // its ONNX file and sha256), "llr", or "" (pins none, the run must choose). nullopt: the model
+  // pins nothing (every other kind). The run applies it (pipeline::load_run_model), and the
+  // detector checks the file's sha256 as it loads it, so the file is read once.
+  struct DetectorPin {
+    std::string method;
+    std::filesystem::path onnx;
+    std::string sha256;
+  };
+  std::optional<DetectorPin> detector_pin;
 };
 
 // The heads of a parsed model file (DTW-SVM or GBM; the file is consumed).

@@ -151,55 +151,5 @@ Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs
   return Status::ok();
 }
 
-namespace {
-
-// The bundle's detector pin (resolve_model_spec); `cnn_model` becomes the pinned file when empty.
-Status apply_crf_bundle_pin(const std::filesystem::path& model, const std::string& method, bool describing,
-                            std::string& cnn_model) {
-  std::error_code ec;
-  if (!std::filesystem::exists(model / "metadata.json", ec) || !demux::is_crf_model_dir(model)) {
-    return Status::ok();
-  }
-  demux::CrfLoadOptions lo;
-  lo.verify_boundary_pin = cnn_model.empty();
-  ESCPOD_ASSIGN_OR_RETURN(demux::CrfModel m, demux::load_crf_model(model, lo));
-  if (m.boundary.method.empty() && method.empty() && !describing) {
-    return Status::usage(model.string() + ": the bundle pins no boundary detector; pass --method cnn (with "
-                         "--cnn-model ONNX) or --method llr (LLR boundaries cost barcode recall against "
-                         "encoders trained on CNN boundaries)");
-  }
-  if (m.boundary.method != "cnn") return Status::ok();
-  if (method == "llr") {
-    return Status::invalid_argument(model.string() + ": the bundle pins the cnn boundary detector (its encoder "
-                                    "was trained on CNN boundaries); --method llr is refused");
-  }
-  if (cnn_model.empty()) cnn_model = m.boundary.onnx.string();
-  return Status::ok();
-}
-
-// A SeqTagger folder without a method: the CNN when a CNN file is given, else the model's default.
-std::string seqtagger_method(const std::filesystem::path& model, const std::string& method,
-                             const std::string& cnn_model) {
-  std::error_code ec;
-  const bool seqtagger = std::filesystem::is_regular_file(model / "config.toml", ec) &&
-                         !std::filesystem::exists(model / "metadata.json", ec);
-  if (!seqtagger || !method.empty() || cnn_model.empty()) return method;
-  return "cnn";
-}
-
-}  // namespace
-
-Result<ModelSpec> resolve_model_spec(const std::filesystem::path& model, demux::HeadOptions head,
-                                     const std::string& method, const std::filesystem::path& cnn_model,
-                                     bool describing) {
-  auto crf = std::make_shared<demux::CrfHeadOptions>(head.crf ? *head.crf : demux::CrfHeadOptions{});
-  crf->load.verify_boundary_pin = cnn_model.empty();
-  head.crf = std::move(crf);
-  std::string cnn = cnn_model.string();
-  const std::string chosen = seqtagger_method(model, method, cnn);
-  ESCPOD_RETURN_IF_ERROR(apply_crf_bundle_pin(model, chosen, describing, cnn));
-  ESCPOD_ASSIGN_OR_RETURN(const DetectorChoice detector, parse_detector_choice(chosen));
-  return ModelSpec{model, std::move(head), detector, cnn};
-}
 
 }  // namespace escpod::pipeline

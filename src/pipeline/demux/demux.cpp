@@ -13,6 +13,7 @@
 
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
+#include "escpod/demux/crf_head.hpp"  // CrfHeadOptions (resolve_model_spec)
 #include "escpod/demux/head.hpp"
 #include "escpod/pipeline/ops/annotations.hpp"
 #include "escpod/pipeline/detect/boundary_detector.hpp"
@@ -304,11 +305,21 @@ Result<DetectorChoice> parse_detector_choice(const std::string& method) {
   return Status::usage("--method must be cnn or llr, not '" + method + "'");
 }
 
+Result<ModelSpec> resolve_model_spec(const std::filesystem::path& model, demux::HeadOptions head,
+                                     const std::string& method, const std::filesystem::path& cnn_model) {
+  // A bundle's pinned CNN is checked by the detector as it loads it (load_run_model), not here.
+  auto crf = std::make_shared<demux::CrfHeadOptions>(head.crf ? *head.crf : demux::CrfHeadOptions{});
+  crf->load.verify_boundary_pin = false;
+  head.crf = std::move(crf);
+  ESCPOD_ASSIGN_OR_RETURN(const DetectorChoice detector, parse_detector_choice(method));
+  return ModelSpec{model, std::move(head), detector, cnn_model};
+}
+
 Result<std::string> describe_demux_model(const ModelSpec& spec) {
   ESCPOD_ASSIGN_OR_RETURN(RunModel m, load_run_model(spec, /*need_detector=*/false));
   const demux::LoadedHead& h = m.loaded;
   if (h.default_settings) {
-    const bool chosen = spec.detector != DetectorChoice::kModelDefault;
+    const bool chosen = m.detector != DetectorChoice::kModelDefault;
     const bool cnn = m.settings.method == DetectMethod::kCnn;
     const char* why = chosen ? "RNA004 settings, chosen on the command line" : "RNA004 defaults";
     return h.head->describe() +

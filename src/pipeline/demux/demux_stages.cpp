@@ -129,7 +129,40 @@ StageSettings stage_settings_from(const demux::SignalProcessing& processing, con
   return s;
 }
 
-Result<RunModel> load_run_model(const ModelSpec& spec, bool need_detector) {
+namespace {
+
+// The detector a CRF model folder implies (load_run_model's rules), into spec.detector and
+// spec.cnn_model; the pinned file's sha256 into *sha256 when the run uses that file.
+Status apply_detector_pin(const demux::LoadedHead& loaded, bool need_detector, ModelSpec& spec, std::string* sha256) {
+  if (!loaded.detector_pin) {
+    // A SeqTagger/bonito folder pins none: the CNN when a CNN file is given, else its LLR default.
+    if (loaded.kind == "crf" && spec.detector == DetectorChoice::kModelDefault && !spec.cnn_model.empty()) {
+      spec.detector = DetectorChoice::kCnn;
+    }
+    return Status::ok();
+  }
+  const demux::LoadedHead::DetectorPin& pin = *loaded.detector_pin;
+  const std::string model = spec.path.string();
+  if (pin.method.empty() && spec.detector == DetectorChoice::kModelDefault && need_detector) {
+    return Status::usage(model + ": the bundle pins no boundary detector; pass --method cnn (with --cnn-model "
+                         "ONNX) or --method llr (LLR boundaries cost barcode recall against encoders trained on "
+                         "CNN boundaries)");
+  }
+  if (pin.method != "cnn") return Status::ok();
+  if (spec.detector == DetectorChoice::kLlr) {
+    return Status::invalid_argument(model + ": the bundle pins the cnn boundary detector (its encoder was trained "
+                                    "on CNN boundaries); --method llr is refused");
+  }
+  if (spec.cnn_model.empty()) {
+    spec.cnn_model = pin.onnx;
+    *sha256 = pin.sha256;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<RunModel> load_run_model(ModelSpec spec, bool need_detector) {
   RunModel m;
   m.path = spec.path;
   if (spec.path.empty()) {
@@ -142,6 +175,8 @@ Result<RunModel> load_run_model(const ModelSpec& spec, bool need_detector) {
                            ": model has no signal_processing block (which detector and "
                            "fingerprint settings it was trained with)");
   }
+  ESCPOD_RETURN_IF_ERROR(apply_detector_pin(m.loaded, need_detector, spec, &m.cnn_sha256));
+  m.detector = spec.detector;
   const std::string where = m.loaded.default_settings ? "default settings" : spec.path.string();
   m.settings = stage_settings_from(*m.loaded.signal_processing, where, spec.detector);
   if (need_detector && m.settings.method == DetectMethod::kCnn) {
@@ -184,7 +219,7 @@ Result<std::filesystem::path> find_cnn_model(const std::filesystem::path& model_
 
 
 Result<BoundaryDetector> make_stage_detector(const RunModel& model) {
-  return BoundaryDetector::create(model.settings.config, model.settings.method, model.cnn);
+  return BoundaryDetector::create(model.settings.config, model.settings.method, model.cnn, model.cnn_sha256);
 }
 
 // ---- detect ---------------------------------------------------------------------------------

@@ -6,8 +6,11 @@
 #include <array>
 #include <cassert>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <limits>
 
+#include "escpod/demux/crf_model.hpp"  // sha256_hex (a bundle's pinned CNN)
 #include "escpod/demux/model_file.hpp"
 #include "escpod/nn/model.hpp"
 
@@ -52,8 +55,28 @@ BoundaryDetector::BoundaryDetector(BoundaryDetector&&) noexcept = default;
 BoundaryDetector& BoundaryDetector::operator=(BoundaryDetector&&) noexcept = default;
 BoundaryDetector::~BoundaryDetector() = default;
 
+namespace {
+
+// The boundary CNN from its file; with a pin, checked against its SHA-256 on the same bytes.
+Result<nn::Model> load_cnn(const std::filesystem::path& onnx, const std::string& expected_sha256) {
+  if (expected_sha256.empty()) return nn::Model::load(onnx);
+  std::ifstream in(onnx, std::ios::binary);
+  if (!in) return Status::not_found(onnx.string() + ": cannot open the pinned boundary CNN");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::io_error(onnx.string() + ": cannot read the pinned boundary CNN");
+  const std::string got = demux::sha256_hex(bytes);
+  if (got != expected_sha256) {
+    return Status::corrupt("pinned boundary CNN " + onnx.string() + " has sha256 " + got + ", the bundle pins " +
+                           expected_sha256);
+  }
+  return nn::Model::load_from_bytes(bytes, onnx.string());
+}
+
+}  // namespace
+
 Result<BoundaryDetector> BoundaryDetector::create(const DetectorConfig& cfg, DetectMethod method,
-                                                  const std::filesystem::path& cnn_onnx) {
+                                                  const std::filesystem::path& cnn_onnx,
+                                                  const std::string& expected_sha256) {
   BoundaryDetector d;
   d.m_cfg = cfg;
   d.m_method = method;
@@ -66,7 +89,7 @@ Result<BoundaryDetector> BoundaryDetector::create(const DetectorConfig& cfg, Det
   if (cnn_onnx.empty()) {
     return Status::invalid_argument("boundary detector: the CNN method needs an ONNX model");
   }
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, nn::Model::load(cnn_onnx));
+  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load_cnn(cnn_onnx, expected_sha256));
   d.m_input_len = cfg.cnn_input_len();
   const std::array<int64_t, 3> shape{1, 1, d.m_input_len};
   ESCPOD_ASSIGN_OR_RETURN(std::vector<int64_t> out_shape, model.output_shape(shape));

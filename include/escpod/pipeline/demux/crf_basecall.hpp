@@ -39,16 +39,5 @@ Status basecall_from_boundaries(const std::vector<std::filesystem::path>& inputs
                                 const BoundariesTable& boundaries, const RunModel& model,
                                 const CrfBasecallOptions& options, std::ostream& csv, CrfBasecallReport* report);
 
-// A run's ModelSpec from what a user gives (the CLI's flags, the Python arguments), for every
-// entry point alike (the fused run, each stage, --info): `method` ("cnn", "llr", or "" for the
-// model's default) and `cnn_model` as given, with the CRF model folders' detector rules applied.
-// A SeqTagger folder records no detector: without `method` it runs LLR, or the CNN when
-// `cnn_model` names a file. A CRF bundle pins its detector (docs/demux.md §1.3): a `cnn` pin
-// refuses `llr`, and its CNN file is used unless `cnn_model` names another (the pin's sha256 is
-// then not checked); a bundle that pins none needs a method, except when `describing` (--info
-// runs no detector). head.crf null: the CRF head's defaults.
-Result<ModelSpec> resolve_model_spec(const std::filesystem::path& model, demux::HeadOptions head,
-                                     const std::string& method, const std::filesystem::path& cnn_model,
-                                     bool describing = false);
 
 }  // namespace escpod::pipeline

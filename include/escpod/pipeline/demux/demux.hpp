@@ -49,6 +49,13 @@ struct ModelSpec {
   std::filesystem::path cnn_model;  // boundary CNN (ONNX); empty: found beside the model
 };
 
+// A run's ModelSpec from what a user gives (the CLI's flags, the Python arguments), the same for
+// every entry point: `method` ("cnn", "llr", or "" for the model's default; else a usage error)
+// and `cnn_model` as given; head.crf null: the CRF head's defaults. Reads no file: the model's
+// own rules (a CRF bundle's pinned detector) are applied when it is loaded (load_run_model).
+Result<ModelSpec> resolve_model_spec(const std::filesystem::path& model, demux::HeadOptions head,
+                                     const std::string& method, const std::filesystem::path& cnn_model);
+
 struct DemuxOptions {
   ModelSpec model;
   std::filesystem::path out_dir;        // per-label POD5 files; empty: write none

@@ -64,13 +64,19 @@ struct RunModel {
   demux::LoadedHead loaded;
   StageSettings settings;
   std::filesystem::path cnn;  // the CNN's ONNX file when settings.method is kCnn and `need_detector`
+  std::string cnn_sha256;     // a CRF bundle's pin on that file (the detector checks it), or empty
+  DetectorChoice detector = DetectorChoice::kModelDefault;  // the run's choice, the model's rules applied
   const demux::Head& head() const { return *loaded.head; }  // precondition: a model was given
 };
 
-// Loads spec.path once (load_head). `need_detector`: find the CNN file (kNotFound says where it looked) when
-// the settings use it; `demux classify` reads no signal and needs none. Errors: load_head's, a
-// model without signal-processing settings.
-Result<RunModel> load_run_model(const ModelSpec& spec, bool need_detector = true);
+// Loads spec.path once (load_head) and chooses the detector: spec.detector, or the model's; a CRF
+// bundle's pin (docs/formats.md §4.3: a `cnn` pin refuses --method llr and brings its CNN file,
+// whose sha256 the detector checks unless spec.cnn_model names another; a bundle pinning none
+// needs a method when a detector runs); a SeqTagger folder, which pins none, runs LLR, or the CNN
+// when spec.cnn_model names a file. `need_detector`: find the CNN file (kNotFound says where it
+// looked) when the detector uses it; `demux classify` and `basecall` read boundaries, --info runs
+// nothing. Errors: load_head's, a model without signal-processing settings, the pin's.
+Result<RunModel> load_run_model(ModelSpec spec, bool need_detector = true);
 
 // The boundary detector the model's settings describe (with its CNN file).
 Result<BoundaryDetector> make_stage_detector(const RunModel& model);

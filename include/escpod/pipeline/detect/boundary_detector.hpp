@@ -72,10 +72,14 @@ class BoundaryDetector {
 
   // kCnn needs the ONNX file of the boundary CNN (input [B,1,L], output [B,2,L_out]; verified by
   // a shape probe here) and cfg.cnn_detect; kLlr ignores `cnn_onnx` (may be empty).
+  // `expected_sha256` (a CRF bundle's pin; empty: none): the file's bytes must have this SHA-256,
+  // checked on the bytes the model is loaded from (the file is read once).
   // Errors: the model's load errors, kInvalidArgument for a model of the wrong shape or an empty
-  // path with kCnn, kUnsupported for a configuration without the CNN under kCnn.
+  // path with kCnn, kUnsupported for a configuration without the CNN under kCnn, kCorrupt for a
+  // file whose SHA-256 is not the pinned one.
   static Result<BoundaryDetector> create(const DetectorConfig& cfg, DetectMethod method,
-                                         const std::filesystem::path& cnn_onnx);
+                                         const std::filesystem::path& cnn_onnx,
+                                         const std::string& expected_sha256 = {});
 
   BoundaryDetector(BoundaryDetector&&) noexcept;
   BoundaryDetector& operator=(BoundaryDetector&&) noexcept;
