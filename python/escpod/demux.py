@@ -121,6 +121,8 @@ def _crf_request(caller: str, options: dict):
         float("nan") if o[k] is None else float(o[k])
         for k in ("min_baseq", "min_mean_post", "min_crf_margin", "min_crf_prob"))
     crf.window_batch = -1 if o["crf_batch"] is None else int(o["crf_batch"])
+    # The options given (as the CLI spells them): refused for a model that is not a CRF folder.
+    crf.given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
     return crf
 
 

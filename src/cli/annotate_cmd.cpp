@@ -63,7 +63,7 @@ void register_annotate(CLI::App& app, GlobalOptions& global) {
       "  escpod annotate reads.pod5 --design samples.csv --keys barcode   (derived label columns)\n"
       "Reads the CSV does not name are unassigned in that column. Use the column with\n"
       "`escpod filter --annotation NAME=LABEL`, `escpod view --include NAME`, `escpod demux split\n"
-      "--sidecar --annotation NAME`.");
+      "--sidecar --label-column NAME`.");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("--from", o->from, "CSV with read_id and a value column");
   sub->add_option("--name", o->name, "Column to write");
@@ -71,7 +71,7 @@ void register_annotate(CLI::App& app, GlobalOptions& global) {
   sub->add_option("--column", o->column, "CSV column holding the values (default: NAME, or the only other one)");
   sub->add_option("--design", o->design, "Design CSV: key columns then value columns; values become label columns");
   sub->add_option("--keys", o->keys, "The design's key columns (comma-separated)")->delimiter(',');
-  sub->add_option("--fsync", o->fsync, "none|file|full (default none)");
+  add_fsync_flag(sub, o->fsync);
   add_common_flags(sub, global);
   set_body(sub, [o, &global] { return run_annotate(*o, global); });
 }

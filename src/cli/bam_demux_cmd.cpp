@@ -99,7 +99,9 @@ void register_bam_demux(CLI::App& app, GlobalOptions& global) {
                   "Calls CSV(s): escpod's tables (barcode column), escapepod's or WarpDemuX's predictions "
                   "(predicted_barcode); plain or gzip");
   sub->add_option("--pod5", opts->pod5, "POD5 files or folders whose .p5s sidecars hold the labels");
-  sub->add_option("--annotation", opts->annotation, "Sidecar label column of --pod5 inputs (default barcode)");
+  auto* column = sub->add_option("--label-column", opts->annotation,
+                                 "Sidecar label column of --pod5 inputs (default barcode)");
+  add_deprecated_alias(sub, "--annotation", column, opts->annotation);  // NAME=LABEL selection in filter
   sub->add_option("-o,--output", opts->output, "Tagged BAM of every record");
   sub->add_option("-d,--output-dir", opts->out_dir, "Folder for one <prefix>_<label>.bam per label");
   sub->add_option("--prefix", opts->prefix, "File name prefix of -d outputs (default barcode)");

@@ -99,11 +99,45 @@ std::string unknown_command_message(const CLI::App& app, std::string_view name) 
   return msg + " (escpod --help)\n";
 }
 
-void add_staging_flags(CLI::App* sub, WriterFlags& flags) {
-  sub->add_flag("-f,--force", flags.force, "Overwrite existing outputs");
-  sub->add_option("--fsync", flags.fsync,
-                  "Sync outputs before renaming them into place: none (default), file, full")
+std::vector<std::string> given_options(const CLI::App* app, std::initializer_list<std::string_view> names) {
+  std::vector<std::string> given;
+  for (std::string_view n : names)
+    if (app->count(std::string(n)) > 0) given.emplace_back(n);
+  return given;
+}
+
+Status refuse_given(const CLI::App* app, std::initializer_list<std::string_view> names, std::string_view why) {
+  const std::vector<std::string> given = given_options(app, names);
+  if (given.empty()) return Status::ok();
+  std::string list;
+  for (const auto& g : given) list += (list.empty() ? "" : ", ") + (g == "inputs" ? std::string("the inputs") : g);
+  return Status::usage(list + " would be ignored: " + std::string(why));
+}
+
+void add_force_flag(CLI::App* sub, bool& force) {
+  sub->add_flag("-f,--force", force, "Overwrite existing outputs");
+}
+
+void add_fsync_flag(CLI::App* sub, std::string& fsync) {
+  sub->add_option("--fsync", fsync, "Sync outputs before renaming them into place: none (default), file, full")
       ->check(CLI::IsMember(kFsyncModes));
+}
+
+void add_staging_flags(CLI::App* sub, WriterFlags& flags) {
+  add_force_flag(sub, flags.force);
+  add_fsync_flag(sub, flags.fsync);
+}
+
+void log_deprecated(const std::string& old_name, const std::string& new_name) {
+  log::warn("{} is deprecated: use {} (the old spelling goes in the next release)", old_name, new_name);
+}
+
+void add_deprecated_flag_alias(CLI::App* sub, const std::string& old_name, CLI::Option* renamed, bool& value) {
+  const std::string new_name = renamed->get_name();
+  auto* alias = sub->add_flag(old_name, value, "deprecated spelling of " + new_name);
+  alias->group("")->excludes(renamed)->each([old_name, new_name](const std::string&) {
+    log_deprecated(old_name, new_name);
+  });
 }
 
 void add_writer_flags(CLI::App* sub, WriterFlags& flags) {

@@ -44,6 +44,29 @@ struct WriterFlags {
 void add_writer_flags(CLI::App* sub, WriterFlags& flags);
 // -f/--force and --fsync only, for commands that write text or JSON (compression stays "vbz").
 void add_staging_flags(CLI::App* sub, WriterFlags& flags);
+// The options among `names` ("--prefix", or a positional's name) that the user gave to `app`.
+std::vector<std::string> given_options(const CLI::App* app, std::initializer_list<std::string_view> names);
+// A usage error when any of `names` was given: "--prefix, --memory-mib would be ignored: WHY".
+// A command refuses what it would ignore rather than dropping it silently.
+Status refuse_given(const CLI::App* app, std::initializer_list<std::string_view> names, std::string_view why);
+
+// The one definition of each shared flag (one meaning, one help text, in every command).
+void add_force_flag(CLI::App* sub, bool& force);
+void add_fsync_flag(CLI::App* sub, std::string& fsync);
+
+// "escpod: warning: --memory is deprecated: use --memory-mib (the old spelling goes in the next release)".
+void log_deprecated(const std::string& old_name, const std::string& new_name);
+// A renamed option's old spelling, kept for one release: the same value, hidden from --help, a
+// warning naming the new spelling when used, and never together with it.
+template <typename T>
+void add_deprecated_alias(CLI::App* sub, const std::string& old_name, CLI::Option* renamed, T& value) {
+  const std::string new_name = renamed->get_name();
+  auto* alias = sub->add_option(old_name, value, "deprecated spelling of " + new_name);
+  alias->group("")->excludes(renamed)->each([old_name, new_name](const std::string&) {
+    log_deprecated(old_name, new_name);
+  });
+}
+void add_deprecated_flag_alias(CLI::App* sub, const std::string& old_name, CLI::Option* renamed, bool& value);
 // Validated writer options from the flags (kInvalidArgument for bad values).
 Result<pod5::WriterOptions> writer_options(const WriterFlags& flags);
 

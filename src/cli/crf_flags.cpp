@@ -4,8 +4,19 @@
 
 namespace escpod::cli {
 
+namespace {
+constexpr const char* kCrfGroup = "CTC-CRF head (model folders)";
+}  // namespace
+
+std::vector<std::string> given_crf_flags(const CLI::App* sub) {
+  std::vector<std::string> given;
+  for (const CLI::Option* o : sub->get_options())
+    if (o->get_group() == kCrfGroup && o->count() > 0) given.push_back(o->get_name());
+  return given;
+}
+
 void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
-  const char* g = "CTC-CRF head (model folders)";
+  const char* g = kCrfGroup;
   sub->add_option("--decoder", o.decoder,
                   "posterior or beam (default: posterior for bundles, beam for SeqTagger)")->group(g);
   sub->add_option("--crf-window", o.window,

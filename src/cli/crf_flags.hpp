@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "escpod/core/status.hpp"
 #include "escpod/demux/crf_head.hpp"
@@ -17,6 +18,9 @@ namespace escpod::cli {
 using CrfCliFlags = demux::CrfHeadRequest;
 
 void add_crf_flags(CLI::App* sub, CrfCliFlags& flags);
+// The CRF flags given on `sub`'s command line, as spelled there ("--decoder", ...): the run
+// refuses them for a model that is not a CRF folder (demux::HeadOptions::crf_options_given).
+std::vector<std::string> given_crf_flags(const CLI::App* sub);
 // Validates the flags (invalid_argument naming the flag).
 Result<demux::CrfHeadOptions> crf_head_options_from_flags(const CrfCliFlags& flags);
 

@@ -48,6 +48,7 @@ struct DemuxCliOptions {
   int64_t memory_mib = 256;
   WriterFlags writer;
   CrfCliFlags crf;
+  const CLI::App* app = nullptr;  // what was given on the command line (refusals)
 };
 
 // The run's model from the command line: the head's options (--config, --dtw-precision, the CRF
@@ -58,8 +59,12 @@ Result<pipeline::ModelSpec> model_spec(const DemuxCliOptions& o) {
   ESCPOD_ASSIGN_OR_RETURN(head.dtw, parse_dtw_precision(o.dtw_precision));
   ESCPOD_ASSIGN_OR_RETURN(demux::CrfHeadOptions crf, crf_head_options_from_flags(o.crf));
   head.crf = std::make_shared<const demux::CrfHeadOptions>(std::move(crf));
+  // Options only one head kind reads: the model's loader refuses them for another kind.
+  head.crf_options_given = given_crf_flags(o.app);
+  head.dtw_precision_given = o.app->count("--dtw-precision") > 0;
   return pipeline::resolve_model_spec(o.model, std::move(head), o.method, o.cnn_model);
 }
+
 
 // --bam: the basecalled BAM's records tagged with the run's calls (bam-demux), per label into
 // -d beside the POD5 files and/or all into --bam-output.
@@ -96,20 +101,41 @@ Result<pipeline::BamDemuxReport> tag_bam(const DemuxCliOptions& o, const pipelin
   return rep;
 }
 
-Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
+// Flags the run would ignore, refused before anything is read (the model kind's own are refused
+// when it is loaded: HeadOptions).
+Status check_demux_flags(const DemuxCliOptions& o) {
   if (o.model.empty()) return Status::usage("demux needs --model MODEL.json");
-  ESCPOD_ASSIGN_OR_RETURN(pipeline::ModelSpec spec, model_spec(o));
   if (o.info) {
-    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(spec));
-    fmt::print("{}", text);
-    return Status::ok();
+    return refuse_given(o.app,
+                        {"inputs", "--output-dir", "--classifications", "--prefix", "--report", "--memory-mib",
+                         "--bam", "--bam-output", "--annotate", "--force", "--fsync", "--compression",
+                         "--dtw-precision", "--threads"},
+                        "--info only describes the model and its detector");
+  }
+  if (o.method == "llr") {
+    ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--cnn-model"}, "--method llr runs no CNN"));
+  }
+  if (o.out_dir.empty()) {
+    ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--prefix", "--memory-mib", "--compression"},
+                                        "without -d/--output-dir no per-label POD5 file is written"));
   }
   if (o.inputs.empty()) return Status::usage("demux needs POD5 inputs");
   ESCPOD_RETURN_IF_ERROR(check_bam_flags(o));
   if (o.out_dir.empty() && o.classifications.empty() && !o.annotate && o.report.empty()) {
     return Status::usage("demux needs -d OUTDIR (per-barcode POD5 files), --annotate "
-                                    "(barcode column in each input's .p5s sidecar), --report HTML "
-                                    "and/or --classifications CSV");
+                         "(barcode column in each input's .p5s sidecar), --report HTML "
+                         "and/or --classifications CSV");
+  }
+  return Status::ok();
+}
+
+Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
+  ESCPOD_RETURN_IF_ERROR(check_demux_flags(o));
+  ESCPOD_ASSIGN_OR_RETURN(pipeline::ModelSpec spec, model_spec(o));
+  if (o.info) {
+    ESCPOD_ASSIGN_OR_RETURN(std::string text, pipeline::describe_demux_model(spec));
+    fmt::print("{}", text);
+    return Status::ok();
   }
   pipeline::DemuxOptions d;
   d.model = std::move(spec);
@@ -171,7 +197,7 @@ Status run_demux_cmd(const DemuxCliOptions& o, const GlobalOptions& global) {
       r.bam = o.bam;
       r.bam_records_per_label = bam_report->records_per_label;
     }
-    ESCPOD_RETURN_IF_ERROR(write_run_report(report_paths(o.report), r, o.writer.force));
+    ESCPOD_RETURN_IF_ERROR(write_run_report(report_paths(o.report), r, o.writer.force, d.writer.fsync));
   }
   return Status::ok();
 }
@@ -231,12 +257,13 @@ void register_split(CLI::App* demux, GlobalOptions& global) {
       "barcode). Reads the CSV does not name go to unclassified. Counts per file on stderr.\n"
       "  escpod demux split reads/ --classifications calls.csv -d by_barcode/\n"
       "  escpod demux split reads/ --sidecar -d by_barcode/   (labels from each reads.pod5.p5s)\n"
-      "--sidecar routes by a label column of the inputs' sidecars (--annotation, default barcode);\n"
+      "--sidecar routes by a label column of the inputs' sidecars (--label-column, default barcode);\n"
       "reads with no label go to unclassified.");
   sub->add_option("inputs", o->inputs, "POD5 files or directories")->required();
   sub->add_option("--classifications", o->classifications, "Classifications CSV");
   sub->add_flag("--sidecar", o->sidecar, "Route by the inputs' .p5s sidecars instead of a CSV");
-  sub->add_option("--annotation", o->annotation, "Sidecar label column to route by (default barcode)");
+  auto* column = sub->add_option("--label-column", o->annotation, "Sidecar label column to route by (default barcode)");
+  add_deprecated_alias(sub, "--annotation", column, o->annotation);  // NAME=LABEL selection in filter
   sub->add_option("-d,--output-dir", o->out_dir, "Output folder")->required();
   sub->add_option("--prefix", o->prefix, "Output file prefix (default barcode)");
   sub->add_flag("--classified-only", o->classified_only, "Drop unclassified reads");
@@ -327,7 +354,9 @@ void register_train(CLI::App* demux, GlobalOptions& global) {
   sub->add_option("-o,--output", o->output, "Model JSON to write")->required();
   add_method_flag(sub, o->method, "Boundary detector the model pins: llr (default) or cnn");
   sub->add_option("--cnn-model", o->cnn_model, "Boundary CNN (ONNX) for --method cnn");
-  sub->add_option("--template", o->template_model, "Copy signal-processing settings from this model");
+  auto* settings_from = sub->add_option("--settings-from", o->template_model,
+                                        "Copy signal-processing settings from this model");
+  add_deprecated_alias(sub, "--template", settings_from, o->template_model);  // a name pattern in subset
   sub->add_option("--fingerprints", o->fingerprints, "Also write the training fingerprints (CSV)");
   sub->add_option("-C,--C", o->c, "SVM regularisation C (default 1)")->check(CLI::PositiveNumber);
   add_staging_flags(sub, o->writer);
@@ -400,6 +429,7 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
       "The model pins its boundary detector (the CNN, with LLR fallbacks); the CNN's ONNX file\n"
       "is found beside the model or given with --cnn-model. A SeqTagger/bonito folder pins none:\n"
       "it runs with the LLR detector, or with the CNN when --cnn-model or --method cnn is given.");
+  opts->app = sub;
   sub->add_option("inputs", opts->inputs, "POD5 files or directories");
   sub->add_option("-m,--model", opts->model,
                   "DTW-SVM model (our JSON, or WarpDemuX's own .joblib file), GBM JSON, or a CTC-CRF\n"

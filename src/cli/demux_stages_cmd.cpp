@@ -27,10 +27,8 @@ struct CsvOutputFlags {
 
 void add_csv_output_flags(CLI::App* sub, CsvOutputFlags& f, const std::string& what) {
   sub->add_option("-o,--output", f.output, what + " (default: standard output)");
-  sub->add_flag("-f,--force", f.force, "Overwrite an existing output");
-  sub->add_option("--fsync", f.fsync,
-                  "Sync the output before renaming it into place: none (default), file, full")
-      ->check(CLI::IsMember(kFsyncModes));
+  add_force_flag(sub, f.force);
+  add_fsync_flag(sub, f.fsync);
 }
 
 // Runs `body` on the output stream: a staged file renamed into place only on success, or stdout.
@@ -248,13 +246,14 @@ struct ClassifyCliOptions {
   CsvOutputFlags out;
 };
 
-Status run_classify(const ClassifyCliOptions& o, const GlobalOptions& global) {
+Status run_classify(const ClassifyCliOptions& o, const GlobalOptions& global, const CLI::App* app) {
   if (o.probabilities) {
     log::warn("--probabilities is deprecated: the classifications table always has the head's columns "
               "(the DTW-SVM head's per-class probabilities among them); it will be removed");
   }
   demux::HeadOptions head;
   ESCPOD_ASSIGN_OR_RETURN(head.dtw, parse_dtw_precision(o.dtw_precision));
+  head.dtw_precision_given = app->count("--dtw-precision") > 0;  // refused for a GBM model
   ESCPOD_ASSIGN_OR_RETURN(const pipeline::RunModel model,
                           stage_model(o.model, o.config, "", "", std::move(head), false));
   pipeline::ClassifyStageOptions c;
@@ -295,7 +294,7 @@ void register_classify(CLI::App* demux, GlobalOptions& global) {
   add_dtw_precision_flag(sub, o->dtw_precision);
   add_csv_output_flags(sub, o->out, "Calls CSV to write");
   add_common_flags(sub, global);
-  set_body(sub, [o, &global] { return run_classify(*o, global); });
+  set_body(sub, [o, &global, sub] { return run_classify(*o, global, sub); });
 }
 
 }  // namespace

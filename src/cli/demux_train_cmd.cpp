@@ -31,6 +31,7 @@ struct TrainSvmCliOptions {
   uint64_t seed = 9;
   bool float64_kernel = false;
   bool force = false;
+  std::string fsync = "none";
 };
 
 // A comma-separated list of numbers from a flag (--class-weight, --thresholds); a cell that is
@@ -81,6 +82,7 @@ Status run_train_svm(const TrainSvmCliOptions& o, const GlobalOptions& global) {
     demux::apply_template(tmpl, t);
   }
   ESCPOD_ASSIGN_OR_RETURN(pipeline::LabelledFingerprints table, pipeline::read_labelled_fingerprints(o.input));
+  ESCPOD_ASSIGN_OR_RETURN(const FsyncMode fsync, parse_fsync_mode(o.fsync));
   // Reserve the output before the (long) training so that an existing file fails fast.
   ESCPOD_ASSIGN_OR_RETURN(StagedFile staged, StagedFile::create(o.output, o.force));
   const std::string name =
@@ -96,7 +98,7 @@ Status run_train_svm(const TrainSvmCliOptions& o, const GlobalOptions& global) {
     out.close();
     if (!out) return Status::io_error("cannot write " + staged.staging_path().string());
   }
-  ESCPOD_RETURN_IF_ERROR(staged.commit(FsyncMode::kNone));
+  ESCPOD_RETURN_IF_ERROR(staged.commit(fsync));
   for (size_t c = 0; c < rep.n_classes; ++c) {
     log::info("class {}: label {:>3}, {} rows, weight {:.4g}, threshold {:.2f}", c,
               rep.class_labels[c], rep.class_rows[c], rep.class_weights[c], rep.thresholds[c]);
@@ -132,14 +134,16 @@ void register_demux_train_svm(CLI::App* demux_subcommand, GlobalOptions& global)
       "label is an error naming the file, line and label). Defaults are those of WarpDemuX's RNA004 models: DTW\n"
       "window 15, penalty 0.1, K = exp(-d), C 1, balanced class weights, seed 9.\n"
       "  escpod demux train-svm labelled_fps.csv -o my_model.json\n"
-      "  escpod demux train-svm fps.csv -o m.json --template WDX4_rna004_v1_0.json --thresholds cv\n"
+      "  escpod demux train-svm fps.csv -o m.json --settings-from WDX4_rna004_v1_0.json --thresholds cv\n"
       "  escpod demux train-svm fps.csv -o m.json --C 2 --thresholds 0.2,0.3,0.2,0 -t 8");
   sub->add_option("input", opts->input, "Labelled fingerprint CSV")->required();
   sub->add_option("-o,--output", opts->output, "Model JSON to write")->required();
-  sub->add_option("--template", opts->template_model,
-                  "Model JSON whose signal_processing block (and chemistry) to copy "
-                  "(default: the RNA004 block of WDX4_rna004_v1_0)");
-  sub->add_option("--name", opts->name, "model_name (default: output file stem)");
+  auto* settings_from = sub->add_option("--settings-from", opts->template_model,
+                                        "Model JSON whose signal_processing block (and chemistry) to copy "
+                                        "(default: the RNA004 block of WDX4_rna004_v1_0)");
+  add_deprecated_alias(sub, "--template", settings_from, opts->template_model);  // a name pattern in subset
+  auto* model_name = sub->add_option("--model-name", opts->name, "model_name (default: output file stem)");
+  add_deprecated_alias(sub, "--name", model_name, opts->name);  // a sidecar column in annotate
   sub->add_option("-C,--C", opts->C, "SVM regularisation C (default 1)")->check(CLI::PositiveNumber);
   sub->add_option("--window", opts->window, "DTW band: |i-j| <= window-1; 0 = none (default 15)")
       ->check(CLI::NonNegativeNumber);
@@ -161,7 +165,8 @@ void register_demux_train_svm(CLI::App* demux_subcommand, GlobalOptions& global)
   sub->add_option("--seed", opts->seed, "Seed of libsvm's Platt CV and the folds (default 9)");
   sub->add_flag("--float64-kernel", opts->float64_kernel,
                 "Keep the kernel in double (default: float32 like WarpDemuX)");
-  sub->add_flag("-f,--force", opts->force, "Overwrite the output");
+  add_force_flag(sub, opts->force);
+  add_fsync_flag(sub, opts->fsync);
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_train_svm(*opts, global); });
 }

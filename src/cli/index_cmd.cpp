@@ -57,9 +57,10 @@ void register_index(CLI::App& app, GlobalOptions& global) {
       "  escpod inspect read runs/ 0000173c-bf67-44e7-9a9c-1ad0bc728e74");
   sub->add_option("inputs", opts->inputs, "Folders (or files, whose folder is indexed)")->required();
   sub->add_flag("--rebuild", opts->rebuild, "Ignore the existing index and read every file again");
-  sub->add_option("--memory", opts->memory_mib,
-                  "MiB of index records held while building before sorted runs spill to disk")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  auto* memory = sub->add_option("--memory-mib", opts->memory_mib,
+                                 "MiB of index records held while building before sorted runs spill to disk")
+                     ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  add_deprecated_alias(sub, "--memory", memory, opts->memory_mib);
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_index(*opts, global); });
 }

@@ -21,7 +21,7 @@ namespace {
 
 struct InspectOptions {
   std::vector<std::string> args;
-  std::string output = "-";
+  OutputFlags output;
   bool no_index = false;
 };
 
@@ -161,7 +161,7 @@ Status inspect_read(const InspectOptions& opts, Output& out) {
 }
 
 Status run_inspect(const InspectOptions& opts) {
-  ESCPOD_ASSIGN_OR_RETURN(Output out, Output::open(opts.output));
+  ESCPOD_ASSIGN_OR_RETURN(Output out, open_output(opts.output));
   if (!opts.args.empty() && opts.args[0] == "read") return inspect_read(opts, out);
   std::vector<std::string> inputs = opts.args;
   if (!inputs.empty() && inputs[0] == "summary") inputs.erase(inputs.begin());
@@ -199,7 +199,7 @@ void register_inspect(CLI::App& app, GlobalOptions& global) {
       "  escpod inspect read FILE|DIR READ_ID...  every field of the given reads (ids with or\n"
       "                                        without dashes; a DIR's read-id index is used)");
   sub->add_option("args", opts->args, "[summary|read] FILE|DIR... [READ_ID...]")->required();
-  sub->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
+  add_output_flags(sub, opts->output);
   sub->add_flag("--no-index", opts->no_index, "inspect read: scan the files even where a read-id index covers them");
   add_verbosity_flags(sub, global);
   set_body(sub, [opts] { return run_inspect(*opts); });

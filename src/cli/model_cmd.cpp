@@ -19,6 +19,7 @@
 
 #include "cli/command.hpp"
 #include "escpod/core/log.hpp"
+#include "escpod/core/staged_file.hpp"
 #include "escpod/demux/crf_model.hpp"
 #include "escpod/nn/model.hpp"
 #include "escpod/nn/npy.hpp"
@@ -39,6 +40,7 @@ struct ModelOptions {
   bool reference = false;
   bool profile = false;
   std::string precision = "f32";  // demux::parse_encoder_precision
+  WriterFlags writer;             // run: -f/--force, --fsync of the output .npy
 };
 
 std::string dims_str(const nn::ValueInfo& v) {
@@ -121,8 +123,11 @@ Status run_model(const ModelOptions& o, int n_threads) {
   for (int64_t d : out_shape) n *= d;
   std::vector<float> out(static_cast<size_t>(n));
   nn::Workspace ws(n_threads);
+  ESCPOD_ASSIGN_OR_RETURN(const FsyncMode fsync, parse_fsync_mode(o.writer.fsync));
+  ESCPOD_ASSIGN_OR_RETURN(StagedFile staged, StagedFile::create(o.output, o.writer.force));
   ESCPOD_RETURN_IF_ERROR(model.run(ws, in.data, in.shape, out).with_context(o.input));
-  return nn::write_npy(o.output, out_shape, out);
+  ESCPOD_RETURN_IF_ERROR(nn::write_npy(staged.staging_path(), out_shape, out));
+  return staged.commit(fsync);
 }
 
 // What `model bench` runs on: --input's real windows [N, ...] from a .npy, taken `batch` at a time
@@ -288,7 +293,8 @@ Status run_bench(const ModelOptions& o, int n_threads) {
 void add_model_flags(CLI::App* sub, ModelOptions& o) {
   sub->add_option("--isa", o.isa, "Cap the instruction set: default, avx2, avx512")
       ->check(CLI::IsMember({"default", "avx2", "avx512"}));
-  sub->add_flag("--reference", o.reference, "Use the scalar reference kernels");
+  auto* reference = sub->add_flag("--reference-kernels", o.reference, "Use the scalar reference kernels");
+  add_deprecated_flag_alias(sub, "--reference", reference, o.reference);  // --reference is a FASTA elsewhere
   sub->add_option("--precision", o.precision,
                   "f32 (default; on CPUs with AMX the dense products run on the tile unit as exact bfloat16 "
                   "splits, within float32 rounding: marked amx-f32), f32-fma (float32 on the vector units "
@@ -317,6 +323,7 @@ void register_model(CLI::App& app, GlobalOptions& global) {
   run->add_option("INPUT", opts->input, "Input .npy (float32, C order, the model's input shape)")
       ->required()->check(CLI::ExistingFile);
   run->add_option("-o,--output", opts->output, "Output .npy")->required();
+  add_staging_flags(run, opts->writer);
   add_model_flags(run, *opts);
   add_common_flags(run, global);
   set_body(run, [opts, &global] { return run_model(*opts, resolve_threads(global)); });

@@ -1,19 +1,25 @@
 // Buffered output for data products (stdout or -o FILE). A consumer that closes early
-// (`| head`) ends the command quietly: write() then reports closed() and callers stop.
+// (`| head`) ends the command quietly: write() then reports closed() and callers stop. A file is
+// written as every escpod output is: staged beside its final name and renamed into place by
+// finish() (synced per --fsync), never left partial, and an existing file is replaced only with
+// --force.
 #pragma once
 
 #include <cstdio>
 #include <string>
+#include <optional>
 #include <string_view>
 
+#include "cli/command.hpp"
+#include "escpod/core/staged_file.hpp"
 #include "escpod/core/status.hpp"
 
 namespace escpod::cli {
 
 class Output {
  public:
-  // "-" or empty: stdout. Otherwise the file is created (truncated).
-  static Result<Output> open(const std::string& path);
+  // "-" or empty: stdout. Otherwise the file, staged (overwrite: replace an existing one).
+  static Result<Output> open(const std::string& path, bool overwrite = false, FsyncMode fsync = FsyncMode::kNone);
   Output(Output&&) noexcept;
   Output& operator=(Output&&) = delete;
   ~Output();
@@ -37,10 +43,22 @@ class Output {
   static constexpr size_t kFlushAt = 1 << 16;
   int m_fd = 1;
   bool m_owns = false;
+  std::optional<StagedFile> m_staged;  // a file output, renamed into place by finish()
+  FsyncMode m_fsync = FsyncMode::kNone;
   bool m_closed = false;
   std::string m_error;
   std::string m_path;
   std::string m_buffer;
 };
+
+// -o/--output FILE (default: stdout) with -f/--force and --fsync, for commands whose product goes
+// to stdout or a file.
+struct OutputFlags {
+  std::string path = "-";
+  WriterFlags writer;
+};
+void add_output_flags(CLI::App* sub, OutputFlags& flags);
+// The output the flags name; --force or --fsync with stdout is a usage error (they would be ignored).
+Result<Output> open_output(const OutputFlags& flags);
 
 }  // namespace escpod::cli

@@ -17,13 +17,15 @@ ReportPaths report_paths(const std::string& html) {
   return {p, std::filesystem::path(base.string() + ".json"), base};
 }
 
-Status write_run_report(const ReportPaths& paths, const pipeline::ReportOptions& options, bool overwrite) {
+Status write_run_report(const ReportPaths& paths, const pipeline::ReportOptions& options, bool overwrite,
+                        FsyncMode fsync) {
   ESCPOD_ASSIGN_OR_RETURN(pipeline::ReportData data, pipeline::collect_report(options));
   pipeline::ReportOutputs out;
   out.html = paths.html;
   out.json = paths.json;
   out.mqc_prefix = paths.mqc_prefix;
   out.overwrite = overwrite;
+  out.fsync = fsync;
   ESCPOD_RETURN_IF_ERROR(pipeline::write_report(data, out));
   log::info("report: {} ({} reads), {}, {}_*_mqc.json", paths.html.string(), data.n_reads, paths.json.string(),
             paths.mqc_prefix.string());
@@ -39,6 +41,7 @@ struct ReportCliOptions {
   std::string json;
   std::string multiqc;
   bool force = false;
+  std::string fsync = "none";
 };
 
 Status run_report(const ReportCliOptions& o, const GlobalOptions& global) {
@@ -53,7 +56,8 @@ Status run_report(const ReportCliOptions& o, const GlobalOptions& global) {
   ReportPaths paths = report_paths(o.output);
   if (!o.json.empty()) paths.json = o.json;
   if (!o.multiqc.empty()) paths.mqc_prefix = o.multiqc;
-  return write_run_report(paths, r, o.force);
+  ESCPOD_ASSIGN_OR_RETURN(const FsyncMode fsync, parse_fsync_mode(o.fsync));
+  return write_run_report(paths, r, o.force, fsync);
 }
 
 }  // namespace
@@ -75,9 +79,11 @@ void register_report(CLI::App& app, GlobalOptions& global) {
       ->required()
       ->allow_extra_args(false);
   sub->add_option("-o,--output", o->output, "HTML report path")->required();
-  sub->add_option("--json", o->json, "JSON path (default: OUT.json)");
+  auto* json = sub->add_option("--json-output", o->json, "JSON path (default: OUT.json)");
+  add_deprecated_alias(sub, "--json", json, o->json);  // `--json` is a flag (JSON to stdout) elsewhere
   sub->add_option("--multiqc", o->multiqc, "MultiQC file prefix (default: OUT)");
-  sub->add_flag("-f,--force", o->force, "Overwrite existing outputs");
+  add_force_flag(sub, o->force);
+  add_fsync_flag(sub, o->fsync);
   add_common_flags(sub, global);
   set_body(sub, [o, &global] { return run_report(*o, global); });
 }

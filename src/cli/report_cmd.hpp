@@ -17,6 +17,7 @@ struct ReportPaths {
 ReportPaths report_paths(const std::string& html);
 
 // Collects the report's numbers and writes its files, each staged and renamed into place.
-Status write_run_report(const ReportPaths& paths, const pipeline::ReportOptions& options, bool overwrite);
+Status write_run_report(const ReportPaths& paths, const pipeline::ReportOptions& options, bool overwrite,
+                        FsyncMode fsync);
 
 }  // namespace escpod::cli

@@ -14,7 +14,7 @@ struct SummaryCliOptions {
   std::vector<std::string> inputs;
   bool json = false;
   bool skip_bad = false;
-  std::string output = "-";
+  OutputFlags output;
 };
 
 std::string human(const pipeline::Pod5Summary& s) {
@@ -42,10 +42,14 @@ std::string human(const pipeline::Pod5Summary& s) {
 Status run_summary(const SummaryCliOptions& opts, const GlobalOptions& global) {
   ESCPOD_ASSIGN_OR_RETURN(auto files, pod5::collect_pod5_inputs(opts.inputs));
   auto s = pipeline::summarize_pod5(files, resolve_threads(global));
-  if (!opts.skip_bad) {
-    for (const auto& [f, why] : s.skipped) log::warn("skipped {}", why);
+  // --skip-bad means what it means in merge, filter and subset: without it, a bad input fails the
+  // command (nothing written); with it, the others are summarised and the skipped listed (exit 3).
+  if (!opts.skip_bad && !s.skipped.empty()) {
+    for (const auto& [f, why] : s.skipped) log::error("{}", why);
+    return Status::corrupt(fmt::format("{} input{} could not be read (--skip-bad summarises the others)",
+                                       s.skipped.size(), s.skipped.size() == 1 ? "" : "s"));
   }
-  ESCPOD_ASSIGN_OR_RETURN(Output out, Output::open(opts.output));
+  ESCPOD_ASSIGN_OR_RETURN(Output out, open_output(opts.output));
   out.write(opts.json ? pipeline::summary_json(s) : human(s));
   ESCPOD_RETURN_IF_ERROR(out.finish());
   if (s.n_files == 0) return Status::corrupt("no input file could be read");
@@ -60,14 +64,13 @@ void register_summary(CLI::App& app, GlobalOptions& global) {
   auto* sub = app.add_subcommand(
       "summary",
       "Summarise POD5 files: reads, signal duration, read lengths (N50, mean, median, range),\n"
-      "channels, end reasons; unreadable files are skipped with the reason.\n"
+      "channels, end reasons. An unreadable file fails the command, naming it and why, unless\n"
+      "--skip-bad (then the others are summarised, the skipped listed, exit 3).\n"
       "  escpod summary runs/ --json");
   sub->add_option("inputs", opts->inputs, "POD5 files or directories (walked for *.pod5)")->required();
   sub->add_flag("--json", opts->json, "Print JSON instead of text");
-  sub->add_flag("--skip-bad", opts->skip_bad,
-                "Exit 3 when inputs were skipped (they always are, listed with the reason; "
-                "without this flag the exit status is 0)");
-  sub->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
+  add_skip_bad_flag(sub, opts->skip_bad);
+  add_output_flags(sub, opts->output);
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_summary(*opts, global); });
 }

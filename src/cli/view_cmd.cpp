@@ -21,7 +21,8 @@ namespace {
 
 struct ViewOptions {
   std::vector<std::string> inputs;
-  std::string include, exclude, ids_path, output = "-", separator = "\t";
+  std::string include, exclude, ids_path, separator = "\t";
+  OutputFlags output;
   bool no_header = false;
   bool list_fields = false;
 };
@@ -94,7 +95,7 @@ Status run_view(const ViewOptions& opts, int n_threads_wanted) {
                                       field_list());
     }
   }
-  ESCPOD_ASSIGN_OR_RETURN(Output out, Output::open(opts.output));
+  ESCPOD_ASSIGN_OR_RETURN(Output out, open_output(opts.output));
   if (!opts.no_header) {
     std::string& s = out.buffer();
     for (size_t k = 0; k < fields.size(); ++k) {
@@ -140,7 +141,7 @@ void register_view(CLI::App& app, GlobalOptions& global) {
   sub->add_option("-s,--separator", opts->separator, "Column separator (default TAB)");
   sub->add_flag("-H,--no-header", opts->no_header, "Do not print the header line");
   sub->add_flag("--list-fields", opts->list_fields, "List the fields and exit");
-  sub->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
+  add_output_flags(sub, opts->output);
   add_common_flags(sub, global);
   set_body(sub, [opts, &global] { return run_view(*opts, resolve_threads(global)); });
 }

@@ -130,11 +130,38 @@ void register_head_kind(HeadKind kind) {
   r.kinds.push_back(std::move(kind));
 }
 
+namespace {
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+// The CRF head's options given for a model of another kind (`kind_name`): a usage error naming them.
+Status refuse_crf_options(const HeadOptions& o, const std::filesystem::path& model, std::string_view kind_name) {
+  if (o.crf_options_given.empty()) return Status::ok();
+  const bool one = o.crf_options_given.size() == 1;
+  return Status::usage(joined(o.crf_options_given) + (one ? " applies" : " apply") + " to CTC-CRF model folders; " +
+                       model.string() + " is a " + std::string(kind_name) + " model, which would ignore " +
+                       (one ? "it" : "them"));
+}
+
+// --dtw-precision given for a model whose head is not a DTW-SVM (`kind_name`): a usage error.
+Status refuse_dtw_precision(const HeadOptions& o, const std::filesystem::path& model, std::string_view kind_name) {
+  if (!o.dtw_precision_given || kind_name == "DTW-SVM") return Status::ok();
+  return Status::usage("--dtw-precision applies to DTW-SVM models; " + model.string() + " is a " +
+                       std::string(kind_name) + " model, which would ignore it");
+}
+
+}  // namespace
+
 Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptions& options) {
   std::function<Result<LoadedHead>(const std::filesystem::path&, const HeadOptions&)> load;
   // "kind: what" of every kind, for the error below
   std::string looked_for = std::string("crf: ") + kCrfModelLooksFor;
   if (auto folder = probe_crf_model_dir(model)) {
+    ESCPOD_RETURN_IF_ERROR(refuse_dtw_precision(options, model, "CTC-CRF"));
     load = [probed = std::move(*folder)](const std::filesystem::path&, const HeadOptions& o) {
       return load_crf_head(probed, o.crf ? *o.crf : CrfHeadOptions{});
     };
@@ -165,8 +192,12 @@ Result<LoadedHead> load_head(const std::filesystem::path& model, const HeadOptio
                             : looked_for) +
         "; DTW-SVM and GBM models are JSON files, not folders)");
   }
+  // A model file (DTW-SVM or GBM): CRF options are refused before it is read.
+  ESCPOD_RETURN_IF_ERROR(refuse_crf_options(options, model, "DTW-SVM or GBM"));
   ESCPOD_ASSIGN_OR_RETURN(ModelFile file, load_model_file(model, options.model_file));
-  return make_head(std::move(file), options);
+  ESCPOD_ASSIGN_OR_RETURN(LoadedHead head, make_head(std::move(file), options));
+  ESCPOD_RETURN_IF_ERROR(refuse_dtw_precision(options, model, head.head->name()));
+  return head;
 }
 
 }  // namespace escpod::demux

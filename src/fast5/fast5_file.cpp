@@ -274,6 +274,16 @@ int64_t parse_iso8601_ms(std::string_view t) {
   return secs * 1000 + micros / 1000;
 }
 
+namespace {
+
+// Paths of the groups holding a read's metadata.
+struct ReadPaths {
+  std::string raw, channel, context, tracking;
+  std::string read_group;  // empty for single-read files
+};
+
+}  // namespace
+
 struct Fast5File::Impl {
   std::filesystem::path path;
   std::string name;  // path as text, for messages
@@ -283,11 +293,6 @@ struct Fast5File::Impl {
   std::map<std::string, std::shared_ptr<const pod5::RunInfo>> run_infos;
   std::vector<uint8_t> chunk_scratch;
 
-  // Paths of the groups holding a read's metadata.
-  struct ReadPaths {
-    std::string raw, channel, context, tracking;
-    std::string read_group;  // empty for single-read files
-  };
   ReadPaths paths_of(size_t i) const {
     if (multi_read) {
       const std::string& g = groups[i];
@@ -329,6 +334,285 @@ herr_t collect_attr(hid_t loc, const char* name, const H5A_info_t*, void* data) 
   if (!a.valid() || !read_attr(a.get(), v)) return -1;
   out->emplace_back(name, v.as_string());
   return 0;
+}
+
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+// Reads the attributes of one read. Errors are kCorrupt, prefixed by `who`: the file and the
+// read (its group until its id is known).
+class ReadAttributes {
+ public:
+  explicit ReadAttributes(std::string who) : m_who(std::move(who)) {}
+  void set_who(std::string who) { m_who = std::move(who); }
+  Status fail(const std::string& what) const { return Status::corrupt(m_who + ": " + what); }
+
+  // Attribute `name` of `obj` (named `where` in messages); nullopt when absent.
+  Status optional(hid_t obj, const char* name, const std::string& where, std::optional<AttrValue>& v) const {
+    v.reset();
+    htri_t exists = H5Aexists(obj, name);
+    if (exists < 0) return fail("cannot look up attribute " + where + "/" + name);
+    if (exists == 0) return Status::ok();
+    Hid a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+    AttrValue value;
+    if (!a.valid() || !read_attr(a.get(), value)) {
+      return fail("attribute " + where + "/" + name + " cannot be read or has an unusable type");
+    }
+    v = std::move(value);
+    return Status::ok();
+  }
+  Status required(hid_t obj, const char* name, const std::string& where, AttrValue& v) const {
+    std::optional<AttrValue> o;
+    ESCPOD_RETURN_IF_ERROR(optional(obj, name, where, o));
+    if (!o) return fail("missing attribute " + where + "/" + name);
+    v = std::move(*o);
+    return Status::ok();
+  }
+  Result<int64_t> integer(const AttrValue& v, const std::string& where, int64_t lo, int64_t hi) const {
+    auto i = v.as_int();
+    if (!i || *i < lo || *i > hi) {
+      return fail("attribute " + where + " = '" + v.as_string() + "' is not an integer in [" +
+                  std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return *i;
+  }
+  Result<double> number(const AttrValue& v, const std::string& where) const {
+    auto d = v.as_double();
+    if (!d) return fail("attribute " + where + " = '" + v.as_string() + "' is not a number");
+    return *d;
+  }
+  // Every attribute of group `g` (named `where` in messages) as text, in h5py's order.
+  Status list(hid_t g, const std::string& where, KeyValues& dst) const {
+    unsigned crt = 0;
+    Hid plist(H5Gget_create_plist(g), H5Pclose);
+    if (plist.valid()) (void)H5Pget_attr_creation_order(plist.get(), &crt);
+    const H5_index_t index = (crt & H5P_CRT_ORDER_TRACKED) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
+    hsize_t n = 0;
+    if (H5Aiterate2(g, index, H5_ITER_INC, &n, collect_attr, &dst) < 0) {
+      return fail("attributes of " + where + " cannot be read");
+    }
+    return Status::ok();
+  }
+
+ private:
+  std::string m_who;
+};
+
+// The Raw group's required fields (`raw`, at `raw_path`): read number, start, median before, well.
+Status read_raw_required(const ReadAttributes& a, hid_t raw, const std::string& raw_path, pod5::ReadRecord& r) {
+  AttrValue v;
+  ESCPOD_RETURN_IF_ERROR(a.required(raw, "read_number", raw_path, v));
+  ESCPOD_ASSIGN_OR_RETURN(int64_t read_number, a.integer(v, "Raw/read_number", 0, UINT32_MAX));
+  r.read_number = static_cast<uint32_t>(read_number);
+  ESCPOD_RETURN_IF_ERROR(a.required(raw, "start_time", raw_path, v));
+  ESCPOD_ASSIGN_OR_RETURN(int64_t start, a.integer(v, "Raw/start_time", 0, INT64_MAX));
+  r.start_sample = static_cast<uint64_t>(start);
+  ESCPOD_RETURN_IF_ERROR(a.required(raw, "median_before", raw_path, v));
+  ESCPOD_ASSIGN_OR_RETURN(double median_before, a.number(v, "Raw/median_before"));
+  r.median_before = static_cast<float>(median_before);
+  ESCPOD_RETURN_IF_ERROR(a.required(raw, "start_mux", raw_path, v));
+  ESCPOD_ASSIGN_OR_RETURN(int64_t well, a.integer(v, "Raw/start_mux", 0, 255));
+  r.well = static_cast<uint8_t>(well);
+  return Status::ok();
+}
+
+// The Raw group's optional fields (newer FAST5 only; the record's defaults otherwise), and the
+// end reason (FAST5's numbering is POD5's plus one; 0 and 1 are unknown).
+Status read_raw_optional(const ReadAttributes& a, hid_t raw, const std::string& raw_path, pod5::ReadRecord& r) {
+  std::optional<AttrValue> o;
+  ESCPOD_RETURN_IF_ERROR(a.optional(raw, "num_minknow_events", raw_path, o));
+  if (o) {
+    ESCPOD_ASSIGN_OR_RETURN(int64_t n, a.integer(*o, "Raw/num_minknow_events", 0, INT64_MAX));
+    r.num_minknow_events = static_cast<uint64_t>(n);
+  }
+  struct FloatField {
+    const char* name;
+    float* dst;
+  };
+  for (FloatField f : {FloatField{"tracked_scaling_shift", &r.tracked_scaling_shift},
+                       FloatField{"tracked_scaling_scale", &r.tracked_scaling_scale},
+                       FloatField{"predicted_scaling_shift", &r.predicted_scaling_shift},
+                       FloatField{"predicted_scaling_scale", &r.predicted_scaling_scale},
+                       FloatField{"time_since_mux_change", &r.time_since_mux_change}}) {
+    ESCPOD_RETURN_IF_ERROR(a.optional(raw, f.name, raw_path, o));
+    if (o) {
+      ESCPOD_ASSIGN_OR_RETURN(double d, a.number(*o, std::string("Raw/") + f.name));
+      *f.dst = static_cast<float>(d);
+    }
+  }
+  ESCPOD_RETURN_IF_ERROR(a.optional(raw, "num_reads_since_mux_change", raw_path, o));
+  if (o) {
+    ESCPOD_ASSIGN_OR_RETURN(int64_t n, a.integer(*o, "Raw/num_reads_since_mux_change", 0, UINT32_MAX));
+    r.num_reads_since_mux_change = static_cast<uint32_t>(n);
+  }
+  ESCPOD_RETURN_IF_ERROR(a.optional(raw, "end_reason", raw_path, o));
+  int64_t fast5_end_reason = 0;
+  if (o) {
+    ESCPOD_ASSIGN_OR_RETURN(fast5_end_reason, a.integer(*o, "Raw/end_reason", 0, INT32_MAX));
+  }
+  if (fast5_end_reason >= 2) {
+    const auto idx = static_cast<size_t>(fast5_end_reason - 1);
+    if (idx >= pod5::kEndReasonNames.size()) {
+      return a.fail("Raw/end_reason " + std::to_string(fast5_end_reason) + " is no known end reason");
+    }
+    r.end_reason = std::string(pod5::kEndReasonNames[idx]);
+  } else {
+    r.end_reason = "unknown";
+  }
+  r.end_reason_forced = pod5::end_reason_forced_default(r.end_reason);
+  return Status::ok();
+}
+
+// The channel_id group's fields (`channel`, at `channel_path`): the channel and the calibration.
+// Returns the digitisation.
+Result<double> read_channel_fields(const ReadAttributes& a, hid_t channel, const std::string& channel_path,
+                                   pod5::ReadRecord& r) {
+  AttrValue v;
+  ESCPOD_RETURN_IF_ERROR(a.required(channel, "channel_number", channel_path, v));
+  ESCPOD_ASSIGN_OR_RETURN(int64_t ch, a.integer(v, "channel_id/channel_number", 0, UINT32_MAX));
+  r.channel = static_cast<uint32_t>(ch);
+  ESCPOD_RETURN_IF_ERROR(a.required(channel, "digitisation", channel_path, v));
+  ESCPOD_ASSIGN_OR_RETURN(double digitisation, a.number(v, "channel_id/digitisation"));
+  ESCPOD_RETURN_IF_ERROR(a.required(channel, "offset", channel_path, v));
+  ESCPOD_ASSIGN_OR_RETURN(double offset, a.number(v, "channel_id/offset"));
+  ESCPOD_RETURN_IF_ERROR(a.required(channel, "range", channel_path, v));
+  ESCPOD_ASSIGN_OR_RETURN(double range, a.number(v, "channel_id/range"));
+  if (!(digitisation > 0)) return a.fail("channel_id/digitisation " + v.as_string() + " is not positive");
+  r.calibration_offset = static_cast<float>(offset);
+  r.calibration_scale = static_cast<float>(range / digitisation);
+  return digitisation;
+}
+
+// The run info fields the tracking_id and context_tags attributes (already in `ri`) give, as the
+// official converter maps them.
+void run_info_from_attributes(pod5::RunInfo& ri, bool minion) {
+  auto get = [](const KeyValues& kv, std::string_view key) -> const std::string* {
+    for (const auto& [k, val] : kv) {
+      if (k == key) return &val;
+    }
+    return nullptr;
+  };
+  auto str = [&](const KeyValues& kv, std::string_view key, std::string fallback = {}) {
+    const std::string* s = get(kv, key);
+    return s ? *s : fallback;
+  };
+  const auto& t = ri.tracking_id;
+  if (const std::string* s = get(t, "exp_start_time")) ri.acquisition_start_time_ms = parse_iso8601_ms(*s);
+  if (const std::string* s = get(t, "protocol_start_time")) ri.protocol_start_time_ms = parse_iso8601_ms(*s);
+  ri.experiment_name = "";
+  ri.flow_cell_id = str(t, "flow_cell_id");
+  ri.flow_cell_product_code = str(t, "flow_cell_product_code");
+  ri.protocol_name = str(t, "exp_script_name");
+  ri.protocol_run_id = str(t, "protocol_run_id");
+  ri.sample_id = str(t, "sample_id");
+  ri.sequencing_kit = str(ri.context_tags, "sequencing_kit");
+  ri.sequencer_position = str(t, "device_id");
+  ri.sequencer_position_type = str(t, "device_type", minion ? "minion" : "promethion");
+  ri.software = "python-pod5-converter";
+  ri.system_name = str(t, "host_product_serial_number");
+  ri.system_type = str(t, "host_product_code");
+}
+
+// A new run info for acquisition `acquisition`, from the read's channel_id (`channel`),
+// tracking_id (`tracking`) and context_tags groups of `file` (at `p`), as the official converter
+// makes it (MinION ADC range when the digitisation is 8192).
+Result<std::shared_ptr<pod5::RunInfo>> new_run_info(const ReadAttributes& a, hid_t file, const ReadPaths& p,
+                                                    const std::string& acquisition, hid_t channel, hid_t tracking,
+                                                    double digitisation) {
+  auto ri = std::make_shared<pod5::RunInfo>();
+  ri->acquisition_id = acquisition;
+  const bool minion = digitisation == 8192.0;
+  ri->adc_min = minion ? -4096 : 0;
+  ri->adc_max = minion ? 4095 : 2047;
+  AttrValue v;
+  ESCPOD_RETURN_IF_ERROR(a.required(channel, "sampling_rate", p.channel, v));
+  ESCPOD_ASSIGN_OR_RETURN(double rate, a.number(v, "channel_id/sampling_rate"));
+  if (!(rate >= 0 && rate < 65536)) return a.fail("channel_id/sampling_rate " + v.as_string() + " out of range");
+  ri->sample_rate = static_cast<uint16_t>(rate);
+  Hid context = open_group(file, p.context);
+  if (!context.valid()) return a.fail("missing group " + p.context);
+  ESCPOD_RETURN_IF_ERROR(a.list(context.get(), p.context, ri->context_tags));
+  ESCPOD_RETURN_IF_ERROR(a.list(tracking, p.tracking, ri->tracking_id));
+  run_info_from_attributes(*ri, minion);
+  return ri;
+}
+
+// Reads the signal's one chunk as stored, when `dset` (at `signal_path`, of n int16 LE samples,
+// chunked: its creation properties `dcpl`) is one chunk of at least n samples under at most
+// one filter, deflate or VBZ (or none). False when the samples must be read through HDF5.
+Result<bool> read_stored_chunk(const ReadAttributes& a, hid_t dset, hid_t dcpl, hsize_t n,
+                               const std::string& signal_path, StoredSignal& sig) {
+  hsize_t chunk = 0;
+  const int nfilters = H5Pget_nfilters(dcpl);
+  if (H5Pget_chunk(dcpl, 1, &chunk) != 1 || chunk < n || nfilters > 1) return false;
+  SignalCoding coding = SignalCoding::kRaw;
+  std::vector<unsigned> params;
+  if (nfilters == 1) {
+    unsigned flags = 0, cfg = 0;
+    size_t n_params = 16;
+    params.resize(n_params);
+    char name[64];
+    const H5Z_filter_t f = H5Pget_filter2(dcpl, 0, &flags, &n_params, params.data(), sizeof name, name, &cfg);
+    params.resize(std::min<size_t>(n_params, 16));
+    coding = f == H5Z_FILTER_DEFLATE ? SignalCoding::kDeflate
+             : f == kVbzFilterId     ? SignalCoding::kVbz
+                                     : SignalCoding::kSamples;
+  }
+  const hsize_t origin = 0;
+  hsize_t stored = 0;
+  if (coding == SignalCoding::kSamples || H5Dget_chunk_storage_size(dset, &origin, &stored) < 0 || stored == 0 ||
+      stored >= (hsize_t{1} << 34)) {
+    return false;
+  }
+  sig.bytes.resize(stored);
+  uint32_t mask = 0;
+  if (H5Dread_chunk(dset, H5P_DEFAULT, &origin, &mask, sig.bytes.data()) < 0) {
+    return a.fail("dataset " + signal_path + ": cannot read its chunk (" + hdf5_error_text() + ")");
+  }
+  sig.coding = mask == 0 ? coding : SignalCoding::kRaw;
+  sig.decoded_bytes = chunk * 2;
+  sig.filter_params = std::move(params);
+  if (sig.coding == SignalCoding::kRaw && sig.bytes.size() < 2 * n) {
+    return a.fail("dataset " + signal_path + ": chunk holds " + std::to_string(sig.bytes.size()) +
+                  " bytes, fewer than its " + std::to_string(n) + " samples need");
+  }
+  return true;
+}
+
+// The signal of the read whose Raw group is at `raw_path`: as stored when it is one chunk under
+// at most one known filter (read_stored_chunk), else its samples.
+Status read_signal(const ReadAttributes& a, hid_t file, const std::string& raw_path, StoredSignal& sig) {
+  const std::string signal_path = raw_path + "/Signal";
+  if (H5Lexists(file, signal_path.c_str(), H5P_DEFAULT) <= 0) {
+    return a.fail("missing dataset " + signal_path);
+  }
+  Hid dset(H5Dopen2(file, signal_path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dset.valid()) return a.fail("cannot open dataset " + signal_path);
+  Hid space(H5Dget_space(dset.get()), H5Sclose);
+  Hid dtype(H5Dget_type(dset.get()), H5Tclose);
+  if (!space.valid() || !dtype.valid() || H5Sget_simple_extent_ndims(space.get()) != 1 ||
+      H5Tget_class(dtype.get()) != H5T_INTEGER) {
+    return a.fail("dataset " + signal_path + " is not a one-dimensional integer array");
+  }
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+  sig.n_samples = n;
+  sig.filter_params.clear();
+  sig.samples.clear();
+  sig.coding = SignalCoding::kSamples;
+  sig.decoded_bytes = 0;
+  Hid dcpl(H5Dget_create_plist(dset.get()), H5Pclose);
+  const bool int16_le = H5Tget_size(dtype.get()) == 2 && H5Tget_sign(dtype.get()) == H5T_SGN_2 &&
+                        H5Tget_order(dtype.get()) == H5T_ORDER_LE;
+  if (n > 0 && int16_le && dcpl.valid() && H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
+    ESCPOD_ASSIGN_OR_RETURN(const bool as_stored, read_stored_chunk(a, dset.get(), dcpl.get(), n, signal_path, sig));
+    if (as_stored) return Status::ok();
+  }
+  sig.coding = SignalCoding::kSamples;
+  sig.samples.resize(n);
+  if (n > 0 && H5Dread(dset.get(), H5T_NATIVE_INT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, sig.samples.data()) < 0) {
+    return a.fail("dataset " + signal_path + " cannot be read (" + hdf5_error_text() + ")");
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -388,284 +672,60 @@ Result<std::unique_ptr<Fast5File>> Fast5File::open(const std::filesystem::path& 
 
 Status Fast5File::read(size_t read_idx, Fast5Read& out) {
   Impl& m = *m_impl;
-  const Impl::ReadPaths p = m.paths_of(read_idx);
+  const ReadPaths p = m.paths_of(read_idx);
   out.group = m.groups[read_idx];
-  std::string who = m.name + ": read " + out.group;
-  auto fail = [&](const std::string& what) { return Status::corrupt(who + ": " + what); };
+  ReadAttributes a(m.name + ": read " + out.group);
 
   Hid raw = open_group(m.file.get(), p.raw);
-  if (!raw.valid()) return fail("missing group " + p.raw);
+  if (!raw.valid()) return a.fail("missing group " + p.raw);
   Hid channel = open_group(m.file.get(), p.channel);
-  if (!channel.valid()) return fail("missing group " + p.channel);
+  if (!channel.valid()) return a.fail("missing group " + p.channel);
   Hid read_group;
   if (!p.read_group.empty()) {
     read_group = open_group(m.file.get(), p.read_group);
-    if (!read_group.valid()) return fail("cannot open group " + p.read_group);
+    if (!read_group.valid()) return a.fail("cannot open group " + p.read_group);
   }
-
-  // Attribute of `obj` (named `where` in messages); nullopt when absent.
-  auto attr = [&](hid_t obj, const char* name, const std::string& where,
-                  std::optional<AttrValue>& v) -> Status {
-    v.reset();
-    htri_t exists = H5Aexists(obj, name);
-    if (exists < 0) return fail("cannot look up attribute " + where + "/" + name);
-    if (exists == 0) return Status::ok();
-    Hid a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-    AttrValue value;
-    if (!a.valid() || !read_attr(a.get(), value)) {
-      return fail("attribute " + where + "/" + name + " cannot be read or has an unusable type");
-    }
-    v = std::move(value);
-    return Status::ok();
-  };
-  auto required = [&](hid_t obj, const char* name, const std::string& where,
-                      AttrValue& v) -> Status {
-    std::optional<AttrValue> o;
-    ESCPOD_RETURN_IF_ERROR(attr(obj, name, where, o));
-    if (!o) return fail("missing attribute " + where + "/" + name);
-    v = std::move(*o);
-    return Status::ok();
-  };
-  auto integer = [&](const AttrValue& v, const std::string& where, int64_t lo,
-                     int64_t hi) -> Result<int64_t> {
-    auto i = v.as_int();
-    if (!i || *i < lo || *i > hi) {
-      return fail("attribute " + where + " = '" + v.as_string() + "' is not an integer in [" +
-                  std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    }
-    return *i;
-  };
-  auto number = [&](const AttrValue& v, const std::string& where) -> Result<double> {
-    auto d = v.as_double();
-    if (!d) return fail("attribute " + where + " = '" + v.as_string() + "' is not a number");
-    return *d;
-  };
 
   pod5::ReadRecord& r = out.record;
   r = pod5::ReadRecord{};
   AttrValue v;
-  ESCPOD_RETURN_IF_ERROR(required(raw.get(), "read_id", p.raw, v));
+  ESCPOD_RETURN_IF_ERROR(a.required(raw.get(), "read_id", p.raw, v));
   auto id = pod5::ReadId::parse(v.as_string());
-  if (!id.is_ok()) return fail("Raw/read_id '" + v.as_string() + "' is not a UUID");
+  if (!id.is_ok()) return a.fail("Raw/read_id '" + v.as_string() + "' is not a UUID");
   r.read_id = id.value();
-  who = m.name + ": read " + r.read_id.to_string() + " (" + out.group + ")";
+  a.set_who(m.name + ": read " + r.read_id.to_string() + " (" + out.group + ")");
 
-  ESCPOD_RETURN_IF_ERROR(required(raw.get(), "read_number", p.raw, v));
-  ESCPOD_ASSIGN_OR_RETURN(int64_t read_number, integer(v, "Raw/read_number", 0, UINT32_MAX));
-  r.read_number = static_cast<uint32_t>(read_number);
-  ESCPOD_RETURN_IF_ERROR(required(raw.get(), "start_time", p.raw, v));
-  ESCPOD_ASSIGN_OR_RETURN(int64_t start, integer(v, "Raw/start_time", 0, INT64_MAX));
-  r.start_sample = static_cast<uint64_t>(start);
-  ESCPOD_RETURN_IF_ERROR(required(raw.get(), "median_before", p.raw, v));
-  ESCPOD_ASSIGN_OR_RETURN(double median_before, number(v, "Raw/median_before"));
-  r.median_before = static_cast<float>(median_before);
-  ESCPOD_RETURN_IF_ERROR(required(raw.get(), "start_mux", p.raw, v));
-  ESCPOD_ASSIGN_OR_RETURN(int64_t well, integer(v, "Raw/start_mux", 0, 255));
-  r.well = static_cast<uint8_t>(well);
-
+  ESCPOD_RETURN_IF_ERROR(read_raw_required(a, raw.get(), p.raw, r));
+  ESCPOD_RETURN_IF_ERROR(read_raw_optional(a, raw.get(), p.raw, r));
   std::optional<AttrValue> o;
-  ESCPOD_RETURN_IF_ERROR(attr(raw.get(), "num_minknow_events", p.raw, o));
-  if (o) {
-    ESCPOD_ASSIGN_OR_RETURN(int64_t n, integer(*o, "Raw/num_minknow_events", 0, INT64_MAX));
-    r.num_minknow_events = static_cast<uint64_t>(n);
-  }
-  struct FloatField {
-    const char* name;
-    float* dst;
-  };
-  for (FloatField f : {FloatField{"tracked_scaling_shift", &r.tracked_scaling_shift},
-                       FloatField{"tracked_scaling_scale", &r.tracked_scaling_scale},
-                       FloatField{"predicted_scaling_shift", &r.predicted_scaling_shift},
-                       FloatField{"predicted_scaling_scale", &r.predicted_scaling_scale},
-                       FloatField{"time_since_mux_change", &r.time_since_mux_change}}) {
-    ESCPOD_RETURN_IF_ERROR(attr(raw.get(), f.name, p.raw, o));
-    if (o) {
-      ESCPOD_ASSIGN_OR_RETURN(double d, number(*o, std::string("Raw/") + f.name));
-      *f.dst = static_cast<float>(d);
-    }
-  }
-  ESCPOD_RETURN_IF_ERROR(attr(raw.get(), "num_reads_since_mux_change", p.raw, o));
-  if (o) {
-    ESCPOD_ASSIGN_OR_RETURN(int64_t n, integer(*o, "Raw/num_reads_since_mux_change", 0, UINT32_MAX));
-    r.num_reads_since_mux_change = static_cast<uint32_t>(n);
-  }
-  ESCPOD_RETURN_IF_ERROR(attr(raw.get(), "end_reason", p.raw, o));
-  int64_t fast5_end_reason = 0;
-  if (o) {
-    ESCPOD_ASSIGN_OR_RETURN(fast5_end_reason, integer(*o, "Raw/end_reason", 0, INT32_MAX));
-  }
-  if (fast5_end_reason >= 2) {
-    const auto idx = static_cast<size_t>(fast5_end_reason - 1);
-    if (idx >= pod5::kEndReasonNames.size()) {
-      return fail("Raw/end_reason " + std::to_string(fast5_end_reason) +
-                  " is no known end reason");
-    }
-    r.end_reason = std::string(pod5::kEndReasonNames[idx]);
-  } else {
-    r.end_reason = "unknown";
-  }
-  r.end_reason_forced = pod5::end_reason_forced_default(r.end_reason);
-
   r.pore_type = "not_set";
   if (read_group.valid()) {
-    ESCPOD_RETURN_IF_ERROR(attr(read_group.get(), "pore_type", p.read_group, o));
+    ESCPOD_RETURN_IF_ERROR(a.optional(read_group.get(), "pore_type", p.read_group, o));
     if (o) r.pore_type = o->as_string();
   }
-
-  ESCPOD_RETURN_IF_ERROR(required(channel.get(), "channel_number", p.channel, v));
-  ESCPOD_ASSIGN_OR_RETURN(int64_t ch, integer(v, "channel_id/channel_number", 0, UINT32_MAX));
-  r.channel = static_cast<uint32_t>(ch);
-  ESCPOD_RETURN_IF_ERROR(required(channel.get(), "digitisation", p.channel, v));
-  ESCPOD_ASSIGN_OR_RETURN(double digitisation, number(v, "channel_id/digitisation"));
-  ESCPOD_RETURN_IF_ERROR(required(channel.get(), "offset", p.channel, v));
-  ESCPOD_ASSIGN_OR_RETURN(double offset, number(v, "channel_id/offset"));
-  ESCPOD_RETURN_IF_ERROR(required(channel.get(), "range", p.channel, v));
-  ESCPOD_ASSIGN_OR_RETURN(double range, number(v, "channel_id/range"));
-  if (!(digitisation > 0)) return fail("channel_id/digitisation " + v.as_string() + " is not positive");
-  r.calibration_offset = static_cast<float>(offset);
-  r.calibration_scale = static_cast<float>(range / digitisation);
+  ESCPOD_ASSIGN_OR_RETURN(const double digitisation, read_channel_fields(a, channel.get(), p.channel, r));
 
   // Run info, read once per acquisition.
   std::string acquisition;
   if (read_group.valid()) {
-    ESCPOD_RETURN_IF_ERROR(attr(read_group.get(), "run_id", p.read_group, o));
+    ESCPOD_RETURN_IF_ERROR(a.optional(read_group.get(), "run_id", p.read_group, o));
     if (o) acquisition = o->as_string();
   }
   Hid tracking = open_group(m.file.get(), p.tracking);
-  if (!tracking.valid()) return fail("missing group " + p.tracking);
+  if (!tracking.valid()) return a.fail("missing group " + p.tracking);
   if (acquisition.empty()) {
-    ESCPOD_RETURN_IF_ERROR(required(tracking.get(), "run_id", p.tracking, v));
+    ESCPOD_RETURN_IF_ERROR(a.required(tracking.get(), "run_id", p.tracking, v));
     acquisition = v.as_string();
   }
   r.run_info = acquisition;
   auto it = m.run_infos.find(acquisition);
   if (it == m.run_infos.end()) {
-    auto ri = std::make_shared<pod5::RunInfo>();
-    ri->acquisition_id = acquisition;
-    const bool minion = digitisation == 8192.0;
-    ri->adc_min = minion ? -4096 : 0;
-    ri->adc_max = minion ? 4095 : 2047;
-    ESCPOD_RETURN_IF_ERROR(required(channel.get(), "sampling_rate", p.channel, v));
-    ESCPOD_ASSIGN_OR_RETURN(double rate, number(v, "channel_id/sampling_rate"));
-    if (!(rate >= 0 && rate < 65536)) return fail("channel_id/sampling_rate " + v.as_string() + " out of range");
-    ri->sample_rate = static_cast<uint16_t>(rate);
-    Hid context = open_group(m.file.get(), p.context);
-    if (!context.valid()) return fail("missing group " + p.context);
-    auto list_attrs = [&](hid_t g, const std::string& where,
-                          std::vector<std::pair<std::string, std::string>>& dst) -> Status {
-      unsigned crt = 0;
-      Hid plist(H5Gget_create_plist(g), H5Pclose);
-      if (plist.valid()) (void)H5Pget_attr_creation_order(plist.get(), &crt);
-      const H5_index_t index = (crt & H5P_CRT_ORDER_TRACKED) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
-      hsize_t n = 0;
-      if (H5Aiterate2(g, index, H5_ITER_INC, &n, collect_attr, &dst) < 0) {
-        return fail("attributes of " + where + " cannot be read");
-      }
-      return Status::ok();
-    };
-    ESCPOD_RETURN_IF_ERROR(list_attrs(context.get(), p.context, ri->context_tags));
-    ESCPOD_RETURN_IF_ERROR(list_attrs(tracking.get(), p.tracking, ri->tracking_id));
-    auto get = [](const std::vector<std::pair<std::string, std::string>>& kv,
-                  std::string_view key) -> const std::string* {
-      for (const auto& [k, val] : kv) {
-        if (k == key) return &val;
-      }
-      return nullptr;
-    };
-    auto str = [&](const std::vector<std::pair<std::string, std::string>>& kv, std::string_view key,
-                   std::string fallback = {}) {
-      const std::string* s = get(kv, key);
-      return s ? *s : fallback;
-    };
-    const auto& t = ri->tracking_id;
-    if (const std::string* s = get(t, "exp_start_time")) ri->acquisition_start_time_ms = parse_iso8601_ms(*s);
-    if (const std::string* s = get(t, "protocol_start_time")) ri->protocol_start_time_ms = parse_iso8601_ms(*s);
-    ri->experiment_name = "";
-    ri->flow_cell_id = str(t, "flow_cell_id");
-    ri->flow_cell_product_code = str(t, "flow_cell_product_code");
-    ri->protocol_name = str(t, "exp_script_name");
-    ri->protocol_run_id = str(t, "protocol_run_id");
-    ri->sample_id = str(t, "sample_id");
-    ri->sequencing_kit = str(ri->context_tags, "sequencing_kit");
-    ri->sequencer_position = str(t, "device_id");
-    ri->sequencer_position_type = str(t, "device_type", minion ? "minion" : "promethion");
-    ri->software = "python-pod5-converter";
-    ri->system_name = str(t, "host_product_serial_number");
-    ri->system_type = str(t, "host_product_code");
+    ESCPOD_ASSIGN_OR_RETURN(auto ri,
+                            new_run_info(a, m.file.get(), p, acquisition, channel.get(), tracking.get(), digitisation));
     it = m.run_infos.emplace(acquisition, std::move(ri)).first;
   }
   out.run_info = it->second;
-
-  // Signal, as stored when it is one chunk under at most one known filter.
-  const std::string signal_path = p.raw + "/Signal";
-  if (H5Lexists(m.file.get(), signal_path.c_str(), H5P_DEFAULT) <= 0) {
-    return fail("missing dataset " + signal_path);
-  }
-  Hid dset(H5Dopen2(m.file.get(), signal_path.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!dset.valid()) return fail("cannot open dataset " + signal_path);
-  Hid space(H5Dget_space(dset.get()), H5Sclose);
-  Hid dtype(H5Dget_type(dset.get()), H5Tclose);
-  if (!space.valid() || !dtype.valid() || H5Sget_simple_extent_ndims(space.get()) != 1 ||
-      H5Tget_class(dtype.get()) != H5T_INTEGER) {
-    return fail("dataset " + signal_path + " is not a one-dimensional integer array");
-  }
-  hsize_t n = 0;
-  H5Sget_simple_extent_dims(space.get(), &n, nullptr);
-  StoredSignal& sig = out.signal;
-  sig.n_samples = n;
-  sig.filter_params.clear();
-  sig.samples.clear();
-  sig.coding = SignalCoding::kSamples;
-  sig.decoded_bytes = 0;
-  Hid dcpl(H5Dget_create_plist(dset.get()), H5Pclose);
-  const bool int16_le = H5Tget_size(dtype.get()) == 2 && H5Tget_sign(dtype.get()) == H5T_SGN_2 &&
-                        H5Tget_order(dtype.get()) == H5T_ORDER_LE;
-  if (n > 0 && int16_le && dcpl.valid() && H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
-    hsize_t chunk = 0;
-    const int nfilters = H5Pget_nfilters(dcpl.get());
-    if (H5Pget_chunk(dcpl.get(), 1, &chunk) == 1 && chunk >= n && nfilters <= 1) {
-      SignalCoding coding = SignalCoding::kRaw;
-      std::vector<unsigned> params;
-      if (nfilters == 1) {
-        unsigned flags = 0, cfg = 0;
-        size_t n_params = 16;
-        params.resize(n_params);
-        char name[64];
-        const H5Z_filter_t f = H5Pget_filter2(dcpl.get(), 0, &flags, &n_params, params.data(),
-                                              sizeof name, name, &cfg);
-        params.resize(std::min<size_t>(n_params, 16));
-        coding = f == H5Z_FILTER_DEFLATE ? SignalCoding::kDeflate
-                 : f == kVbzFilterId     ? SignalCoding::kVbz
-                                         : SignalCoding::kSamples;
-      }
-      const hsize_t origin = 0;
-      hsize_t stored = 0;
-      if (coding != SignalCoding::kSamples &&
-          H5Dget_chunk_storage_size(dset.get(), &origin, &stored) >= 0 && stored > 0 &&
-          stored < (hsize_t{1} << 34)) {
-        sig.bytes.resize(stored);
-        uint32_t mask = 0;
-        if (H5Dread_chunk(dset.get(), H5P_DEFAULT, &origin, &mask, sig.bytes.data()) < 0) {
-          return fail("dataset " + signal_path + ": cannot read its chunk (" + hdf5_error_text() + ")");
-        }
-        sig.coding = mask == 0 ? coding : SignalCoding::kRaw;
-        sig.decoded_bytes = chunk * 2;
-        sig.filter_params = std::move(params);
-        if (sig.coding == SignalCoding::kRaw && sig.bytes.size() < 2 * n) {
-          return fail("dataset " + signal_path + ": chunk holds " + std::to_string(sig.bytes.size()) +
-                      " bytes, fewer than its " + std::to_string(n) + " samples need");
-        }
-        return Status::ok();
-      }
-    }
-  }
-  sig.coding = SignalCoding::kSamples;
-  sig.samples.resize(n);
-  if (n > 0 && H5Dread(dset.get(), H5T_NATIVE_INT16, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                       sig.samples.data()) < 0) {
-    return fail("dataset " + signal_path + " cannot be read (" + hdf5_error_text() + ")");
-  }
-  return Status::ok();
+  return read_signal(a, m.file.get(), p.raw, out.signal);
 }
 
 Status decode_signal(const StoredSignal& s, std::vector<int16_t>& out, const std::string& what) {

@@ -103,27 +103,8 @@ Status DeviceTape::Impl::add_staging_block() {
 DeviceTape::DeviceTape(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 DeviceTape::~DeviceTape() = default;
 
-Result<std::unique_ptr<DeviceTape>> DeviceTape::create(PrepTape tape, DeviceTapeOptions options) {
-  const std::string name = tape.name();
-  if (!tape.is_finalized()) {
-    return Status::invalid_argument(
-        fmt::format("prep tape '{}': DeviceTape::create before finalize", name));
-  }
-  if (tape.space() != MemorySpace::kDevice) {
-    return Status::invalid_argument(fmt::format(
-        "prep tape '{}': DeviceTape::create on a host tape (use run_on_host)", name));
-  }
-  int device = 0;
-  ESCPOD_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device),
-                                     fmt::format("prep tape '{}': no CUDA device", name)));
-  for (const Buffer& b : tape.buffers()) {
-    ESCPOD_RETURN_IF_ERROR(check_buffer_is_device_accessible(name, b, device));
-  }
-
-  auto impl = std::make_unique<Impl>(std::move(tape));
-  impl->delivery = options.delivery;
-  const PrepTape& program = impl->program;
-
+Status DeviceTape::Impl::upload_stage_tables() {
+  const std::string& name = program.name();
   // One blob: per stage, its descriptors then its block prefix table, each 64-byte aligned.
   std::vector<std::size_t> desc_offset, prefix_offset;
   std::vector<std::vector<std::int32_t>> prefixes;
@@ -143,36 +124,58 @@ Result<std::unique_ptr<DeviceTape>> DeviceTape::create(PrepTape tape, DeviceTape
     bytes = align_up(bytes + prefix.size() * sizeof(std::int32_t));
     prefixes.push_back(std::move(prefix));
   }
-  if (bytes > 0) {
-    std::vector<unsigned char> blob(bytes, 0);
-    for (int s = 0; s < program.n_stages(); ++s) {
-      const auto descs = program.stage_descriptors(s);
-      const auto si = static_cast<std::size_t>(s);
-      for (std::size_t k = 0; k < descs.size(); ++k) {
-        std::memcpy(blob.data() + desc_offset[si] + k * sizeof(detail::RawDescriptor),
-                    descs[k].words.data(), sizeof(detail::RawDescriptor));
-      }
-      std::memcpy(blob.data() + prefix_offset[si], prefixes[si].data(),
-                  prefixes[si].size() * sizeof(std::int32_t));
+  if (bytes == 0) return Status::ok();
+  std::vector<unsigned char> blob(bytes, 0);
+  for (int s = 0; s < program.n_stages(); ++s) {
+    const auto descs = program.stage_descriptors(s);
+    const auto si = static_cast<std::size_t>(s);
+    for (std::size_t k = 0; k < descs.size(); ++k) {
+      std::memcpy(blob.data() + desc_offset[si] + k * sizeof(detail::RawDescriptor),
+                  descs[k].words.data(), sizeof(detail::RawDescriptor));
     }
-    ESCPOD_RETURN_IF_ERROR(cuda_status(cudaMalloc(&impl->d_tables, bytes),
-                                       fmt::format("prep tape '{}': allocating tables", name)));
-    ++impl->stats.device_allocations;
-    ESCPOD_RETURN_IF_ERROR(
-        cuda_status(cudaMemcpy(impl->d_tables, blob.data(), bytes, cudaMemcpyHostToDevice),
-                    fmt::format("prep tape '{}': uploading descriptors", name)));
-    ++impl->stats.descriptor_uploads;
-    auto* base = static_cast<unsigned char*>(impl->d_tables);
-    for (int s = 0; s < program.n_stages(); ++s) {
-      const auto si = static_cast<std::size_t>(s);
-      detail::StageTable t;
-      t.ops = reinterpret_cast<const detail::RawDescriptor*>(base + desc_offset[si]);
-      t.block_prefix = reinterpret_cast<const std::int32_t*>(base + prefix_offset[si]);
-      t.n_ops = static_cast<int>(prefixes[si].size()) - 1;
-      t.n_blocks = static_cast<unsigned>(prefixes[si].back());
-      impl->stages.push_back(t);
-    }
+    std::memcpy(blob.data() + prefix_offset[si], prefixes[si].data(),
+                prefixes[si].size() * sizeof(std::int32_t));
   }
+  ESCPOD_RETURN_IF_ERROR(cuda_status(cudaMalloc(&d_tables, bytes),
+                                     fmt::format("prep tape '{}': allocating tables", name)));
+  ++stats.device_allocations;
+  ESCPOD_RETURN_IF_ERROR(
+      cuda_status(cudaMemcpy(d_tables, blob.data(), bytes, cudaMemcpyHostToDevice),
+                  fmt::format("prep tape '{}': uploading descriptors", name)));
+  ++stats.descriptor_uploads;
+  auto* base = static_cast<unsigned char*>(d_tables);
+  for (int s = 0; s < program.n_stages(); ++s) {
+    const auto si = static_cast<std::size_t>(s);
+    detail::StageTable t;
+    t.ops = reinterpret_cast<const detail::RawDescriptor*>(base + desc_offset[si]);
+    t.block_prefix = reinterpret_cast<const std::int32_t*>(base + prefix_offset[si]);
+    t.n_ops = static_cast<int>(prefixes[si].size()) - 1;
+    t.n_blocks = static_cast<unsigned>(prefixes[si].back());
+    stages.push_back(t);
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<DeviceTape>> DeviceTape::create(PrepTape tape, DeviceTapeOptions options) {
+  const std::string name = tape.name();
+  if (!tape.is_finalized()) {
+    return Status::invalid_argument(
+        fmt::format("prep tape '{}': DeviceTape::create before finalize", name));
+  }
+  if (tape.space() != MemorySpace::kDevice) {
+    return Status::invalid_argument(fmt::format(
+        "prep tape '{}': DeviceTape::create on a host tape (use run_on_host)", name));
+  }
+  int device = 0;
+  ESCPOD_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device),
+                                     fmt::format("prep tape '{}': no CUDA device", name)));
+  for (const Buffer& b : tape.buffers()) {
+    ESCPOD_RETURN_IF_ERROR(check_buffer_is_device_accessible(name, b, device));
+  }
+
+  auto impl = std::make_unique<Impl>(std::move(tape));
+  impl->delivery = options.delivery;
+  ESCPOD_RETURN_IF_ERROR(impl->upload_stage_tables());
   if (options.delivery == RegisterDelivery::kFencedStaging) {
     ESCPOD_RETURN_IF_ERROR(
         cuda_status(cudaMalloc(&impl->d_registers, sizeof(detail::RawRegisters)),

@@ -61,6 +61,10 @@ struct DeviceTape::Impl {
   std::vector<StagingBlock> pool;
   // Appends a new pinned block and its event to the pool.
   Status add_staging_block();
+  // Uploads every stage's descriptors and block prefix table in one device blob (per stage, its
+  // descriptors then its prefix table, each 64-byte aligned: d_tables) and records where each
+  // stage's lie (stages). Nothing to upload for a tape without descriptors.
+  Status upload_stage_tables();
   std::size_t pool_cursor = 0;
   DeviceTapeStats stats;
 };

@@ -688,6 +688,139 @@ struct ByteRange {
   Int128 begin, end;
 };
 
+// A source read through a pointer register, as bytes (the stage-independence check at run time).
+struct PointerRead {
+  int op_idx;
+  const Buffer* buf;
+  ByteRange range;
+};
+
+// The run-time bound checks of one operation (`err` names it), and, with check_aliasing, the
+// bytes it writes (to `dst`) and reads through pointer registers, for the stage's overlap check.
+class RunBounds {
+ public:
+  RunBounds(const OpErrors& err, int op_idx, const Buffer& dst, bool check_aliasing,
+            std::vector<ByteRange>& stage_writes, std::vector<PointerRead>& pointer_reads)
+      : m_err(err), m_op_idx(op_idx), m_dst(dst), m_check_aliasing(check_aliasing),
+        m_stage_writes(stage_writes), m_pointer_reads(pointer_reads) {}
+
+  // Elements [lo, hi) of `b` inside its recorded capacity.
+  Status fits(std::string_view role, const Buffer& b, std::string_view what, Int128 lo, Int128 hi) const {
+    if (lo < 0 || hi > b.capacity) {
+      return m_err.buffer(role, b,
+                          fmt::format("{} [{}, {}) is outside the recorded capacity {}", what,
+                                      static_cast<long long>(lo), static_cast<long long>(hi), b.capacity));
+    }
+    return Status::ok();
+  }
+  // A source read through a pointer register: non-null and aligned (only when it is read).
+  Status pointer_ok(std::string_view role, const Buffer& b, std::int64_t address, Int128 lo, Int128 hi) {
+    if (b.pointer_slot < 0) return Status::ok();
+    const auto a = static_cast<std::uint64_t>(address);
+    if (a == 0) {
+      return m_err.buffer(role, b, fmt::format("pointer register {} is null", b.pointer_slot));
+    }
+    if (a % static_cast<std::uint64_t>(width_bytes(b.width)) != 0) {
+      return m_err.buffer(role, b,
+                          fmt::format("pointer register {} holds {:#x}, not aligned to {} bytes",
+                                      b.pointer_slot, a, width_bytes(b.width)));
+    }
+    if (m_check_aliasing) {
+      const Int128 w = width_bytes(b.width);
+      m_pointer_reads.push_back({m_op_idx, &b, {Int128{a} + lo * w, Int128{a} + hi * w}});
+    }
+    return Status::ok();
+  }
+  // Elements [lo, hi) of the destination are written.
+  void record_write(Int128 lo, Int128 hi) {
+    if (m_check_aliasing && lo < hi) {
+      const Int128 w = width_bytes(m_dst.width);
+      m_stage_writes.push_back({Int128{m_dst.address} + lo * w, Int128{m_dst.address} + hi * w});
+    }
+  }
+
+ private:
+  const OpErrors& m_err;
+  int m_op_idx;
+  const Buffer& m_dst;
+  bool m_check_aliasing;
+  std::vector<ByteRange>& m_stage_writes;
+  std::vector<PointerRead>& m_pointer_reads;
+};
+
+// The bounds of operation op_idx of tape `tape` (`op`, its registers resolved in `r`), by opcode.
+Status check_op_bounds(const PrepTape::OpRecord& op, const detail::ResolvedOp& r, RunBounds& bounds,
+                       const std::string& tape, int op_idx) {
+  const std::int64_t n = r.word[detail::kWordN];
+  switch (op.opcode) {
+    case kOpFill:
+      if (n > 0) {
+        ESCPOD_RETURN_IF_ERROR(bounds.fits("dst", op.dst, "write", 0, n));
+        bounds.record_write(0, n);
+      }
+      break;
+    case kOpCopy:
+      if (n > 0) {
+        const Int128 off = r.word[detail::kWordStride];
+        ESCPOD_RETURN_IF_ERROR(bounds.fits("dst", op.dst, "write", 0, n));
+        ESCPOD_RETURN_IF_ERROR(bounds.fits("src", op.src, "read", off, off + n));
+        ESCPOD_RETURN_IF_ERROR(bounds.pointer_ok("src", op.src, r.word[detail::kWordSrc], off, off + n));
+        bounds.record_write(0, n);
+      }
+      break;
+    case kOpGather:
+      if (n > 0) {
+        ESCPOD_RETURN_IF_ERROR(bounds.fits("dst", op.dst, "write", 0, n));
+        ESCPOD_RETURN_IF_ERROR(bounds.fits("idx", op.idx, "read", 0, n));
+        ESCPOD_RETURN_IF_ERROR(bounds.pointer_ok("idx", op.idx, r.word[detail::kWordIdx], 0, n));
+        ESCPOD_RETURN_IF_ERROR(bounds.pointer_ok("src", op.src, r.word[detail::kWordSrc], 0, op.src.capacity));
+        bounds.record_write(0, n);
+      }
+      break;
+    case kOpCopy2d:
+      if (n > 0) {
+        const Int128 pitch = r.word[detail::kWordStride];
+        const Int128 cols = r.word[detail::kWordM];
+        ESCPOD_RETURN_IF_ERROR(bounds.fits("dst", op.dst, "write", 0, Int128{n} * pitch));
+        if (cols > 0) {
+          const Int128 extent = Int128{n - 1} * cols + std::min(cols, pitch);
+          ESCPOD_RETURN_IF_ERROR(bounds.fits("src", op.src, "read", 0, extent));
+          ESCPOD_RETURN_IF_ERROR(bounds.pointer_ok("src", op.src, r.word[detail::kWordSrc], 0, extent));
+        }
+        bounds.record_write(0, Int128{n} * pitch);
+      }
+      break;
+    case kOpFillTail: {
+      const std::int64_t total = r.word[detail::kWordM];
+      if (n < total) {
+        ESCPOD_RETURN_IF_ERROR(bounds.fits("dst", op.dst, "tail", n, total));
+        bounds.record_write(n, total);
+      }
+      break;
+    }
+    default:
+      return Status::internal(fmt::format("prep tape '{}': op {}: unknown opcode {}", tape, op_idx, op.opcode));
+  }
+  return Status::ok();
+}
+
+// kInvalidArgument when stage s of tape `tape` reads, through a pointer register, memory the
+// same stage writes (its ops run concurrently).
+Status check_stage_overlap(const std::string& tape, int s, const std::vector<PointerRead>& pointer_reads,
+                           const std::vector<ByteRange>& stage_writes) {
+  for (const PointerRead& pr : pointer_reads) {
+    for (const ByteRange& w : stage_writes) {
+      if (pr.range.begin < w.end && w.begin < pr.range.end) {
+        return Status::invalid_argument(fmt::format(
+            "prep tape '{}': stage {}: op {} reads '{}' through pointer register {}, which "
+            "overlaps memory written in the same stage",
+            tape, s, pr.op_idx, pr.buf->name, pr.buf->pointer_slot));
+      }
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status PrepTape::check_run(const Registers& regs) const {
@@ -697,11 +830,6 @@ Status PrepTape::check_run(const Registers& regs) const {
   }
   const detail::RawRegisters raw = raw_registers(regs);
   std::vector<ByteRange> stage_writes;
-  struct PointerRead {
-    int op_idx;
-    const Buffer* buf;
-    ByteRange range;
-  };
   std::vector<PointerRead> pointer_reads;
   const bool check_aliasing = m_options.check_stage_independence;
 
@@ -715,107 +843,10 @@ Status PrepTape::check_run(const Registers& regs) const {
       detail::ResolvedOp r;
       detail::resolve(m_descriptors[static_cast<std::size_t>(d)].words.data(), raw, r);
       const OpErrors err(m_name, op_idx, op_call_name(op.opcode));
-
-      auto fits = [&](std::string_view role, const Buffer& b, std::string_view what, Int128 lo,
-                      Int128 hi) -> Status {
-        if (lo < 0 || hi > b.capacity) {
-          return err.buffer(role, b,
-                            fmt::format("{} [{}, {}) is outside the recorded capacity {}", what,
-                                        static_cast<long long>(lo), static_cast<long long>(hi),
-                                        b.capacity));
-        }
-        return Status::ok();
-      };
-      // A source read through a pointer register: non-null and aligned (only when it is read).
-      auto pointer_ok = [&](std::string_view role, const Buffer& b, std::int64_t address,
-                            Int128 lo, Int128 hi) -> Status {
-        if (b.pointer_slot < 0) return Status::ok();
-        const auto a = static_cast<std::uint64_t>(address);
-        if (a == 0) {
-          return err.buffer(role, b,
-                            fmt::format("pointer register {} is null", b.pointer_slot));
-        }
-        if (a % static_cast<std::uint64_t>(width_bytes(b.width)) != 0) {
-          return err.buffer(role, b,
-                            fmt::format("pointer register {} holds {:#x}, not aligned to {} bytes",
-                                        b.pointer_slot, a, width_bytes(b.width)));
-        }
-        if (check_aliasing) {
-          const Int128 w = width_bytes(b.width);
-          pointer_reads.push_back({op_idx, &b, {Int128{a} + lo * w, Int128{a} + hi * w}});
-        }
-        return Status::ok();
-      };
-      auto record_write = [&](Int128 lo, Int128 hi) {
-        if (check_aliasing && lo < hi) {
-          const Int128 w = width_bytes(op.dst.width);
-          stage_writes.push_back({Int128{op.dst.address} + lo * w, Int128{op.dst.address} + hi * w});
-        }
-      };
-
-      const std::int64_t n = r.word[detail::kWordN];
-      switch (op.opcode) {
-        case kOpFill:
-          if (n > 0) {
-            ESCPOD_RETURN_IF_ERROR(fits("dst", op.dst, "write", 0, n));
-            record_write(0, n);
-          }
-          break;
-        case kOpCopy:
-          if (n > 0) {
-            const Int128 off = r.word[detail::kWordStride];
-            ESCPOD_RETURN_IF_ERROR(fits("dst", op.dst, "write", 0, n));
-            ESCPOD_RETURN_IF_ERROR(fits("src", op.src, "read", off, off + n));
-            ESCPOD_RETURN_IF_ERROR(pointer_ok("src", op.src, r.word[detail::kWordSrc], off, off + n));
-            record_write(0, n);
-          }
-          break;
-        case kOpGather:
-          if (n > 0) {
-            ESCPOD_RETURN_IF_ERROR(fits("dst", op.dst, "write", 0, n));
-            ESCPOD_RETURN_IF_ERROR(fits("idx", op.idx, "read", 0, n));
-            ESCPOD_RETURN_IF_ERROR(pointer_ok("idx", op.idx, r.word[detail::kWordIdx], 0, n));
-            ESCPOD_RETURN_IF_ERROR(
-                pointer_ok("src", op.src, r.word[detail::kWordSrc], 0, op.src.capacity));
-            record_write(0, n);
-          }
-          break;
-        case kOpCopy2d:
-          if (n > 0) {
-            const Int128 pitch = r.word[detail::kWordStride];
-            const Int128 cols = r.word[detail::kWordM];
-            ESCPOD_RETURN_IF_ERROR(fits("dst", op.dst, "write", 0, Int128{n} * pitch));
-            if (cols > 0) {
-              const Int128 extent = Int128{n - 1} * cols + std::min(cols, pitch);
-              ESCPOD_RETURN_IF_ERROR(fits("src", op.src, "read", 0, extent));
-              ESCPOD_RETURN_IF_ERROR(pointer_ok("src", op.src, r.word[detail::kWordSrc], 0, extent));
-            }
-            record_write(0, Int128{n} * pitch);
-          }
-          break;
-        case kOpFillTail: {
-          const std::int64_t total = r.word[detail::kWordM];
-          if (n < total) {
-            ESCPOD_RETURN_IF_ERROR(fits("dst", op.dst, "tail", n, total));
-            record_write(n, total);
-          }
-          break;
-        }
-        default:
-          return Status::internal(fmt::format("prep tape '{}': op {}: unknown opcode {}", m_name,
-                                              op_idx, op.opcode));
-      }
+      RunBounds bounds(err, op_idx, op.dst, check_aliasing, stage_writes, pointer_reads);
+      ESCPOD_RETURN_IF_ERROR(check_op_bounds(op, r, bounds, m_name, op_idx));
     }
-    for (const PointerRead& pr : pointer_reads) {
-      for (const ByteRange& w : stage_writes) {
-        if (pr.range.begin < w.end && w.begin < pr.range.end) {
-          return Status::invalid_argument(fmt::format(
-              "prep tape '{}': stage {}: op {} reads '{}' through pointer register {}, which "
-              "overlaps memory written in the same stage",
-              m_name, s, pr.op_idx, pr.buf->name, pr.buf->pointer_slot));
-        }
-      }
-    }
+    ESCPOD_RETURN_IF_ERROR(check_stage_overlap(m_name, s, pointer_reads, stage_writes));
   }
   return Status::ok();
 }

@@ -58,6 +58,66 @@ std::string printable(const std::string& s) {
   return out;
 }
 
+// The footer's identity: its required fields present, the file identifier a UUID, the POD5
+// version one this reader understands.
+Status read_footer_fields(const fb::Footer& fbf, const std::string& path, Footer* footer) {
+  if (!fbf.file_identifier() || !fbf.software() || !fbf.pod5_version() || !fbf.contents()) {
+    return Status::corrupt(path + ": footer lacks a required field (file_identifier, software, "
+                           "pod5_version or contents)");
+  }
+  footer->file_identifier = fbf.file_identifier()->str();
+  footer->software = printable(fbf.software()->str());
+  footer->pod5_version = fbf.pod5_version()->str();
+  if (!ReadId::parse(footer->file_identifier).is_ok()) {
+    return Status::corrupt(path + ": footer file_identifier is not a UUID: '" +
+                           printable(footer->file_identifier) + "'");
+  }
+  Version version;
+  if (!parse_version(footer->pod5_version, &version)) {
+    return Status::corrupt(path + ": footer pod5_version is not MAJOR.MINOR.REV: '" +
+                           printable(footer->pod5_version) + "'");
+  }
+  if (version.major > 0) {
+    return Status::unsupported(path + ": POD5 version " + footer->pod5_version +
+                               " is newer than this escpod understands (0.x)");
+  }
+  return Status::ok();
+}
+
+// Where the footer's embedded tables lie (each inside the file body before `footer_start`,
+// 8-byte aligned, of a known format and type); the reads and signal tables are required.
+Status read_footer_tables(const fb::Footer& fbf, uint64_t footer_start, const std::string& path, Footer* footer) {
+  for (const fb::EmbeddedFile* e : *fbf.contents()) {
+    if (e->format() != fb::Format_FeatherV2) {
+      return Status::unsupported(path + ": embedded table of unknown format " +
+                                 std::to_string(static_cast<int>(e->format())));
+    }
+    EmbeddedTable table{e->offset(), e->length()};
+    if (table.offset < 24 || table.length < 8 ||
+        static_cast<uint64_t>(table.offset) + static_cast<uint64_t>(table.length) > footer_start) {
+      return Status::corrupt(path + ": embedded table range [" + std::to_string(table.offset) +
+                             ", +" + std::to_string(table.length) + ") outside the file body");
+    }
+    if (table.offset % 8 != 0) {
+      return Status::corrupt(path + ": embedded table at offset " + std::to_string(table.offset) +
+                             " is not 8-byte aligned");
+    }
+    switch (static_cast<int>(e->content_type())) {
+      case 0: footer->reads = table; break;
+      case 1: footer->signal = table; break;
+      case 4: footer->run_info = table; break;
+      default:
+        return Status::unsupported(path + ": unknown embedded table type " +
+                                   std::to_string(static_cast<int>(e->content_type())));
+    }
+  }
+  if (!footer->reads.present() || !footer->signal.present()) {
+    return Status::corrupt(path + ": footer lacks the " +
+                           std::string(footer->reads.present() ? "signal" : "reads") + " table");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 bool parse_version(const std::string& text, Version* out) {
@@ -127,54 +187,8 @@ Result<Footer> read_footer(const std::filesystem::path& path_fs, uint64_t* file_
     return Status::corrupt(path + ": footer flatbuffer fails verification");
   }
   const fb::Footer* fbf = flatbuffers::GetRoot<fb::Footer>(fb_data);
-  if (!fbf->file_identifier() || !fbf->software() || !fbf->pod5_version() || !fbf->contents()) {
-    return Status::corrupt(path + ": footer lacks a required field (file_identifier, software, "
-                           "pod5_version or contents)");
-  }
-  footer.file_identifier = fbf->file_identifier()->str();
-  footer.software = printable(fbf->software()->str());
-  footer.pod5_version = fbf->pod5_version()->str();
-  if (!ReadId::parse(footer.file_identifier).is_ok()) {
-    return Status::corrupt(path + ": footer file_identifier is not a UUID: '" +
-                           printable(footer.file_identifier) + "'");
-  }
-  Version version;
-  if (!parse_version(footer.pod5_version, &version)) {
-    return Status::corrupt(path + ": footer pod5_version is not MAJOR.MINOR.REV: '" +
-                           printable(footer.pod5_version) + "'");
-  }
-  if (version.major > 0) {
-    return Status::unsupported(path + ": POD5 version " + footer.pod5_version +
-                               " is newer than this escpod understands (0.x)");
-  }
-  for (const fb::EmbeddedFile* e : *fbf->contents()) {
-    if (e->format() != fb::Format_FeatherV2) {
-      return Status::unsupported(path + ": embedded table of unknown format " +
-                                 std::to_string(static_cast<int>(e->format())));
-    }
-    EmbeddedTable table{e->offset(), e->length()};
-    if (table.offset < 24 || table.length < 8 ||
-        static_cast<uint64_t>(table.offset) + static_cast<uint64_t>(table.length) > footer_start) {
-      return Status::corrupt(path + ": embedded table range [" + std::to_string(table.offset) +
-                             ", +" + std::to_string(table.length) + ") outside the file body");
-    }
-    if (table.offset % 8 != 0) {
-      return Status::corrupt(path + ": embedded table at offset " + std::to_string(table.offset) +
-                             " is not 8-byte aligned");
-    }
-    switch (static_cast<int>(e->content_type())) {
-      case 0: footer.reads = table; break;
-      case 1: footer.signal = table; break;
-      case 4: footer.run_info = table; break;
-      default:
-        return Status::unsupported(path + ": unknown embedded table type " +
-                                   std::to_string(static_cast<int>(e->content_type())));
-    }
-  }
-  if (!footer.reads.present() || !footer.signal.present()) {
-    return Status::corrupt(path + ": footer lacks the " +
-                           std::string(footer.reads.present() ? "signal" : "reads") + " table");
-  }
+  ESCPOD_RETURN_IF_ERROR(read_footer_fields(*fbf, path, &footer));
+  ESCPOD_RETURN_IF_ERROR(read_footer_tables(*fbf, footer_start, path, &footer));
   return footer;
 }
 

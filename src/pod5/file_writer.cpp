@@ -247,6 +247,115 @@ std::shared_ptr<arrow::Array> wrap(const std::shared_ptr<arrow::DataType>& ext,
   return arrow::ExtensionType::WrapArray(ext, storage);
 }
 
+// The reads table's columns (V7 schema order) being built, one read at a time.
+struct ReadsColumns {
+  arrow::FixedSizeBinaryBuilder ids{arrow::fixed_size_binary(16)};
+  std::shared_ptr<arrow::UInt64Builder> row_values = std::make_shared<arrow::UInt64Builder>();
+  arrow::ListBuilder rows{arrow::default_memory_pool(), row_values,
+                          arrow::list(arrow::field("item", arrow::uint64()))};
+  arrow::UInt32Builder read_number, num_reads_since_mux_change, channel_32bit;
+  arrow::UInt64Builder start, num_minknow_events, num_samples;
+  arrow::FloatBuilder median_before, tss, tsh, pss, psh, time_since_mux_change, cal_off, cal_scale,
+      open_pore, expected_open_pore, selected_level;
+  arrow::UInt16Builder channel;
+  arrow::UInt8Builder well;
+  arrow::Int16Builder pore_idx, end_idx, run_idx;
+  arrow::BooleanBuilder forced;
+
+  // Appends read `r`; its pore type and run info must be in the dictionaries given.
+  arrow::Status append(const ReadRecord& r, const std::vector<std::string>& pore_types,
+                       const std::vector<std::string>& run_info_ids) {
+    ARROW_RETURN_NOT_OK(ids.Append(r.read_id.bytes.data()));
+    ARROW_RETURN_NOT_OK(rows.Append());
+    ARROW_RETURN_NOT_OK(row_values->AppendValues(r.signal_rows));
+    ARROW_RETURN_NOT_OK(read_number.Append(r.read_number));
+    ARROW_RETURN_NOT_OK(start.Append(r.start_sample));
+    ARROW_RETURN_NOT_OK(median_before.Append(r.median_before));
+    ARROW_RETURN_NOT_OK(num_minknow_events.Append(r.num_minknow_events));
+    ARROW_RETURN_NOT_OK(tss.Append(r.tracked_scaling_scale));
+    ARROW_RETURN_NOT_OK(tsh.Append(r.tracked_scaling_shift));
+    ARROW_RETURN_NOT_OK(pss.Append(r.predicted_scaling_scale));
+    ARROW_RETURN_NOT_OK(psh.Append(r.predicted_scaling_shift));
+    ARROW_RETURN_NOT_OK(num_reads_since_mux_change.Append(r.num_reads_since_mux_change));
+    ARROW_RETURN_NOT_OK(time_since_mux_change.Append(r.time_since_mux_change));
+    ARROW_RETURN_NOT_OK(num_samples.Append(r.num_samples));
+    // V7: channel holds the value when it fits 16 bits, else 0; channel_32bit always holds it.
+    ARROW_RETURN_NOT_OK(channel.Append(r.channel > 0xffff ? 0 : static_cast<uint16_t>(r.channel)));
+    ARROW_RETURN_NOT_OK(well.Append(r.well));
+    int16_t p = 0;
+    while (pore_types[static_cast<size_t>(p)] != r.pore_type) ++p;
+    ARROW_RETURN_NOT_OK(pore_idx.Append(p));
+    ARROW_RETURN_NOT_OK(cal_off.Append(r.calibration_offset));
+    ARROW_RETURN_NOT_OK(cal_scale.Append(r.calibration_scale));
+    ARROW_RETURN_NOT_OK(end_idx.Append(static_cast<int16_t>(end_reason_index(r.end_reason))));
+    ARROW_RETURN_NOT_OK(forced.Append(r.end_reason_forced));
+    int16_t q = 0;
+    while (run_info_ids[static_cast<size_t>(q)] != r.run_info) ++q;
+    ARROW_RETURN_NOT_OK(run_idx.Append(q));
+    ARROW_RETURN_NOT_OK(open_pore.Append(r.open_pore_level));
+    ARROW_RETURN_NOT_OK(expected_open_pore.Append(r.expected_open_pore_level));
+    ARROW_RETURN_NOT_OK(selected_level.Append(r.selected_read_level));
+    return channel_32bit.Append(r.channel);
+  }
+
+  // The finished columns into `cols`, the dictionary columns over the (cumulative) dictionaries
+  // given. Every column is finished; the first error is returned.
+  arrow::Status finish(const std::vector<std::string>& pore_types, const std::vector<std::string>& run_info_ids,
+                       std::vector<std::shared_ptr<arrow::Array>>& cols) {
+    arrow::Status st;
+    auto push = [&](arrow::Result<std::shared_ptr<arrow::Array>> r) {
+      if (!r.ok()) {
+        if (st.ok()) st = r.status();
+        cols.push_back(nullptr);
+      } else {
+        cols.push_back(*r);
+      }
+    };
+    auto done = [](auto& builder) { return builder.Finish(); };
+    push(done(ids).Map([](auto a) { return wrap(detail::uuid_type(), a); }));
+    push(done(rows));
+    push(done(read_number));
+    push(done(start));
+    push(done(median_before));
+    push(done(num_minknow_events));
+    push(done(tss));
+    push(done(tsh));
+    push(done(pss));
+    push(done(psh));
+    push(done(num_reads_since_mux_change));
+    push(done(time_since_mux_change));
+    push(done(num_samples));
+    push(done(channel));
+    push(done(well));
+    push(dictionary(pore_idx, pore_types));
+    push(done(cal_off));
+    push(done(cal_scale));
+    push(dictionary(end_idx, kEndReasonNames));
+    push(done(forced));
+    push(dictionary(run_idx, run_info_ids));
+    push(done(open_pore));
+    push(done(expected_open_pore));
+    push(done(selected_level));
+    push(done(channel_32bit));
+    return st;
+  }
+
+ private:
+  template <typename Values>
+  static arrow::Result<std::shared_ptr<arrow::Array>> strings(const Values& values) {
+    arrow::StringBuilder b;
+    for (const auto& v : values) ARROW_RETURN_NOT_OK(b.Append(std::string_view(v)));
+    return b.Finish();
+  }
+  // A dictionary<int16, utf8> column: the indices built in `idx`, over `values`.
+  template <typename Values>
+  static arrow::Result<std::shared_ptr<arrow::Array>> dictionary(arrow::Int16Builder& idx, const Values& values) {
+    ARROW_ASSIGN_OR_RAISE(auto indices, idx.Finish());
+    ARROW_ASSIGN_OR_RAISE(auto dict, strings(values));
+    return arrow::DictionaryArray::FromArrays(arrow::dictionary(arrow::int16(), arrow::utf8()), indices, dict);
+  }
+};
+
 }  // namespace
 
 struct FileWriter::Impl {
@@ -368,6 +477,15 @@ struct FileWriter::Impl {
                    ChunkBytes how = ChunkBytes::kCopy);
   void reset_pending_signal();
   Status flush_signal_batch();
+  // Steps of flush_signal_batch: the pending batch's bytes gathered from borrowed pieces (after
+  // the write before, which used the same stand-in range); the spilled tail read back after the
+  // in-memory head into `joined`; the batch over the pending buffers; its write by a background
+  // task; after a write in place, the pending state reset and its memory released.
+  Result<std::shared_ptr<arrow::Buffer>> gather_borrowed_signal();
+  Status read_back_spill(std::vector<uint8_t>& joined);
+  std::shared_ptr<arrow::RecordBatch> make_signal_batch(const std::shared_ptr<arrow::Buffer>& data) const;
+  Status write_signal_in_background(std::shared_ptr<arrow::RecordBatch> batch);
+  void release_written_signal();
   Status flush_reads_batch();
   Status write_run_info_table();
   Status finish();
@@ -448,43 +566,63 @@ Status FileWriter::Impl::add_chunk(const ReadId& id, const uint8_t* bytes, size_
 
 Status FileWriter::Impl::flush_signal_batch() {
   if (sig_pending == 0) return Status::ok();
-  auto check = [this](const arrow::Status& s) { return arrow_status(s, "signal batch"); };
   // The batch's bytes, contiguous: in memory, or the in-memory head plus the spilled tail.
   std::shared_ptr<arrow::Buffer> data;
   std::vector<uint8_t> joined;
   if (sig_has_borrowed) {
-    // The stand-in range is reused batch after batch: the one before must be written first.
-    ESCPOD_RETURN_IF_ERROR(wait_signal_write());
-    std::vector<iovec> pieces;
-    pieces.reserve(sig_pieces.size());
-    // sig_bytes keeps its data pointer from here on (it is moved, not copied).
-    for (const Piece& p : sig_pieces) {
-      pieces.push_back({p.borrowed ? const_cast<uint8_t*>(p.borrowed) : sig_bytes.data() + p.offset, p.n});
-    }
-    auto stand_in = gathered.set(std::move(pieces));
-    if (!stand_in.is_ok()) return fail(stand_in.status());
-    data = std::move(stand_in).value();
+    ESCPOD_ASSIGN_OR_RETURN(data, gather_borrowed_signal());
   } else if (spill_bytes > 0) {
-    ESCPOD_RETURN_IF_ERROR(check(spill->flush()));
-    joined.resize(sig_bytes.size() + static_cast<size_t>(spill_bytes));
-    std::memcpy(joined.data(), sig_bytes.data(), sig_bytes.size());
-    int fd = ::open(spill_path->path().c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(Status::io_error("cannot reopen " + spill_path->path().string()));
-    size_t got = 0;
-    while (got < static_cast<size_t>(spill_bytes)) {
-      ssize_t r = ::pread(fd, joined.data() + sig_bytes.size() + got, static_cast<size_t>(spill_bytes) - got,
-                          static_cast<off_t>(got));
-      if (r <= 0) {
-        ::close(fd);
-        return fail(Status::io_error("cannot read back " + spill_path->path().string()));
-      }
-      got += static_cast<size_t>(r);
-    }
-    ::close(fd);
+    ESCPOD_RETURN_IF_ERROR(read_back_spill(joined));
     data = arrow::Buffer::Wrap(joined.data(), static_cast<int64_t>(joined.size()));
   } else {
     data = arrow::Buffer::Wrap(sig_bytes.data(), static_cast<int64_t>(sig_bytes.size()));
   }
+  auto batch = make_signal_batch(data);
+  // Without a shared budget (single-output commands), the batch is written by a background task
+  // while the caller fills the next one: copying chunks in and writing them out overlap.
+  const bool async = !options.signal_budget && !spill;
+  if (async) return write_signal_in_background(std::move(batch));
+  ESCPOD_RETURN_IF_ERROR(arrow_status(signal_writer->WriteRecordBatch(*batch), "signal batch"));
+  release_written_signal();
+  return Status::ok();
+}
+
+Result<std::shared_ptr<arrow::Buffer>> FileWriter::Impl::gather_borrowed_signal() {
+  // The stand-in range is reused batch after batch: the one before must be written first.
+  ESCPOD_RETURN_IF_ERROR(wait_signal_write());
+  std::vector<iovec> pieces;
+  pieces.reserve(sig_pieces.size());
+  // sig_bytes keeps its data pointer from here on (it is moved, not copied).
+  for (const Piece& p : sig_pieces) {
+    pieces.push_back({p.borrowed ? const_cast<uint8_t*>(p.borrowed) : sig_bytes.data() + p.offset, p.n});
+  }
+  auto stand_in = gathered.set(std::move(pieces));
+  if (!stand_in.is_ok()) return fail(stand_in.status());
+  return std::move(stand_in).value();
+}
+
+Status FileWriter::Impl::read_back_spill(std::vector<uint8_t>& joined) {
+  ESCPOD_RETURN_IF_ERROR(arrow_status(spill->flush(), "signal batch"));
+  joined.resize(sig_bytes.size() + static_cast<size_t>(spill_bytes));
+  std::memcpy(joined.data(), sig_bytes.data(), sig_bytes.size());
+  int fd = ::open(spill_path->path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(Status::io_error("cannot reopen " + spill_path->path().string()));
+  size_t got = 0;
+  while (got < static_cast<size_t>(spill_bytes)) {
+    ssize_t r = ::pread(fd, joined.data() + sig_bytes.size() + got, static_cast<size_t>(spill_bytes) - got,
+                        static_cast<off_t>(got));
+    if (r <= 0) {
+      ::close(fd);
+      return fail(Status::io_error("cannot read back " + spill_path->path().string()));
+    }
+    got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return Status::ok();
+}
+
+std::shared_ptr<arrow::RecordBatch> FileWriter::Impl::make_signal_batch(
+    const std::shared_ptr<arrow::Buffer>& data) const {
   auto offsets = arrow::Buffer::Wrap(sig_offsets.data(), static_cast<int64_t>(sig_offsets.size()));
   std::shared_ptr<arrow::Array> signal;
   if (options.vbz) {
@@ -499,34 +637,33 @@ Status FileWriter::Impl::flush_signal_batch() {
       arrow::Buffer::Wrap(sig_ids.data(), static_cast<int64_t>(sig_ids.size())));
   auto samples = std::make_shared<arrow::UInt32Array>(
       sig_pending, arrow::Buffer::Wrap(sig_samples.data(), static_cast<int64_t>(sig_samples.size())));
-  auto batch = arrow::RecordBatch::Make(signal_schema, sig_pending,
-                                        {wrap(detail::uuid_type(), ids), signal, samples});
-  // Without a shared budget (single-output commands), the batch is written by a background task
-  // while the caller fills the next one: copying chunks in and writing them out overlap.
-  const bool async = !options.signal_budget && !spill;
-  if (async) {
-    ESCPOD_RETURN_IF_ERROR(wait_signal_write());
-    auto f = std::make_unique<InFlight>();
-    // Moving a vector keeps its data pointer, so the Arrow buffers wrapping them stay valid.
-    f->ids = std::move(sig_ids);
-    f->samples = std::move(sig_samples);
-    f->offsets = std::move(sig_offsets);
-    f->bytes = std::move(sig_bytes);
-    f->batch = batch;
-    in_flight = std::move(f);
-    InFlight* job = in_flight.get();
-    signal_arena.emplace(tbb::task_arena::attach());
-    job->writer = signal_writer.get();
-    signal_arena->execute([this, job] { escpod::detail::spawn_pool_task(signal_tasks, job); });
-    // Fresh buffers for the next batch, reusing the capacity of the batch written before.
-    sig_ids = std::move(spare.ids);
-    sig_samples = std::move(spare.samples);
-    sig_offsets = std::move(spare.offsets);
-    sig_bytes = std::move(spare.bytes);
-    reset_pending_signal();
-    return Status::ok();
-  }
-  ESCPOD_RETURN_IF_ERROR(check(signal_writer->WriteRecordBatch(*batch)));
+  return arrow::RecordBatch::Make(signal_schema, sig_pending, {wrap(detail::uuid_type(), ids), signal, samples});
+}
+
+Status FileWriter::Impl::write_signal_in_background(std::shared_ptr<arrow::RecordBatch> batch) {
+  ESCPOD_RETURN_IF_ERROR(wait_signal_write());
+  auto f = std::make_unique<InFlight>();
+  // Moving a vector keeps its data pointer, so the Arrow buffers wrapping them stay valid.
+  f->ids = std::move(sig_ids);
+  f->samples = std::move(sig_samples);
+  f->offsets = std::move(sig_offsets);
+  f->bytes = std::move(sig_bytes);
+  f->batch = std::move(batch);
+  in_flight = std::move(f);
+  InFlight* job = in_flight.get();
+  signal_arena.emplace(tbb::task_arena::attach());
+  job->writer = signal_writer.get();
+  signal_arena->execute([this, job] { escpod::detail::spawn_pool_task(signal_tasks, job); });
+  // Fresh buffers for the next batch, reusing the capacity of the batch written before.
+  sig_ids = std::move(spare.ids);
+  sig_samples = std::move(spare.samples);
+  sig_offsets = std::move(spare.offsets);
+  sig_bytes = std::move(spare.bytes);
+  reset_pending_signal();
+  return Status::ok();
+}
+
+void FileWriter::Impl::release_written_signal() {
   // Reset, keeping capacity; give the memory back to the shared budget; empty the spill file.
   reset_pending_signal();
   if (options.signal_budget && sig_reserved > 0) {
@@ -540,7 +677,6 @@ Status FileWriter::Impl::flush_signal_batch() {
     spill_path.reset();  // removes the file; a new one is made if needed again
     spill_bytes = 0;
   }
-  return Status::ok();
 }
 
 void FileWriter::Impl::reset_pending_signal() {
@@ -569,100 +705,12 @@ Status FileWriter::Impl::flush_reads_batch() {
   if (pending_reads.empty()) return Status::ok();
   auto check = [this](const arrow::Status& s) { return arrow_status(s, "reads batch"); };
   const auto n = static_cast<int64_t>(pending_reads.size());
-  arrow::FixedSizeBinaryBuilder ids(arrow::fixed_size_binary(16));
-  auto row_values = std::make_shared<arrow::UInt64Builder>();
-  arrow::ListBuilder rows(arrow::default_memory_pool(), row_values,
-                          arrow::list(arrow::field("item", arrow::uint64())));
-  arrow::UInt32Builder read_number, num_reads_since_mux_change, channel_32bit;
-  arrow::UInt64Builder start, num_minknow_events, num_samples;
-  arrow::FloatBuilder median_before, tss, tsh, pss, psh, time_since_mux_change, cal_off, cal_scale,
-      open_pore, expected_open_pore, selected_level;
-  arrow::UInt16Builder channel;
-  arrow::UInt8Builder well;
-  arrow::Int16Builder pore_idx, end_idx, run_idx;
-  arrow::BooleanBuilder forced;
+  ReadsColumns columns;
   for (const ReadRecord& r : pending_reads) {
-    ESCPOD_RETURN_IF_ERROR(check(ids.Append(r.read_id.bytes.data())));
-    ESCPOD_RETURN_IF_ERROR(check(rows.Append()));
-    ESCPOD_RETURN_IF_ERROR(check(row_values->AppendValues(r.signal_rows)));
-    ESCPOD_RETURN_IF_ERROR(check(read_number.Append(r.read_number)));
-    ESCPOD_RETURN_IF_ERROR(check(start.Append(r.start_sample)));
-    ESCPOD_RETURN_IF_ERROR(check(median_before.Append(r.median_before)));
-    ESCPOD_RETURN_IF_ERROR(check(num_minknow_events.Append(r.num_minknow_events)));
-    ESCPOD_RETURN_IF_ERROR(check(tss.Append(r.tracked_scaling_scale)));
-    ESCPOD_RETURN_IF_ERROR(check(tsh.Append(r.tracked_scaling_shift)));
-    ESCPOD_RETURN_IF_ERROR(check(pss.Append(r.predicted_scaling_scale)));
-    ESCPOD_RETURN_IF_ERROR(check(psh.Append(r.predicted_scaling_shift)));
-    ESCPOD_RETURN_IF_ERROR(check(num_reads_since_mux_change.Append(r.num_reads_since_mux_change)));
-    ESCPOD_RETURN_IF_ERROR(check(time_since_mux_change.Append(r.time_since_mux_change)));
-    ESCPOD_RETURN_IF_ERROR(check(num_samples.Append(r.num_samples)));
-    // V7: channel holds the value when it fits 16 bits, else 0; channel_32bit always holds it.
-    ESCPOD_RETURN_IF_ERROR(check(channel.Append(r.channel > 0xffff ? 0 : static_cast<uint16_t>(r.channel))));
-    ESCPOD_RETURN_IF_ERROR(check(well.Append(r.well)));
-    int16_t p = 0;
-    while (pore_types[static_cast<size_t>(p)] != r.pore_type) ++p;
-    ESCPOD_RETURN_IF_ERROR(check(pore_idx.Append(p)));
-    ESCPOD_RETURN_IF_ERROR(check(cal_off.Append(r.calibration_offset)));
-    ESCPOD_RETURN_IF_ERROR(check(cal_scale.Append(r.calibration_scale)));
-    ESCPOD_RETURN_IF_ERROR(check(end_idx.Append(static_cast<int16_t>(end_reason_index(r.end_reason)))));
-    ESCPOD_RETURN_IF_ERROR(check(forced.Append(r.end_reason_forced)));
-    int16_t q = 0;
-    while (run_info_ids[static_cast<size_t>(q)] != r.run_info) ++q;
-    ESCPOD_RETURN_IF_ERROR(check(run_idx.Append(q)));
-    ESCPOD_RETURN_IF_ERROR(check(open_pore.Append(r.open_pore_level)));
-    ESCPOD_RETURN_IF_ERROR(check(expected_open_pore.Append(r.expected_open_pore_level)));
-    ESCPOD_RETURN_IF_ERROR(check(selected_level.Append(r.selected_read_level)));
-    ESCPOD_RETURN_IF_ERROR(check(channel_32bit.Append(r.channel)));
+    ESCPOD_RETURN_IF_ERROR(check(columns.append(r, pore_types, run_info_ids)));
   }
-  auto strings = [&](const auto& values) -> arrow::Result<std::shared_ptr<arrow::Array>> {
-    arrow::StringBuilder b;
-    for (const auto& v : values) ARROW_RETURN_NOT_OK(b.Append(std::string_view(v)));
-    return b.Finish();
-  };
-  auto dictionary = [&](arrow::Int16Builder& idx, const auto& values)
-      -> arrow::Result<std::shared_ptr<arrow::Array>> {
-    ARROW_ASSIGN_OR_RAISE(auto indices, idx.Finish());
-    ARROW_ASSIGN_OR_RAISE(auto dict, strings(values));
-    return arrow::DictionaryArray::FromArrays(arrow::dictionary(arrow::int16(), arrow::utf8()),
-                                              indices, dict);
-  };
-  auto finish = [](auto& builder) { return builder.Finish(); };
   std::vector<std::shared_ptr<arrow::Array>> cols;
-  arrow::Status st;
-  auto push = [&](arrow::Result<std::shared_ptr<arrow::Array>> r) {
-    if (!r.ok()) {
-      if (st.ok()) st = r.status();
-      cols.push_back(nullptr);
-    } else {
-      cols.push_back(*r);
-    }
-  };
-  push(finish(ids).Map([](auto a) { return wrap(detail::uuid_type(), a); }));
-  push(finish(rows));
-  push(finish(read_number));
-  push(finish(start));
-  push(finish(median_before));
-  push(finish(num_minknow_events));
-  push(finish(tss));
-  push(finish(tsh));
-  push(finish(pss));
-  push(finish(psh));
-  push(finish(num_reads_since_mux_change));
-  push(finish(time_since_mux_change));
-  push(finish(num_samples));
-  push(finish(channel));
-  push(finish(well));
-  push(dictionary(pore_idx, pore_types));
-  push(finish(cal_off));
-  push(finish(cal_scale));
-  push(dictionary(end_idx, kEndReasonNames));
-  push(finish(forced));
-  push(dictionary(run_idx, run_info_ids));
-  push(finish(open_pore));
-  push(finish(expected_open_pore));
-  push(finish(selected_level));
-  push(finish(channel_32bit));
-  ESCPOD_RETURN_IF_ERROR(check(st));
+  ESCPOD_RETURN_IF_ERROR(check(columns.finish(pore_types, run_info_ids, cols)));
   auto batch = arrow::RecordBatch::Make(reads_schema, n, cols);
   pending_reads.clear();
   return check(reads_writer->WriteRecordBatch(*batch));

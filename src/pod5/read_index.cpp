@@ -592,20 +592,18 @@ Result<BatchLayout> decode_batch_layout(const IndexedFile& entry) {
 
 // ---- build -------------------------------------------------------------------------------------
 
-Status build_read_index(const fs::path& root_in, const IndexBuildOptions& options, IndexBuildReport* report) {
-  std::error_code ec;
-  const fs::path root = normal_path(root_in);
-  if (!fs::is_directory(root, ec)) return Status::invalid_argument(root_in.string() + ": not a folder");
-  const fs::path dir = root / kReadIndexDirName;
-  fs::create_directories(dir, ec);
-  if (ec) return Status::io_error(dir.string() + ": cannot create: " + ec.message());
-  ESCPOD_ASSIGN_OR_RETURN(IndexLock lock, IndexLock::take(dir));
-  IndexBuildReport local;
-  IndexBuildReport& rep = report ? *report : local;
-  rep = IndexBuildReport{};
+namespace {
 
+// The files of one build to read: indices into the new manifest's files, and their paths.
+struct ScanPlan {
+  std::vector<size_t> to_scan;
+  std::vector<fs::path> scan_paths;
+};
+
+// The previous index's manifest (empty when rebuilding, absent or unreadable).
+Manifest read_previous_manifest(const fs::path& dir, bool rebuild) {
   Manifest old;
-  if (!options.rebuild && fs::exists(dir / "manifest")) {
+  if (!rebuild && fs::exists(dir / "manifest")) {
     auto m = read_manifest(dir / "manifest");
     if (m.is_ok()) {
       old = std::move(m).value();
@@ -613,7 +611,11 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
       log::warn("{}; rebuilding the index", m.status().message());
     }
   }
-  // Segments of the previous index that still open; files in a damaged one are scanned again.
+  return old;
+}
+
+// Segments of the previous index that still open; files in a damaged one are scanned again.
+std::map<std::string, std::unique_ptr<SegmentMap>> open_previous_segments(const fs::path& dir, const Manifest& old) {
   std::map<std::string, std::unique_ptr<SegmentMap>> segs;
   for (const auto& [name, n] : old.segments) {
     auto s = SegmentMap::open(dir / name);
@@ -624,15 +626,17 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
                 s.is_ok() ? "record count differs from the manifest" : s.status().message());
     }
   }
+  return segs;
+}
+
+// Every POD5 under `root` into the new manifest `m`: entries of the previous index `old` kept
+// for files unchanged since (same size, time and identifier, segment still there), the others
+// planned for reading into `plan` with a new slot each.
+Status plan_index_files(const fs::path& root, const std::vector<fs::path>& paths, const Manifest& old,
+                        const std::map<std::string, std::unique_ptr<SegmentMap>>& segs, Manifest& m,
+                        ScanPlan& plan, IndexBuildReport& rep) {
   std::unordered_map<std::string, const IndexedFile*> old_by_path;
   for (const auto& e : old.files) old_by_path[e.path] = &e;
-
-  ESCPOD_ASSIGN_OR_RETURN(auto paths, collect_pod5_inputs({root.string()}));
-  Manifest m;
-  m.next_slot = old.next_slot;
-  m.next_segment = old.next_segment;
-  std::vector<size_t> to_scan;  // indices into m.files
-  std::vector<fs::path> scan_paths;
   std::set<std::string> kept_paths;
   for (const auto& p : paths) {
     IndexedFile e;
@@ -666,82 +670,169 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
     e.slot = m.next_slot++;
     e.size = st.size;
     e.mtime_ns = st.mtime_ns;
-    to_scan.push_back(m.files.size());
-    scan_paths.push_back(p);
+    plan.to_scan.push_back(m.files.size());
+    plan.scan_paths.push_back(p);
     m.files.push_back(std::move(e));
   }
   for (const auto& e : old.files)
     if (!kept_paths.count(e.path)) ++rep.n_files_removed;
+  return Status::ok();
+}
+
+// Reads the file at `path` into its entry `e` (identifier, batch layout, read count) and its
+// read ids into `sorter` (guarded by `mutex`). kIoError when it changed since it was planned.
+Status scan_index_file(const fs::path& path, IndexedFile& e, RunSorter& sorter, std::mutex& mutex) {
+  ESCPOD_ASSIGN_OR_RETURN(auto reader, FileReader::open(path, OpenOptions{.validate_all_batches = false}));
+  ESCPOD_ASSIGN_OR_RETURN(FileStat st, stat_file(path));
+  if (st.size != e.size || st.mtime_ns != e.mtime_ns) {
+    return Status::io_error(path.string() + ": changed while it was being indexed");
+  }
+  e.file_identifier = reader->info().file_identifier;
+  e.n_batches = reader->n_read_batches();
+  ESCPOD_ASSIGN_OR_RETURN(BatchLayout layout, reader->batch_layout());
+  e.layout = encode_batch_layout(layout);
+  std::vector<Rec> recs;
+  for (size_t b = 0; b < reader->n_read_batches(); ++b) {
+    if (interrupted()) return Status::cancelled("interrupted");
+    ESCPOD_ASSIGN_OR_RETURN(auto ids, reader->read_batch_ids(b));
+    recs.resize(ids.size());
+    for (size_t r = 0; r < ids.size(); ++r) {
+      recs[r].id = ids[r].bytes;
+      recs[r].slot = e.slot;
+      recs[r].batch = static_cast<uint32_t>(b);
+      recs[r].row = static_cast<uint32_t>(r);
+    }
+    e.n_reads += ids.size();
+    std::lock_guard guard(mutex);
+    ESCPOD_RETURN_IF_ERROR(sorter.add(recs));
+  }
+  return Status::ok();
+}
+
+// The sizes of `paths` (0 where unknown), and their sum in *total.
+std::vector<uint64_t> file_sizes(const std::vector<fs::path>& paths, uint64_t* total) {
+  std::vector<uint64_t> sizes;
+  for (const auto& p : paths) {
+    std::error_code size_ec;
+    sizes.push_back(fs::file_size(p, size_ec));
+    if (size_ec) sizes.back() = 0;
+    *total += sizes.back();
+  }
+  return sizes;
+}
+
+// Scans the planned files (of `sizes` bytes) on up to n_threads threads, counting each into
+// `task`. The error returned is the first failing file's in scan order; files not yet started
+// are skipped once one fails.
+Status scan_index_files(const ScanPlan& plan, const std::vector<uint64_t>& sizes, progress::Task& task, Manifest& m,
+                        RunSorter& sorter, int n_threads) {
+  std::mutex mutex;  // guards `sorter`
+  auto scan_and_count = [&](size_t k) {
+    Status s = scan_index_file(plan.scan_paths[k], m.files[plan.to_scan[k]], sorter, mutex);
+    task.add(1, sizes[k]);
+    return s;
+  };
+  Executor& pool = Executor::for_threads(std::max(1, n_threads));
+  return parallel_for(pool, plan.to_scan.size(), scan_and_count);
+}
+
+// The records sorted so far, as one new segment named in `m` (the scanned files without reads
+// get no segment, "-").
+Status write_new_segment(const fs::path& dir, RunSorter& sorter, const std::vector<size_t>& to_scan, Manifest& m) {
+  if (sorter.total() == 0) {
+    for (size_t k : to_scan) m.files[k].segment = "-";
+    return Status::ok();
+  }
+  const std::string name = segment_name(m.next_segment++);
+  ESCPOD_ASSIGN_OR_RETURN(auto writer, SegmentWriter::create(dir / name, sorter.total()));
+  ESCPOD_RETURN_IF_ERROR(sorter.merge([&](const Rec& r) {
+    writer->add(r);
+    return Status::ok();
+  }));
+  ESCPOD_RETURN_IF_ERROR(writer->finish());
+  m.segments[name] = sorter.total();
+  for (size_t k : to_scan)
+    if (m.files[k].n_reads > 0) m.files[k].segment = name; else m.files[k].segment = "-";
+  return Status::ok();
+}
+
+// Merges every segment of `m` into one holding the `live` records of its files, dropping the
+// records of slots no file uses any more.
+Status merge_segments(const fs::path& dir, uint64_t live, Manifest& m) {
+  std::vector<std::unique_ptr<SegmentMap>> inputs;
+  for (const auto& [name, n] : m.segments) {
+    auto opened = SegmentMap::open(dir / name);
+    Status checked = opened.is_ok() ? (*opened)->verify() : opened.status();
+    if (!checked.is_ok()) {
+      return Status(checked.code(), checked.message() + " (while merging segments; `escpod index --rebuild` "
+                                                        "reads every file again)");
+    }
+    inputs.push_back(std::move(opened).value());
+  }
+  std::set<uint32_t> live_slots;
+  for (const auto& e : m.files) live_slots.insert(e.slot);
+  std::vector<uint64_t> pos(inputs.size(), 0);
+  using Item = std::pair<Rec, size_t>;
+  auto greater = [](const Item& a, const Item& b) { return rec_less(b.first, a.first); };
+  std::priority_queue<Item, std::vector<Item>, decltype(greater)> heap(greater);
+  auto advance = [&](size_t k) {
+    while (pos[k] < inputs[k]->n_records()) {
+      Rec r = inputs[k]->record(pos[k]++);
+      if (live_slots.count(r.slot)) {
+        heap.emplace(r, k);
+        return;
+      }
+    }
+  };
+  for (size_t k = 0; k < inputs.size(); ++k) advance(k);
+  const std::string name = segment_name(m.next_segment++);
+  ESCPOD_ASSIGN_OR_RETURN(auto writer, SegmentWriter::create(dir / name, live));
+  while (!heap.empty()) {
+    auto [top, k] = heap.top();
+    heap.pop();
+    writer->add(top);
+    advance(k);
+  }
+  ESCPOD_RETURN_IF_ERROR(writer->finish());
+  m.segments.clear();
+  m.segments[name] = live;
+  for (auto& e : m.files) e.segment = e.n_reads > 0 ? name : "-";
+  return Status::ok();
+}
+
+}  // namespace
+
+Status build_read_index(const fs::path& root_in, const IndexBuildOptions& options, IndexBuildReport* report) {
+  std::error_code ec;
+  const fs::path root = normal_path(root_in);
+  if (!fs::is_directory(root, ec)) return Status::invalid_argument(root_in.string() + ": not a folder");
+  const fs::path dir = root / kReadIndexDirName;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::io_error(dir.string() + ": cannot create: " + ec.message());
+  ESCPOD_ASSIGN_OR_RETURN(IndexLock lock, IndexLock::take(dir));
+  IndexBuildReport local;
+  IndexBuildReport& rep = report ? *report : local;
+  rep = IndexBuildReport{};
+
+  const Manifest old = read_previous_manifest(dir, options.rebuild);
+  const std::map<std::string, std::unique_ptr<SegmentMap>> segs = open_previous_segments(dir, old);
+  ESCPOD_ASSIGN_OR_RETURN(auto paths, collect_pod5_inputs({root.string()}));
+  Manifest m;
+  m.next_slot = old.next_slot;
+  m.next_segment = old.next_segment;
+  ScanPlan plan;
+  ESCPOD_RETURN_IF_ERROR(plan_index_files(root, paths, old, segs, m, plan, rep));
 
   // Scan new and changed files into sorted runs.
   RunSorter sorter(dir / "run", std::max<size_t>(options.memory_bytes / kRecordBytes, 64));
-  std::mutex mutex;  // guards `sorter`
-  auto scan_one = [&](size_t k) -> Status {
-    IndexedFile& e = m.files[to_scan[k]];
-    ESCPOD_ASSIGN_OR_RETURN(auto reader, FileReader::open(scan_paths[k], OpenOptions{.validate_all_batches = false}));
-    ESCPOD_ASSIGN_OR_RETURN(FileStat st, stat_file(scan_paths[k]));
-    if (st.size != e.size || st.mtime_ns != e.mtime_ns) {
-      return Status::io_error(scan_paths[k].string() + ": changed while it was being indexed");
-    }
-    e.file_identifier = reader->info().file_identifier;
-    e.n_batches = reader->n_read_batches();
-    ESCPOD_ASSIGN_OR_RETURN(BatchLayout layout, reader->batch_layout());
-    e.layout = encode_batch_layout(layout);
-    std::vector<Rec> recs;
-    for (size_t b = 0; b < reader->n_read_batches(); ++b) {
-      if (interrupted()) return Status::cancelled("interrupted");
-      ESCPOD_ASSIGN_OR_RETURN(auto ids, reader->read_batch_ids(b));
-      recs.resize(ids.size());
-      for (size_t r = 0; r < ids.size(); ++r) {
-        recs[r].id = ids[r].bytes;
-        recs[r].slot = e.slot;
-        recs[r].batch = static_cast<uint32_t>(b);
-        recs[r].row = static_cast<uint32_t>(r);
-      }
-      e.n_reads += ids.size();
-      std::lock_guard guard(mutex);
-      ESCPOD_RETURN_IF_ERROR(sorter.add(recs));
-    }
-    return Status::ok();
-  };
   uint64_t scan_bytes = 0;
-  std::vector<uint64_t> scan_sizes;
-  for (const auto& p : scan_paths) {
-    std::error_code size_ec;
-    scan_sizes.push_back(fs::file_size(p, size_ec));
-    if (size_ec) scan_sizes.back() = 0;
-    scan_bytes += scan_sizes.back();
-  }
-  progress::Task task(to_scan.size(), scan_bytes, {.label = "index", .unit = "files"});
-  auto scan_and_count = [&](size_t k) {
-    Status s = scan_one(k);
-    task.add(1, scan_sizes[k]);
-    return s;
-  };
-  // The error returned is the first failing file's in scan order; files not yet started are
-  // skipped once one fails.
-  Executor& pool = Executor::for_threads(std::max(1, options.n_threads));
-  ESCPOD_RETURN_IF_ERROR(parallel_for(pool, to_scan.size(), scan_and_count));
-  rep.n_files_scanned = to_scan.size();
+  const std::vector<uint64_t> scan_sizes = file_sizes(plan.scan_paths, &scan_bytes);
+  progress::Task task(plan.to_scan.size(), scan_bytes, {.label = "index", .unit = "files"});
+  ESCPOD_RETURN_IF_ERROR(scan_index_files(plan, scan_sizes, task, m, sorter, options.n_threads));
+  rep.n_files_scanned = plan.to_scan.size();
   rep.n_spilled_runs = sorter.n_runs();
   rep.n_reads_added = sorter.total();
-
-  std::vector<std::string> new_segments;
-  if (sorter.total() > 0) {
-    const std::string name = segment_name(m.next_segment++);
-    ESCPOD_ASSIGN_OR_RETURN(auto writer, SegmentWriter::create(dir / name, sorter.total()));
-    ESCPOD_RETURN_IF_ERROR(sorter.merge([&](const Rec& r) {
-      writer->add(r);
-      return Status::ok();
-    }));
-    ESCPOD_RETURN_IF_ERROR(writer->finish());
-    m.segments[name] = sorter.total();
-    for (size_t k : to_scan)
-      if (m.files[k].n_reads > 0) m.files[k].segment = name; else m.files[k].segment = "-";
-    new_segments.push_back(name);
-  } else {
-    for (size_t k : to_scan) m.files[k].segment = "-";
-  }
+  ESCPOD_RETURN_IF_ERROR(write_new_segment(dir, sorter, plan.to_scan, m));
   // Old segments still holding a live file's records.
   for (const auto& e : m.files) {
     if (e.segment != "-" && !m.segments.count(e.segment)) m.segments[e.segment] = old.segments.at(e.segment);
@@ -752,44 +843,7 @@ Status build_read_index(const fs::path& root_in, const IndexBuildOptions& option
   for (const auto& e : m.files) live += e.n_reads;
   for (const auto& [name, n] : m.segments) stored += n;
   if (m.segments.size() > kMaxSegments || (m.segments.size() > 1 && stored - live > live)) {
-    std::vector<std::unique_ptr<SegmentMap>> inputs;
-    for (const auto& [name, n] : m.segments) {
-      auto opened = SegmentMap::open(dir / name);
-      Status checked = opened.is_ok() ? (*opened)->verify() : opened.status();
-      if (!checked.is_ok()) {
-        return Status(checked.code(), checked.message() + " (while merging segments; `escpod index --rebuild` "
-                                                          "reads every file again)");
-      }
-      inputs.push_back(std::move(opened).value());
-    }
-    std::set<uint32_t> live_slots;
-    for (const auto& e : m.files) live_slots.insert(e.slot);
-    std::vector<uint64_t> pos(inputs.size(), 0);
-    using Item = std::pair<Rec, size_t>;
-    auto greater = [](const Item& a, const Item& b) { return rec_less(b.first, a.first); };
-    std::priority_queue<Item, std::vector<Item>, decltype(greater)> heap(greater);
-    auto advance = [&](size_t k) {
-      while (pos[k] < inputs[k]->n_records()) {
-        Rec r = inputs[k]->record(pos[k]++);
-        if (live_slots.count(r.slot)) {
-          heap.emplace(r, k);
-          return;
-        }
-      }
-    };
-    for (size_t k = 0; k < inputs.size(); ++k) advance(k);
-    const std::string name = segment_name(m.next_segment++);
-    ESCPOD_ASSIGN_OR_RETURN(auto writer, SegmentWriter::create(dir / name, live));
-    while (!heap.empty()) {
-      auto [top, k] = heap.top();
-      heap.pop();
-      writer->add(top);
-      advance(k);
-    }
-    ESCPOD_RETURN_IF_ERROR(writer->finish());
-    m.segments.clear();
-    m.segments[name] = live;
-    for (auto& e : m.files) e.segment = e.n_reads > 0 ? name : "-";
+    ESCPOD_RETURN_IF_ERROR(merge_segments(dir, live, m));
     rep.compacted = true;
   }
   ESCPOD_RETURN_IF_ERROR(write_manifest(dir / "manifest", m));

@@ -64,6 +64,28 @@ class ReadsRowReader {
                 const std::string& where) const;
   // Reads and parses batch `batch`'s header from the file, checked against the schema.
   Status read_header(size_t batch, RecordBatchHeader* at, const std::string& ctx) const;
+  // What one read_rows call reads from: batch `at`'s header, the file offset of its body, the
+  // batch's row count, the rows wanted [first, first + n), `where` (the file) and `ctx` (the
+  // batch) for errors, and the calling thread's scratch buffer for raw values.
+  struct RowRange {
+    const RecordBatchHeader& at;
+    uint64_t body;
+    uint64_t batch_rows;
+    uint64_t first;
+    size_t n;
+    const std::string& where;
+    const std::string& ctx;
+    std::vector<uint8_t>& bytes;
+  };
+  // The raw bytes of values [first, first + count) of fixed-width column `c` into r.bytes
+  // (booleans: whole bytes); count is n but for a list's offsets (n + 1: where the last row ends).
+  Status read_raw(const RowRange& r, const Column& c, const char* name, uint64_t count) const;
+  // Column `name` as T (stored as S), or `fallback` for every row when the table lacks it.
+  template <typename S, typename T>
+  Status read_values(const RowRange& r, const char* name, S, T fallback, std::vector<T>& dst) const;
+  // Steps of read_rows: the signal row lists; the columns only Columns::kAll reads.
+  Status read_signal_rows(const RowRange& r, ReadBatch* out) const;
+  Status read_field_columns(const RowRange& r, ReadBatch* out) const;
   struct CachedHeader {
     std::once_flag once;
     Status status;

@@ -181,12 +181,14 @@ const char* read_signal_state_name(ReadSignalState state) {
 
 namespace {
 
-// Side paths null: looked up beside `path` by the file identifier.
-Result<DamagedFile> open_damaged_impl(const std::filesystem::path& path,
-                                      const std::filesystem::path* reads_path,
-                                      const std::filesystem::path* run_info_path) {
-  ESCPOD_ASSIGN_OR_RETURN(Mapped main, map_file(path));
-  const arrow::Buffer& bytes = *main.bytes;
+// The best scan found of each table.
+struct FoundTables {
+  Found signal, reads, run_info;
+};
+
+// kCorrupt unless `bytes` (the file at `path`) start with the POD5 signature and reach past the
+// first section marker.
+Status check_recoverable(const arrow::Buffer& bytes, const std::filesystem::path& path) {
   const int64_t size = bytes.size();
   if (size < 8 || std::memcmp(bytes.data(), detail::kSignature, 8) != 0) {
     return Status::corrupt(path.string() + ": not a POD5 file (no POD5 signature at the start)");
@@ -195,11 +197,15 @@ Result<DamagedFile> open_damaged_impl(const std::filesystem::path& path,
     return Status::corrupt(path.string() + ": nothing to recover (" + std::to_string(size) +
                            " bytes: cut before the signal table)");
   }
-  uint8_t marker[kMarkerBytes];
-  std::memcpy(marker, bytes.data() + 8, kMarkerBytes);
+  return Status::ok();
+}
 
-  DamagedFile out;
-  Found signal, reads, run_info;
+// Scans the embedded tables of the main file (`main`, whose section marker is `marker`) into
+// `found`; tables that are no POD5 table are noted in `out`.
+void scan_main_file(const Mapped& main, const std::filesystem::path& path, const uint8_t* marker,
+                    FoundTables& found, DamagedFile& out) {
+  const arrow::Buffer& bytes = *main.bytes;
+  const int64_t size = bytes.size();
   // Embedded tables follow one another, each after a section marker; the first one at 24.
   int64_t at = 24;
   bool first = true;
@@ -214,9 +220,9 @@ Result<DamagedFile> open_damaged_impl(const std::filesystem::path& path,
     const TableKind kind = f.scan.found ? classify(*f.stream.schema) : first ? TableKind::kSignal
                                                                              : TableKind::kUnknown;
     switch (kind) {
-      case TableKind::kSignal: keep_better(signal, std::move(f)); break;
-      case TableKind::kReads: keep_better(reads, std::move(f)); break;
-      case TableKind::kRunInfo: keep_better(run_info, std::move(f)); break;
+      case TableKind::kSignal: keep_better(found.signal, std::move(f)); break;
+      case TableKind::kReads: keep_better(found.reads, std::move(f)); break;
+      case TableKind::kRunInfo: keep_better(found.run_info, std::move(f)); break;
       case TableKind::kUnknown:
         out.notes.push_back("table at offset " + std::to_string(at) + " skipped: " +
                             (f.scan.found ? "not a POD5 table" : f.scan.stop));
@@ -226,70 +232,103 @@ Result<DamagedFile> open_damaged_impl(const std::filesystem::path& path,
     first = false;
     at = next >= 0 ? next + static_cast<int64_t>(kMarkerBytes) : -1;
   }
-  if (!signal.scan.found) {
-    return Status::corrupt(path.string() + ": nothing to recover: the signal table's schema is " +
-                           (signal.scan.stop.empty() ? "missing" : signal.scan.stop));
-  }
-  const auto& sig_schema = *signal.stream.schema;
-  std::string file_id = metadata(sig_schema, "MINKNOW:file_identifier");
+}
 
-  // A killed writer's side files: reads and run-info batches flushed so far.
-  std::vector<Mapped> side_maps;
-  out.kind = DamageKind::kTruncated;
+// Scans the side file `side_path` of `what` (reads or run infos) into `slot`, unless it is
+// empty or, looked up rather than given (`explicit_sides` false), absent. Its mapping is kept in
+// `side_maps` (the batches point into it).
+Status scan_side_file(const std::filesystem::path& side_path, bool explicit_sides, const char* what, Found& slot,
+                      DamagedFile& out, std::vector<Mapped>& side_maps) {
+  if (side_path.empty() || (!explicit_sides && !std::filesystem::exists(side_path))) {
+    return Status::ok();
+  }
+  out.kind = DamageKind::kUnfinished;
+  out.side_files.push_back(side_path);
+  ESCPOD_ASSIGN_OR_RETURN(Mapped m, map_file(side_path));
+  Found f;
+  f.scan.source = side_path;
+  if (m.bytes->size() == 0) {
+    f.scan.stop = "empty (the writer had flushed no " + std::string(what) + " yet)";
+    out.notes.push_back(side_path.filename().string() + " is empty: the writer was killed before it flushed any " + what);
+  } else {
+    f.stream = scan_stream(m.bytes, 0, f.scan);
+    if (!f.scan.complete) f.scan.bytes_unused = static_cast<uint64_t>(m.bytes->size() - f.stream.end);
+    if (f.scan.found && classify(*f.stream.schema) == TableKind::kSignal) {
+      return Status::corrupt(side_path.string() + ": holds a signal table, not " + what);
+    }
+  }
+  keep_better(slot, std::move(f));
+  side_maps.push_back(std::move(m));
+  return Status::ok();
+}
+
+// A killed writer's side files: reads and run-info batches flushed so far. Given (both paths
+// non-null) or looked up beside `path` by the file identifier `file_id`.
+Status scan_side_files(const std::filesystem::path& path, const std::string& file_id,
+                       const std::filesystem::path* reads_path, const std::filesystem::path* run_info_path,
+                       FoundTables& found, DamagedFile& out, std::vector<Mapped>& side_maps) {
   const bool explicit_sides = reads_path != nullptr;
-  if (explicit_sides || (!file_id.empty() && file_id.find('/') == std::string::npos)) {
-    auto beside = [&](const char* suffix) {
-      return path.parent_path() / ("." + file_id + suffix);
-    };
-    auto side = [&](const std::filesystem::path& side_path, Found& slot, const char* what) -> Status {
-      if (side_path.empty() || (!explicit_sides && !std::filesystem::exists(side_path))) {
-        return Status::ok();
-      }
-      out.kind = DamageKind::kUnfinished;
-      out.side_files.push_back(side_path);
-      ESCPOD_ASSIGN_OR_RETURN(Mapped m, map_file(side_path));
-      Found f;
-      f.scan.source = side_path;
-      if (m.bytes->size() == 0) {
-        f.scan.stop = "empty (the writer had flushed no " + std::string(what) + " yet)";
-        out.notes.push_back(side_path.filename().string() + " is empty: the writer was killed before it flushed any " + what);
-      } else {
-        f.stream = scan_stream(m.bytes, 0, f.scan);
-        if (!f.scan.complete) f.scan.bytes_unused = static_cast<uint64_t>(m.bytes->size() - f.stream.end);
-        if (f.scan.found && classify(*f.stream.schema) == TableKind::kSignal) {
-          return Status::corrupt(side_path.string() + ": holds a signal table, not " + what);
-        }
-      }
-      keep_better(slot, std::move(f));
-      side_maps.push_back(std::move(m));
-      return Status::ok();
-    };
-    ESCPOD_RETURN_IF_ERROR(side(explicit_sides ? *reads_path : beside(".tmp-reads"), reads, "reads"));
-    ESCPOD_RETURN_IF_ERROR(side(explicit_sides ? *run_info_path : beside(".tmp-run-info"), run_info,
-                                "run infos"));
-  }
+  if (!explicit_sides && (file_id.empty() || file_id.find('/') != std::string::npos)) return Status::ok();
+  auto beside = [&](const char* suffix) {
+    return path.parent_path() / ("." + file_id + suffix);
+  };
+  ESCPOD_RETURN_IF_ERROR(scan_side_file(explicit_sides ? *reads_path : beside(".tmp-reads"), explicit_sides,
+                                        "reads", found.reads, out, side_maps));
+  return scan_side_file(explicit_sides ? *run_info_path : beside(".tmp-run-info"), explicit_sides, "run infos",
+                        found.run_info, out, side_maps);
+}
 
+// What FileReader::open_recovered reads: the tables found, the main file's mapping, and the
+// identity its signal table's schema records.
+detail::RecoveredTables recovered_tables(const std::filesystem::path& path, const Mapped& main,
+                                         const std::string& file_id, FoundTables& found) {
+  const auto& sig_schema = *found.signal.stream.schema;
   detail::RecoveredTables tables;
   tables.path = path;
-  tables.file_size = static_cast<uint64_t>(size);
+  tables.file_size = static_cast<uint64_t>(main.bytes->size());
   tables.main = main.file;
   tables.file_identifier = file_id;
   tables.software = metadata(sig_schema, "MINKNOW:software");
   tables.pod5_version = metadata(sig_schema, "MINKNOW:pod5_version");
-  tables.signal_schema = signal.stream.schema;
-  tables.signal = std::move(signal.stream.batches);
-  if (reads.scan.found) {
-    tables.reads_schema = reads.stream.schema;
-    tables.reads = std::move(reads.stream.batches);
+  tables.signal_schema = found.signal.stream.schema;
+  tables.signal = std::move(found.signal.stream.batches);
+  if (found.reads.scan.found) {
+    tables.reads_schema = found.reads.stream.schema;
+    tables.reads = std::move(found.reads.stream.batches);
   }
-  if (run_info.scan.found) {
-    tables.run_info_schema = run_info.stream.schema;
-    tables.run_info = std::move(run_info.stream.batches);
+  if (found.run_info.scan.found) {
+    tables.run_info_schema = found.run_info.stream.schema;
+    tables.run_info = std::move(found.run_info.stream.batches);
   }
-  ESCPOD_ASSIGN_OR_RETURN(out.reader, FileReader::open_recovered(std::move(tables)));
-  out.signal = std::move(signal.scan);
-  out.reads = std::move(reads.scan);
-  out.run_info = std::move(run_info.scan);
+  return tables;
+}
+
+// Side paths null: looked up beside `path` by the file identifier.
+Result<DamagedFile> open_damaged_impl(const std::filesystem::path& path,
+                                      const std::filesystem::path* reads_path,
+                                      const std::filesystem::path* run_info_path) {
+  ESCPOD_ASSIGN_OR_RETURN(Mapped main, map_file(path));
+  ESCPOD_RETURN_IF_ERROR(check_recoverable(*main.bytes, path));
+  uint8_t marker[kMarkerBytes];
+  std::memcpy(marker, main.bytes->data() + 8, kMarkerBytes);
+
+  DamagedFile out;
+  FoundTables found;
+  scan_main_file(main, path, marker, found, out);
+  if (!found.signal.scan.found) {
+    return Status::corrupt(path.string() + ": nothing to recover: the signal table's schema is " +
+                           (found.signal.scan.stop.empty() ? "missing" : found.signal.scan.stop));
+  }
+  const std::string file_id = metadata(*found.signal.stream.schema, "MINKNOW:file_identifier");
+
+  std::vector<Mapped> side_maps;  // kept until the reader is open: its batches point into them
+  out.kind = DamageKind::kTruncated;
+  ESCPOD_RETURN_IF_ERROR(scan_side_files(path, file_id, reads_path, run_info_path, found, out, side_maps));
+
+  ESCPOD_ASSIGN_OR_RETURN(out.reader, FileReader::open_recovered(recovered_tables(path, main, file_id, found)));
+  out.signal = std::move(found.signal.scan);
+  out.reads = std::move(found.reads.scan);
+  out.run_info = std::move(found.run_info.scan);
   out.bytes_unused += out.signal.bytes_unused + out.reads.bytes_unused + out.run_info.bytes_unused;
   return out;
 }

@@ -260,6 +260,193 @@ Result<const AnnotationColumn*> Sidecar::column(std::string_view name, Annotatio
   return c;
 }
 
+namespace {
+
+// Errors about a sidecar being opened: kCorrupt naming the file, the problem and the sidecar's
+// provenance (as far as its metadata has been read).
+struct CorruptSidecar {
+  const std::string& where;
+  const Sidecar& sc;
+  Status operator()(const std::string& what) const {
+    return Status::corrupt(where + ": " + what + " (" + sc.provenance() + ")");
+  }
+};
+
+// Where a sidecar's index columns are, and its annotation columns, in schema order.
+struct SidecarColumns {
+  int id_col = -1, batch_col = -1, row_col = -1;
+  std::vector<int> annotation_cols;
+};
+
+std::optional<std::string> metadata_value(const arrow::KeyValueMetadata& md, std::string_view key) {
+  auto v = md.Get(std::string(key));
+  if (!v.ok()) return std::nullopt;
+  return *v;
+}
+
+// The file identifier and POD5 size the sidecar was written for, checked against `pod5`'s.
+Result<std::pair<std::string, uint64_t>> sidecar_owner(const arrow::KeyValueMetadata& md, const std::string& where,
+                                                       const FileInfo& pod5, const Sidecar& sc) {
+  auto ident = metadata_value(md, kIdentifierKey);
+  auto size_text = metadata_value(md, kSizeKey);
+  std::optional<uint64_t> size = size_text ? parse_u64(*size_text) : std::nullopt;
+  if (!ident || !size) {
+    return Status::corrupt(where + ": no valid " + std::string(!ident ? kIdentifierKey : kSizeKey) + " (" +
+                           sc.provenance() + ")");
+  }
+  if (*ident != pod5.file_identifier || *size != pod5.file_size) {
+    return Status::corrupt(where + " does not belong to " + pod5.path.string() + " (sidecar: file identifier " +
+                           *ident + ", " + std::to_string(*size) + " bytes; POD5: " + pod5.file_identifier +
+                           ", " + std::to_string(pod5.file_size) + " bytes): the POD5 changed or the sidecar "
+                           "was copied from another file (" + sc.provenance() +
+                           "); remove it and annotate again");
+  }
+  return std::make_pair(std::move(*ident), *size);
+}
+
+// The schema's columns, types checked before any batch is read: the index columns, then one
+// empty annotation column appended to `columns` per other column.
+Result<SidecarColumns> check_sidecar_schema(const arrow::Schema& schema, const CorruptSidecar& bad,
+                                            std::vector<AnnotationColumn>& columns) {
+  SidecarColumns out;
+  out.id_col = schema.GetFieldIndex("read_id");
+  out.batch_col = schema.GetFieldIndex("batch_idx");
+  out.row_col = schema.GetFieldIndex("row_idx");
+  if (out.id_col < 0 || out.batch_col < 0 || out.row_col < 0) {
+    return bad("needs the columns read_id, batch_idx and row_idx");
+  }
+  {
+    const auto& f = *schema.field(out.id_col);
+    auto storage = f.type()->id() == arrow::Type::EXTENSION
+                       ? static_cast<const arrow::ExtensionType&>(*f.type()).storage_type()
+                       : f.type();
+    if (detail::extension_name(f) != "minknow.uuid" || !storage->Equals(arrow::fixed_size_binary(16))) {
+      return bad("read_id is " + f.type()->ToString() + ", expected FixedSizeBinary(16) minknow.uuid");
+    }
+  }
+  for (int c : {out.batch_col, out.row_col}) {
+    if (schema.field(c)->type()->id() != arrow::Type::UINT32) {
+      return bad(schema.field(c)->name() + " is " + schema.field(c)->type()->ToString() + ", expected uint32");
+    }
+  }
+  std::set<std::string> names;
+  for (int c = 0; c < schema.num_fields(); ++c) {
+    const auto& f = *schema.field(c);
+    if (!names.insert(f.name()).second) return bad("column '" + f.name() + "' appears twice");
+    if (c == out.id_col || c == out.batch_col || c == out.row_col) continue;
+    if (f.type()->Equals(label_type())) {
+      columns.push_back({f.name(), AnnotationKind::kLabel, {}, {}, {}, false});
+    } else if (f.type()->id() == arrow::Type::FLOAT) {
+      columns.push_back({f.name(), AnnotationKind::kScore, {}, {}, {}, false});
+    } else {
+      return bad("column '" + f.name() + "' is " + f.type()->ToString() +
+                 ", expected dictionary<int32, utf8> (label) or float32 (score)");
+    }
+    out.annotation_cols.push_back(c);
+  }
+  return out;
+}
+
+// Appends one batch's scores (`arr`, whose rows are the last of `ids`) to `col`: null is absent,
+// a stored NaN is refused.
+Status append_scores(const std::shared_ptr<arrow::Array>& arr, const std::vector<ReadId>& ids,
+                     const CorruptSidecar& bad, AnnotationColumn& col) {
+  auto f = std::static_pointer_cast<arrow::FloatArray>(arr);
+  for (int64_t i = 0; i < f->length(); ++i) {
+    if (f->IsNull(i)) {
+      col.scores.push_back(std::numeric_limits<float>::quiet_NaN());
+    } else if (std::isnan(f->Value(i))) {
+      return bad("NaN score in '" + col.name + "' for read " +
+                 ids[ids.size() - static_cast<size_t>(f->length() - i)].to_string());
+    } else {
+      col.scores.push_back(f->Value(i));
+    }
+  }
+  return Status::ok();
+}
+
+// Appends one batch's labels (`arr`, whose rows are the last of `ids`) to `col`: null is
+// unassigned, an empty label is refused. Dictionaries may differ between batches: each batch's
+// entries are mapped to the column's labels (`dict_index`: label -> index in col.labels).
+Status append_labels(const std::shared_ptr<arrow::Array>& arr, const std::vector<ReadId>& ids,
+                     const CorruptSidecar& bad, std::unordered_map<std::string, int32_t>& dict_index,
+                     AnnotationColumn& col) {
+  auto d = std::static_pointer_cast<arrow::DictionaryArray>(arr);
+  auto indices = std::static_pointer_cast<arrow::Int32Array>(d->indices());
+  auto dict = std::static_pointer_cast<arrow::StringArray>(d->dictionary());
+  std::vector<int32_t> remap(static_cast<size_t>(dict->length()), -1);
+  for (int64_t i = 0; i < d->length(); ++i) {
+    if (d->IsNull(i)) {
+      col.label_idx.push_back(-1);
+      continue;
+    }
+    const int32_t j = indices->Value(i);
+    if (remap[static_cast<size_t>(j)] < 0) {
+      std::string label(dict->GetView(j));
+      if (label.empty()) {
+        return bad("empty label in '" + col.name + "' for read " +
+                   ids[ids.size() - static_cast<size_t>(d->length() - i)].to_string());
+      }
+      auto [it, inserted] = dict_index.emplace(label, static_cast<int32_t>(col.labels.size()));
+      if (inserted) col.labels.push_back(label);
+      remap[static_cast<size_t>(j)] = it->second;
+    }
+    col.label_idx.push_back(remap[static_cast<size_t>(j)]);
+  }
+  return Status::ok();
+}
+
+// Every record batch's rows, validated: the read index into `ids` and `locators`, the
+// annotation values into `columns` (one per layout.annotation_cols entry).
+Status read_sidecar_rows(arrow::ipc::RecordBatchFileReader& reader, const SidecarColumns& layout,
+                         const CorruptSidecar& bad, std::vector<ReadId>& ids, std::vector<ReadLocator>& locators,
+                         std::vector<AnnotationColumn>& columns) {
+  std::vector<std::unordered_map<std::string, int32_t>> dict_index(columns.size());
+  for (int b = 0; b < reader.num_record_batches(); ++b) {
+    auto batch = reader.ReadRecordBatch(b);
+    if (!batch.ok()) return bad("record batch " + std::to_string(b) + ": " + batch.status().message());
+    auto st = (*batch)->ValidateFull();
+    if (!st.ok()) return bad("record batch " + std::to_string(b) + ": " + st.message());
+    const auto& rb = **batch;
+    auto id_values = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(detail::storage_of(rb.column(layout.id_col)));
+    auto bidx = std::static_pointer_cast<arrow::UInt32Array>(rb.column(layout.batch_col));
+    auto ridx = std::static_pointer_cast<arrow::UInt32Array>(rb.column(layout.row_col));
+    if (id_values->null_count() || bidx->null_count() || ridx->null_count()) return bad("null in the read index");
+    for (int64_t i = 0; i < rb.num_rows(); ++i) {
+      ReadId id;
+      std::memcpy(id.bytes.data(), id_values->GetValue(i), 16);
+      ids.push_back(id);
+      locators.push_back({bidx->Value(i), ridx->Value(i)});
+    }
+    for (size_t k = 0; k < layout.annotation_cols.size(); ++k) {
+      auto& col = columns[k];
+      const auto& arr = rb.column(layout.annotation_cols[k]);
+      if (col.kind == AnnotationKind::kScore) {
+        ESCPOD_RETURN_IF_ERROR(append_scores(arr, ids, bad, col));
+      } else {
+        ESCPOD_RETURN_IF_ERROR(append_labels(arr, ids, bad, dict_index[k], col));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+// The read index sorted and unique, one row per read of the POD5.
+Status check_read_index(const std::vector<ReadId>& ids, const FileInfo& pod5, const CorruptSidecar& bad) {
+  for (size_t i = 1; i < ids.size(); ++i) {
+    if (!(ids[i - 1] < ids[i])) {
+      return bad("read ids not sorted and unique at row " + std::to_string(i) + " (" + ids[i].to_string() + ")");
+    }
+  }
+  if (ids.size() != pod5.n_reads) {
+    return bad("indexes " + std::to_string(ids.size()) + " reads but " + pod5.path.string() + " holds " +
+               std::to_string(pod5.n_reads));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<Sidecar> Sidecar::open(const FileReader& pod5) { return open_at(sidecar_path(pod5.path()), pod5.info()); }
 
 Result<Sidecar> Sidecar::open_at(const std::filesystem::path& path, const FileInfo& pod5) {
@@ -277,149 +464,31 @@ Result<Sidecar> Sidecar::open_at(const std::filesystem::path& path, const FileIn
   // Identity first: from the footer's schema, before any batch is read.
   auto md = schema->metadata();
   if (!md) return Status::corrupt(where + ": no escapepod metadata (not a .p5s sidecar)");
-  auto get = [&md](std::string_view key) -> std::optional<std::string> {
-    auto v = md->Get(std::string(key));
-    if (!v.ok()) return std::nullopt;
-    return *v;
-  };
-  auto version = get(kVersionKey);
+  auto version = metadata_value(*md, kVersionKey);
   if (!version) return Status::corrupt(where + ": no " + std::string(kVersionKey) + " (not a .p5s sidecar)");
-  sc.m_source_name = get(kSourceKey).value_or("");
-  sc.m_writer = get(kWriterKey).value_or("");
-  if (auto n = get(kReadCountKey)) sc.m_recorded_read_count = parse_u64(*n);
+  sc.m_source_name = metadata_value(*md, kSourceKey).value_or("");
+  sc.m_writer = metadata_value(*md, kWriterKey).value_or("");
+  if (auto n = metadata_value(*md, kReadCountKey)) sc.m_recorded_read_count = parse_u64(*n);
   if (*version != "1" && *version != "2") {
     return Status::unsupported(where + ": .p5s version " + *version + " is not supported (this escpod reads 1 and 2; " +
                                sc.provenance() + ")");
   }
-  auto ident = get(kIdentifierKey);
-  auto size_text = get(kSizeKey);
-  std::optional<uint64_t> size = size_text ? parse_u64(*size_text) : std::nullopt;
-  if (!ident || !size) {
-    return Status::corrupt(where + ": no valid " + std::string(!ident ? kIdentifierKey : kSizeKey) + " (" +
-                           sc.provenance() + ")");
-  }
-  sc.m_file_identifier = *ident;
-  sc.m_pod5_size = *size;
-  if (*ident != pod5.file_identifier || *size != pod5.file_size) {
-    return Status::corrupt(where + " does not belong to " + pod5.path.string() + " (sidecar: file identifier " +
-                           *ident + ", " + std::to_string(*size) + " bytes; POD5: " + pod5.file_identifier +
-                           ", " + std::to_string(pod5.file_size) + " bytes): the POD5 changed or the sidecar "
-                           "was copied from another file (" + sc.provenance() +
-                           "); remove it and annotate again");
-  }
+  ESCPOD_ASSIGN_OR_RETURN(auto owner, sidecar_owner(*md, where, pod5, sc));
+  sc.m_file_identifier = std::move(owner.first);
+  sc.m_pod5_size = owner.second;
   for (int64_t k = 0; k < md->size(); ++k) {
     if (!is_known_key(md->key(k))) sc.m_other_metadata.emplace_back(md->key(k), md->value(k));
   }
   // Columns: types checked from the schema, still before any batch.
-  const int id_col = schema->GetFieldIndex("read_id");
-  const int batch_col = schema->GetFieldIndex("batch_idx");
-  const int row_col = schema->GetFieldIndex("row_idx");
-  auto bad = [&](const std::string& what) { return Status::corrupt(where + ": " + what + " (" + sc.provenance() + ")"); };
-  if (id_col < 0 || batch_col < 0 || row_col < 0) return bad("needs the columns read_id, batch_idx and row_idx");
-  {
-    const auto& f = *schema->field(id_col);
-    auto storage = f.type()->id() == arrow::Type::EXTENSION
-                       ? static_cast<const arrow::ExtensionType&>(*f.type()).storage_type()
-                       : f.type();
-    if (detail::extension_name(f) != "minknow.uuid" || !storage->Equals(arrow::fixed_size_binary(16))) {
-      return bad("read_id is " + f.type()->ToString() + ", expected FixedSizeBinary(16) minknow.uuid");
-    }
-  }
-  for (int c : {batch_col, row_col}) {
-    if (schema->field(c)->type()->id() != arrow::Type::UINT32) {
-      return bad(schema->field(c)->name() + " is " + schema->field(c)->type()->ToString() + ", expected uint32");
-    }
-  }
-  std::set<std::string> names;
-  std::vector<int> annotation_cols;
-  for (int c = 0; c < schema->num_fields(); ++c) {
-    const auto& f = *schema->field(c);
-    if (!names.insert(f.name()).second) return bad("column '" + f.name() + "' appears twice");
-    if (c == id_col || c == batch_col || c == row_col) continue;
-    if (f.type()->Equals(label_type())) {
-      sc.m_columns.push_back({f.name(), AnnotationKind::kLabel, {}, {}, {}, false});
-    } else if (f.type()->id() == arrow::Type::FLOAT) {
-      sc.m_columns.push_back({f.name(), AnnotationKind::kScore, {}, {}, {}, false});
-    } else {
-      return bad("column '" + f.name() + "' is " + f.type()->ToString() +
-                 ", expected dictionary<int32, utf8> (label) or float32 (score)");
-    }
-    annotation_cols.push_back(c);
-  }
-  if (auto design = get(kDesignKey)) {
+  const CorruptSidecar bad{where, sc};
+  ESCPOD_ASSIGN_OR_RETURN(const SidecarColumns layout, check_sidecar_schema(*schema, bad, sc.m_columns));
+  if (auto design = metadata_value(*md, kDesignKey)) {
     auto d = parse_sidecar_design(*design);
     if (!d.is_ok()) return bad(d.status().message());
     sc.m_design = std::move(*d);
   }
-  // Rows.
-  std::vector<std::unordered_map<std::string, int32_t>> dict_index(sc.m_columns.size());
-  for (int b = 0; b < reader->num_record_batches(); ++b) {
-    auto batch = reader->ReadRecordBatch(b);
-    if (!batch.ok()) return bad("record batch " + std::to_string(b) + ": " + batch.status().message());
-    auto st = (*batch)->ValidateFull();
-    if (!st.ok()) return bad("record batch " + std::to_string(b) + ": " + st.message());
-    const auto& rb = **batch;
-    auto ids = std::static_pointer_cast<arrow::FixedSizeBinaryArray>(detail::storage_of(rb.column(id_col)));
-    auto bidx = std::static_pointer_cast<arrow::UInt32Array>(rb.column(batch_col));
-    auto ridx = std::static_pointer_cast<arrow::UInt32Array>(rb.column(row_col));
-    if (ids->null_count() || bidx->null_count() || ridx->null_count()) return bad("null in the read index");
-    for (int64_t i = 0; i < rb.num_rows(); ++i) {
-      ReadId id;
-      std::memcpy(id.bytes.data(), ids->GetValue(i), 16);
-      sc.m_ids.push_back(id);
-      sc.m_locators.push_back({bidx->Value(i), ridx->Value(i)});
-    }
-    for (size_t k = 0; k < annotation_cols.size(); ++k) {
-      auto& col = sc.m_columns[k];
-      const auto& arr = rb.column(annotation_cols[k]);
-      if (col.kind == AnnotationKind::kScore) {
-        auto f = std::static_pointer_cast<arrow::FloatArray>(arr);
-        for (int64_t i = 0; i < f->length(); ++i) {
-          if (f->IsNull(i)) {
-            col.scores.push_back(std::numeric_limits<float>::quiet_NaN());
-          } else if (std::isnan(f->Value(i))) {
-            return bad("NaN score in '" + col.name + "' for read " +
-                       sc.m_ids[sc.m_ids.size() - static_cast<size_t>(f->length() - i)].to_string());
-          } else {
-            col.scores.push_back(f->Value(i));
-          }
-        }
-      } else {
-        auto d = std::static_pointer_cast<arrow::DictionaryArray>(arr);
-        auto indices = std::static_pointer_cast<arrow::Int32Array>(d->indices());
-        auto dict = std::static_pointer_cast<arrow::StringArray>(d->dictionary());
-        // Dictionaries may differ between batches: map each batch's entries to column labels.
-        std::vector<int32_t> remap(static_cast<size_t>(dict->length()), -1);
-        for (int64_t i = 0; i < d->length(); ++i) {
-          if (d->IsNull(i)) {
-            col.label_idx.push_back(-1);
-            continue;
-          }
-          const int32_t j = indices->Value(i);
-          if (remap[static_cast<size_t>(j)] < 0) {
-            std::string label(dict->GetView(j));
-            if (label.empty()) {
-              return bad("empty label in '" + col.name + "' for read " +
-                         sc.m_ids[sc.m_ids.size() - static_cast<size_t>(d->length() - i)].to_string());
-            }
-            auto [it, inserted] = dict_index[k].emplace(label, static_cast<int32_t>(col.labels.size()));
-            if (inserted) col.labels.push_back(label);
-            remap[static_cast<size_t>(j)] = it->second;
-          }
-          col.label_idx.push_back(remap[static_cast<size_t>(j)]);
-        }
-      }
-    }
-  }
-  for (size_t i = 1; i < sc.m_ids.size(); ++i) {
-    if (!(sc.m_ids[i - 1] < sc.m_ids[i])) {
-      return bad("read ids not sorted and unique at row " + std::to_string(i) + " (" + sc.m_ids[i].to_string() + ")");
-    }
-  }
-  if (sc.m_ids.size() != pod5.n_reads) {
-    return bad("indexes " + std::to_string(sc.m_ids.size()) + " reads but " + pod5.path.string() + " holds " +
-               std::to_string(pod5.n_reads));
-  }
+  ESCPOD_RETURN_IF_ERROR(read_sidecar_rows(*reader, layout, bad, sc.m_ids, sc.m_locators, sc.m_columns));
+  ESCPOD_RETURN_IF_ERROR(check_read_index(sc.m_ids, pod5, bad));
   if (sc.m_design) {
     for (auto& col : sc.m_columns) {
       if (std::find(sc.m_design->value_columns.begin(), sc.m_design->value_columns.end(), col.name) !=
@@ -430,7 +499,7 @@ Result<Sidecar> Sidecar::open_at(const std::filesystem::path& path, const FileIn
     }
     ESCPOD_RETURN_IF_ERROR(sc.complete_derived().with_context(where));
   }
-  if (auto hash = get(kHashKey)) {
+  if (auto hash = metadata_value(*md, kHashKey)) {
     const auto bar = hash->rfind('|');
     if (bar != std::string::npos && hash->substr(0, bar) == sc.m_writer &&
         hash->substr(bar + 1) != sc.content_hash()) {
@@ -688,6 +757,82 @@ Status Sidecar::complete_derived() {
 
 // ---- writing ---------------------------------------------------------------------------------
 
+namespace {
+
+// The index columns (read_id, batch_idx, row_idx) of `ids` and `locators`, appended to `arrays`.
+arrow::Status append_index_arrays(const std::vector<ReadId>& ids, const std::vector<ReadLocator>& locators,
+                                  std::vector<std::shared_ptr<arrow::Array>>& arrays) {
+  const auto n = static_cast<int64_t>(ids.size());
+  arrow::FixedSizeBinaryBuilder id_builder(arrow::fixed_size_binary(16));
+  arrow::UInt32Builder bidx, ridx;
+  ARROW_RETURN_NOT_OK(id_builder.Reserve(n));
+  ARROW_RETURN_NOT_OK(bidx.Reserve(n));
+  ARROW_RETURN_NOT_OK(ridx.Reserve(n));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    id_builder.UnsafeAppend(ids[i].bytes.data());
+    bidx.UnsafeAppend(locators[i].batch_idx);
+    ridx.UnsafeAppend(locators[i].row_idx);
+  }
+  std::shared_ptr<arrow::Array> a;
+  ARROW_RETURN_NOT_OK(id_builder.Finish(&a));
+  arrays.push_back(std::make_shared<arrow::ExtensionArray>(detail::uuid_type(), a));
+  ARROW_RETURN_NOT_OK(bidx.Finish(&a));
+  arrays.push_back(a);
+  ARROW_RETURN_NOT_OK(ridx.Finish(&a));
+  arrays.push_back(a);
+  return arrow::Status::OK();
+}
+
+// A score column of n rows as a float32 array (absent scores null).
+arrow::Result<std::shared_ptr<arrow::Array>> score_array(const AnnotationColumn& col, int64_t n) {
+  arrow::FloatBuilder b;
+  ARROW_RETURN_NOT_OK(b.Reserve(n));
+  for (float v : col.scores) {
+    if (std::isnan(v)) {
+      b.UnsafeAppendNull();
+    } else {
+      b.UnsafeAppend(v);
+    }
+  }
+  std::shared_ptr<arrow::Array> a;
+  ARROW_RETURN_NOT_OK(b.Finish(&a));
+  return a;
+}
+
+// A label column of n rows as a dictionary<int32, utf8> array (unassigned rows null).
+arrow::Result<std::shared_ptr<arrow::Array>> label_array(const AnnotationColumn& col, int64_t n) {
+  arrow::Int32Builder idx;
+  arrow::StringBuilder dict;
+  ARROW_RETURN_NOT_OK(idx.Reserve(n));
+  for (int32_t v : col.label_idx) {
+    if (v < 0) {
+      idx.UnsafeAppendNull();
+    } else {
+      idx.UnsafeAppend(v);
+    }
+  }
+  for (const auto& l : col.labels) ARROW_RETURN_NOT_OK(dict.Append(l));
+  std::shared_ptr<arrow::Array> indices, values;
+  ARROW_RETURN_NOT_OK(idx.Finish(&indices));
+  ARROW_RETURN_NOT_OK(dict.Finish(&values));
+  return arrow::DictionaryArray::FromArrays(label_type(), indices, values);
+}
+
+// Writes `batch` as a ZSTD-compressed Arrow IPC file at `path`.
+arrow::Status write_ipc_file(const std::filesystem::path& path, const std::shared_ptr<arrow::Schema>& schema,
+                             const arrow::RecordBatch& batch) {
+  ARROW_ASSIGN_OR_RAISE(auto out, arrow::io::FileOutputStream::Open(path.string()));
+  auto options = arrow::ipc::IpcWriteOptions::Defaults();
+  ARROW_ASSIGN_OR_RAISE(auto codec, arrow::util::Codec::Create(arrow::Compression::ZSTD));
+  options.codec = std::shared_ptr<arrow::util::Codec>(std::move(codec));
+  ARROW_ASSIGN_OR_RAISE(auto w, arrow::ipc::MakeFileWriter(out, schema, options));
+  ARROW_RETURN_NOT_OK(w->WriteRecordBatch(batch));
+  ARROW_RETURN_NOT_OK(w->Close());
+  return out->Close();
+}
+
+}  // namespace
+
 Status Sidecar::write(const std::filesystem::path& path, FsyncMode fsync, const std::string& writer) const {
   detail::register_extension_types();
   const std::string where = path.string();
@@ -697,61 +842,13 @@ Status Sidecar::write(const std::filesystem::path& path, FsyncMode fsync, const 
       arrow::field("read_id", detail::uuid_type(), false), arrow::field("batch_idx", arrow::uint32(), false),
       arrow::field("row_idx", arrow::uint32(), false)};
   std::vector<std::shared_ptr<arrow::Array>> arrays;
-  {
-    arrow::FixedSizeBinaryBuilder ids(arrow::fixed_size_binary(16));
-    arrow::UInt32Builder bidx, ridx;
-    if (auto s = ids.Reserve(n); !s.ok()) return fail(s);
-    if (auto s = bidx.Reserve(n); !s.ok()) return fail(s);
-    if (auto s = ridx.Reserve(n); !s.ok()) return fail(s);
-    for (size_t i = 0; i < m_ids.size(); ++i) {
-      ids.UnsafeAppend(m_ids[i].bytes.data());
-      bidx.UnsafeAppend(m_locators[i].batch_idx);
-      ridx.UnsafeAppend(m_locators[i].row_idx);
-    }
-    std::shared_ptr<arrow::Array> a;
-    if (auto s = ids.Finish(&a); !s.ok()) return fail(s);
-    arrays.push_back(std::make_shared<arrow::ExtensionArray>(detail::uuid_type(), a));
-    if (auto s = bidx.Finish(&a); !s.ok()) return fail(s);
-    arrays.push_back(a);
-    if (auto s = ridx.Finish(&a); !s.ok()) return fail(s);
-    arrays.push_back(a);
-  }
+  if (auto s = append_index_arrays(m_ids, m_locators, arrays); !s.ok()) return fail(s);
   for (const auto& col : m_columns) {
-    std::shared_ptr<arrow::Array> a;
-    if (col.kind == AnnotationKind::kScore) {
-      arrow::FloatBuilder b;
-      if (auto s = b.Reserve(n); !s.ok()) return fail(s);
-      for (float v : col.scores) {
-        if (std::isnan(v)) {
-          b.UnsafeAppendNull();
-        } else {
-          b.UnsafeAppend(v);
-        }
-      }
-      if (auto s = b.Finish(&a); !s.ok()) return fail(s);
-      fields.push_back(arrow::field(col.name, arrow::float32(), true));
-    } else {
-      arrow::Int32Builder idx;
-      arrow::StringBuilder dict;
-      if (auto s = idx.Reserve(n); !s.ok()) return fail(s);
-      for (int32_t v : col.label_idx) {
-        if (v < 0) {
-          idx.UnsafeAppendNull();
-        } else {
-          idx.UnsafeAppend(v);
-        }
-      }
-      for (const auto& l : col.labels)
-        if (auto s = dict.Append(l); !s.ok()) return fail(s);
-      std::shared_ptr<arrow::Array> indices, values;
-      if (auto s = idx.Finish(&indices); !s.ok()) return fail(s);
-      if (auto s = dict.Finish(&values); !s.ok()) return fail(s);
-      auto d = arrow::DictionaryArray::FromArrays(label_type(), indices, values);
-      if (!d.ok()) return fail(d.status());
-      a = *d;
-      fields.push_back(arrow::field(col.name, label_type(), true));
-    }
-    arrays.push_back(a);
+    const bool score = col.kind == AnnotationKind::kScore;
+    auto a = score ? score_array(col, n) : label_array(col, n);
+    if (!a.ok()) return fail(a.status());
+    fields.push_back(arrow::field(col.name, score ? arrow::float32() : label_type(), true));
+    arrays.push_back(*std::move(a));
   }
   std::vector<std::string> keys = {std::string(kVersionKey), std::string(kIdentifierKey), std::string(kSizeKey),
                                    std::string(kSourceKey), std::string(kReadCountKey), std::string(kWriterKey)};
@@ -772,19 +869,7 @@ Status Sidecar::write(const std::filesystem::path& path, FsyncMode fsync, const 
   auto batch = arrow::RecordBatch::Make(schema, n, arrays);
 
   ESCPOD_ASSIGN_OR_RETURN(StagedFile staged, StagedFile::create(path, /*overwrite=*/true));
-  {
-    auto out = arrow::io::FileOutputStream::Open(staged.staging_path().string());
-    if (!out.ok()) return fail(out.status());
-    auto options = arrow::ipc::IpcWriteOptions::Defaults();
-    auto codec = arrow::util::Codec::Create(arrow::Compression::ZSTD);
-    if (!codec.ok()) return fail(codec.status());
-    options.codec = std::shared_ptr<arrow::util::Codec>(std::move(*codec));
-    auto w = arrow::ipc::MakeFileWriter(*out, schema, options);
-    if (!w.ok()) return fail(w.status());
-    if (auto s = (*w)->WriteRecordBatch(*batch); !s.ok()) return fail(s);
-    if (auto s = (*w)->Close(); !s.ok()) return fail(s);
-    if (auto s = (*out)->Close(); !s.ok()) return fail(s);
-  }
+  if (auto s = write_ipc_file(staged.staging_path(), schema, *batch); !s.ok()) return fail(s);
   return staged.commit(fsync);
 }
 

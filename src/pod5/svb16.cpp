@@ -1,4 +1,4 @@
-// svb16: delta + zigzag + 16-bit StreamVByte with one key bit per sample (pod5-format.md 7.1).
+// svb16: delta + zigzag + 16-bit StreamVByte with one key bit per sample (docs/formats.md §1.4).
 // Scalar reference kernels, plus an SSSE3 encoder and SSSE3/AVX2 decoders picked at run time, so
 // the library needs no -march flag. The SIMD decoders stop while fewer than 16 (or 32) data bytes
 // remain and finish scalar: a cell's stream is a span with no slack, and a 16-byte load must not

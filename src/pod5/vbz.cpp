@@ -1,4 +1,4 @@
-// VBZ = one zstd frame (content size recorded) around an svb16 stream (pod5-format.md 7).
+// VBZ = one zstd frame (content size recorded) around an svb16 stream (docs/formats.md §1.4).
 // Every size the frame claims is checked against the sample count before anything is allocated
 // or decoded, so a hostile cell cannot make us allocate more than svb16_max_size(n).
 #include "escpod/pod5/vbz.hpp"

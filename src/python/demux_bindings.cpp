@@ -61,6 +61,7 @@ pipeline::ModelSpec model_spec(const std::string& model, const std::string& conf
   auto options = demux::crf_head_options(crf);
   if (!options.is_ok()) raise_status(options.status());
   head.crf = std::make_shared<const demux::CrfHeadOptions>(std::move(options).value());
+  head.crf_options_given = crf.given;  // refused for a model that is not a CRF folder
   if (model.empty()) {  // fingerprint without a model: the RNA004 settings
     pipeline::ModelSpec spec;
     spec.detector = detector_choice(method);
@@ -263,7 +264,8 @@ void bind_demux(nb::module_& m) {
       .def_rw("min_crf_margin", &demux::CrfHeadRequest::min_crf_margin)
       .def_rw("min_crf_prob", &demux::CrfHeadRequest::min_crf_prob)
       .def_rw("ref_scores", &demux::CrfHeadRequest::ref_scores)
-      .def_rw("window_batch", &demux::CrfHeadRequest::window_batch);
+      .def_rw("window_batch", &demux::CrfHeadRequest::window_batch)
+      .def_rw("given", &demux::CrfHeadRequest::given);
   m.def("demux_files", &demux_files, "inputs"_a, "model"_a, "config"_a, "out_dir"_a, "classifications"_a,
         "method"_a, "cnn_model"_a, "dtw"_a, "prefix"_a, "n_threads"_a, "crf"_a);
   m.def("detect_files", &detect_files, "inputs"_a, "model"_a, "config"_a, "method"_a, "cnn_model"_a,

@@ -754,7 +754,7 @@ def test_pod5_sidecar_labels(escpod, shared_data, drna_bam, drna_ids, tmp_path):
     exp, _ = assert_demux(escpod, drna_bam, ["--pod5", pod5_file], sidecar, tmp_path / "a")
     assert all(t.ec is None and t.eh in (None, "sidecar") for _, t in exp.records)
     by_cond = {r: ref.Call(l, None, "sidecar") for r, l in cond.items()}
-    exp, _ = assert_demux(escpod, drna_bam, ["--pod5", pod5_file, "--annotation", "condition"], by_cond,
+    exp, _ = assert_demux(escpod, drna_bam, ["--pod5", pod5_file, "--label-column", "condition"], by_cond,
                           tmp_path / "b")
     assert {t.BC for _, t in exp.records} == {"ctrl", "treated", "unclassified"}
 

@@ -85,7 +85,7 @@ def test_seqtagger_scalar_reference_backend_matches_too(escpod, seqtagger_dir, r
     # graph itself, not only of the optimised kernels.
     folder = seqtagger_dir / "b96_RNA004"
     x = crf_reference.real_windows(rna_pod5, 2, 2000, [3000], None)
-    ours = _run_encoder(escpod, folder, x, tmp_path, "--reference")
+    ours = _run_encoder(escpod, folder, x, tmp_path, "--reference-kernels")
     ref = crf_reference.encoder(crf_reference.load_state_dict(_weights(folder)), x)
     assert np.abs(ours - ref).max() <= TOLERANCE
 

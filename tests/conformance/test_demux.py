@@ -103,7 +103,7 @@ def test_model_kind_and_bad_fields_are_errors_naming_file_and_field(escpod, wdx4
     read_id = run([escpod, "view", rna_file, "--include", "read_id", "--no-header"]).stdout.split("\n")[0]
     labels = tmp_path / "labels.csv"
     labels.write_text(f"read_id,barcode\n{read_id},BC01\n")
-    r = run([escpod, "demux", "train", rna_file, "--labels", labels, "--template", bad,
+    r = run([escpod, "demux", "train", rna_file, "--labels", labels, "--settings-from", bad,
              "-o", tmp_path / "m.json"], check=False)
     assert r.returncode == 1, r.stderr
     assert "badfield.json" in r.stderr and "signal_processing.core.max_obs_trace" in r.stderr

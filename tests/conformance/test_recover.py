@@ -401,8 +401,11 @@ def test_skip_bad_all_bad_fails(escpod, tmp_path):
 
 def test_summary_skip_bad_exit_status(escpod, mixed_inputs):
     inputs, good_ids = mixed_inputs
-    r = run([escpod, "summary", *inputs, "--json"])
-    assert r.returncode == 0
+    # Without --skip-bad a bad input fails summary as it fails merge: exit 1, the file named,
+    # nothing on stdout.
+    r = run([escpod, "summary", *inputs, "--json"], check=False)
+    assert r.returncode == 1 and r.stdout == "" and "--skip-bad" in r.stderr, r
+    assert any(str(p) in r.stderr for p in inputs), r.stderr
     r = run([escpod, "summary", *inputs, "--json", "--skip-bad"], check=False)
     assert r.returncode == 3
     import json

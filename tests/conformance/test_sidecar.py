@@ -446,7 +446,7 @@ def test_a_damaged_sidecar_never_gives_wrong_data(escpod, rna, tmp_path, case):
     out = tmp_path / "o.pod5"
     for cmd in (["filter", rna, "--annotation", f"{column}=BC01", "-o", out],
                 ["view", rna, "--include", f"read_id,{column}"],
-                ["demux", "split", rna, "--sidecar", "--annotation", column, "-d", tmp_path / "split"]):
+                ["demux", "split", rna, "--sidecar", "--label-column", column, "-d", tmp_path / "split"]):
         r = run([escpod, *cmd], check=False)
         assert r.returncode != 0, f"{case}: {cmd[0]} accepted a damaged sidecar:\n{r.stdout[:500]}"
         assert message in r.stderr, f"{case}: {cmd[0]}: {r.stderr}"

@@ -152,6 +152,9 @@ struct CrfHeadRequest {
   bool ref_scores = false;
   int64_t boundary_margin = -1, clamp_max_shift = -1;
   int32_t window_batch = -1;  // -1: the head's default for the placement
+  // The options the caller set, as the CLI spells them ("--decoder", ...): refused for a model of
+  // another kind (HeadOptions::crf_options_given).
+  std::vector<std::string> given;
 };
 // Validates `request` (invalid_argument naming the option: --decoder, --crf-window, --crf-norm,
 // --min-margin, --crf-batch, --encoder-precision, as the CLI spells them).

@@ -113,6 +113,10 @@ struct HeadOptions {
   // The CRF head's options (gates, decoder, windows, encoder backend) for a CRF model folder;
   // null: its defaults. Immutable once set, shared by the copies of a run's options.
   std::shared_ptr<const CrfHeadOptions> crf;
+  // Options the caller set that only one head kind reads, as the CLI spells them: load_head
+  // refuses them (kUsage, naming each) for a model of another kind, so that none is ignored.
+  std::vector<std::string> crf_options_given;  // e.g. "--decoder", "--min-margin"
+  bool dtw_precision_given = false;            // --dtw-precision (DTW-SVM models)
 };
 
 // A loaded head with the signal-processing settings the engine prepares its reads with: those

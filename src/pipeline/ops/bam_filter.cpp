@@ -124,6 +124,78 @@ Result<Region> parse_region(const fs::path& bam_path, sam_hdr_t* h, const std::s
   return r;
 }
 
+// The index of the alignment file `fp` (at bam_path) for a --region query, into `idx`: loaded;
+// else, under BamIndexPolicy::kBuildIfMissing, built beside a coordinate-sorted BAM
+// (sel.index_built). Left null (with a warning) when the file must be scanned instead; kCorrupt
+// when an index exists but cannot be read.
+Status load_region_index(htsFile* fp, sam_hdr_t* hdr, const fs::path& bam_path, const BamSelectOptions& options,
+                         bool is_bam, bool is_cram, Index& idx, BamSelection& sel) {
+  idx.reset(sam_index_load3(fp, bam_path.c_str(), nullptr, HTS_IDX_SILENT_FAIL));
+  std::error_code ec;
+  if (idx) {
+    warn_if_stale(bam_path, index_candidates(bam_path, is_cram));
+    return Status::ok();
+  }
+  for (const auto& c : index_candidates(bam_path, is_cram)) {
+    if (fs::exists(c, ec)) {
+      return Status::corrupt("the index " + c.string() + " of " + bam_path.string() +
+                             " cannot be read (damaged? delete it to have it rebuilt)");
+    }
+  }
+  if (options.index == BamIndexPolicy::kBuildIfMissing && is_bam && !sorted_by_coordinate(hdr)) {
+    log::warn("{} is not sorted by coordinate (its @HD SO tag); reading the whole BAM for --region",
+              bam_path.string());
+  } else if (options.index == BamIndexPolicy::kBuildIfMissing && is_bam) {
+    auto built = build_bai(bam_path, options.n_threads);
+    if (built.is_ok()) {
+      idx.reset(sam_index_load2(fp, bam_path.c_str(), built->c_str()));
+      if (!idx) return Status::corrupt("cannot read back the index " + built->string() + " just written");
+      sel.index_built = *built;
+      log::info("indexed {} into {}", bam_path.string(), built->string());
+    } else if (built.status().code() == StatusCode::kCancelled) {
+      return built.status();
+    } else {
+      log::warn("{}; reading the whole BAM for --region instead", built.status().message());
+    }
+  }
+  return Status::ok();
+}
+
+// Every record of `fp` (those `itr` yields, when given) that meets `criteria`: its read ids
+// (the parent's for a split read), each once, into sel.read_ids, with the counts. Without an
+// iterator a region (`region`, when has_region) is applied here as htslib's iterator would.
+Status read_selected_records(htsFile* fp, sam_hdr_t* hdr, hts_itr_t* itr, const fs::path& bam_path,
+                             const BamCriteria& criteria, bool has_region, const Region& region, BamSelection& sel) {
+  Record b(bam_init1());
+  if (!b) return Status::internal("out of memory allocating a BAM record");
+  std::unordered_set<pod5::ReadId, pod5::ReadIdHash> seen;
+  std::vector<pod5::ReadId> ids;
+  while (true) {
+    const int rc = itr ? sam_itr_next(fp, itr, b.get()) : sam_read1(fp, hdr, b.get());
+    if (rc == -1) break;
+    if (rc < -1) {
+      return Status::corrupt(bam_path.string() + ": damaged or truncated BAM after record " +
+                             std::to_string(sel.n_records));
+    }
+    ++sel.n_records;
+    if ((sel.n_records & 0xffff) == 0 && interrupted()) return Status::cancelled("interrupted");
+    const bam1_core_t& c = b->core;
+    if (criteria.mapped_only && (c.flag & BAM_FUNMAP)) continue;
+    if (criteria.min_mapq && c.qual < *criteria.min_mapq) continue;
+    if (has_region && !itr) {
+      // The overlap test htslib's iterator applies (unmapped and CIGAR-less records span 1 base).
+      if (c.tid != region.tid || c.pos >= region.end || bam_endpos(b.get()) <= region.beg) continue;
+    }
+    bool from_parent = false;
+    ESCPOD_RETURN_IF_ERROR(record_read_ids(bam_path, sel.n_records, b.get(), ids, &from_parent));
+    ++sel.n_records_selected;
+    if (from_parent) ++sel.n_parent_ids;
+    for (const auto& id : ids)
+      if (seen.insert(id).second) sel.read_ids.push_back(id);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<BamSelection> select_bam_reads(const fs::path& bam_path, const BamCriteria& criteria,
@@ -149,34 +221,7 @@ Result<BamSelection> select_bam_reads(const fs::path& bam_path, const BamCriteri
   const bool has_region = !criteria.region.empty();
   if (has_region) {
     ESCPOD_ASSIGN_OR_RETURN(region, parse_region(bam_path, hdr.get(), criteria.region));
-    idx.reset(sam_index_load3(fp.get(), bam_path.c_str(), nullptr, HTS_IDX_SILENT_FAIL));
-    std::error_code ec;
-    if (!idx) {
-      for (const auto& c : index_candidates(bam_path, is_cram)) {
-        if (fs::exists(c, ec)) {
-          return Status::corrupt("the index " + c.string() + " of " + bam_path.string() +
-                                 " cannot be read (damaged? delete it to have it rebuilt)");
-        }
-      }
-      if (options.index == BamIndexPolicy::kBuildIfMissing && is_bam && !sorted_by_coordinate(hdr.get())) {
-        log::warn("{} is not sorted by coordinate (its @HD SO tag); reading the whole BAM for --region",
-                  bam_path.string());
-      } else if (options.index == BamIndexPolicy::kBuildIfMissing && is_bam) {
-        auto built = build_bai(bam_path, options.n_threads);
-        if (built.is_ok()) {
-          idx.reset(sam_index_load2(fp.get(), bam_path.c_str(), built->c_str()));
-          if (!idx) return Status::corrupt("cannot read back the index " + built->string() + " just written");
-          sel.index_built = *built;
-          log::info("indexed {} into {}", bam_path.string(), built->string());
-        } else if (built.status().code() == StatusCode::kCancelled) {
-          return built.status();
-        } else {
-          log::warn("{}; reading the whole BAM for --region instead", built.status().message());
-        }
-      }
-    } else {
-      warn_if_stale(bam_path, index_candidates(bam_path, is_cram));
-    }
+    ESCPOD_RETURN_IF_ERROR(load_region_index(fp.get(), hdr.get(), bam_path, options, is_bam, is_cram, idx, sel));
     if (idx) {
       itr.reset(sam_itr_queryi(idx.get(), region.tid, region.beg, region.end));
       if (!itr) return Status::corrupt(bam_path.string() + ": cannot query its index for " + criteria.region);
@@ -184,34 +229,8 @@ Result<BamSelection> select_bam_reads(const fs::path& bam_path, const BamCriteri
       sel.scanned_without_index = true;
     }
   }
-
-  Record b(bam_init1());
-  if (!b) return Status::internal("out of memory allocating a BAM record");
-  std::unordered_set<pod5::ReadId, pod5::ReadIdHash> seen;
-  std::vector<pod5::ReadId> ids;
-  while (true) {
-    const int rc = itr ? sam_itr_next(fp.get(), itr.get(), b.get()) : sam_read1(fp.get(), hdr.get(), b.get());
-    if (rc == -1) break;
-    if (rc < -1) {
-      return Status::corrupt(bam_path.string() + ": damaged or truncated BAM after record " +
-                             std::to_string(sel.n_records));
-    }
-    ++sel.n_records;
-    if ((sel.n_records & 0xffff) == 0 && interrupted()) return Status::cancelled("interrupted");
-    const bam1_core_t& c = b->core;
-    if (criteria.mapped_only && (c.flag & BAM_FUNMAP)) continue;
-    if (criteria.min_mapq && c.qual < *criteria.min_mapq) continue;
-    if (has_region && !itr) {
-      // The overlap test htslib's iterator applies (unmapped and CIGAR-less records span 1 base).
-      if (c.tid != region.tid || c.pos >= region.end || bam_endpos(b.get()) <= region.beg) continue;
-    }
-    bool from_parent = false;
-    ESCPOD_RETURN_IF_ERROR(record_read_ids(bam_path, sel.n_records, b.get(), ids, &from_parent));
-    ++sel.n_records_selected;
-    if (from_parent) ++sel.n_parent_ids;
-    for (const auto& id : ids)
-      if (seen.insert(id).second) sel.read_ids.push_back(id);
-  }
+  ESCPOD_RETURN_IF_ERROR(read_selected_records(fp.get(), hdr.get(), itr.get(), bam_path, criteria, has_region, region,
+                                               sel));
   // A block that failed to decode on a worker thread may surface only here.
   itr.reset();
   if (hts_close(fp.release()) != 0) {

@@ -57,14 +57,9 @@ Result<fs::path> output_path_for(const fs::path& input, const fs::path& output,
   return output / rel;
 }
 
-}  // namespace
-
-Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output,
-                     const Fast5ConvertOptions& options, Fast5ConvertStats* stats) {
-  const int threads = std::max(1, options.n_threads);
-  const size_t n_tokens = static_cast<size_t>(threads) * 2 + 2;
-
-  // Outputs, resolved up front so that naming errors come before any work.
+// Every input's output, resolved up front so that naming errors come before any work.
+Result<std::vector<fs::path>> output_paths_for(const std::vector<fs::path>& inputs, const fs::path& output,
+                                               const Fast5ConvertOptions& options) {
   std::vector<fs::path> out_paths;
   for (const auto& in : inputs) {
     ESCPOD_ASSIGN_OR_RETURN(fs::path p, output_path_for(in, output, options));
@@ -76,46 +71,111 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
       return Status::usage("two inputs map to the same output under --one-to-one");
     }
   }
+  return out_paths;
+}
+
+// The sizes of `paths` (0 where unknown), and their sum in *total.
+std::vector<uint64_t> file_sizes(const std::vector<fs::path>& paths, uint64_t* total) {
+  std::vector<uint64_t> sizes;
+  for (const auto& in : paths) {
+    std::error_code ec;
+    sizes.push_back(fs::file_size(in, ec));
+    if (ec) sizes.back() = 0;
+    *total += sizes.back();
+  }
+  return sizes;
+}
+
+// Decodes the read's signal into item.samples and, for a VBZ writer, compresses it into POD5
+// chunks of at most max_chunk samples (item.chunks, over item.cells). `input` names the file.
+Status encode_read(Item& item, Worker& w, const fs::path& input, const pod5::WriterOptions& writer,
+                   uint32_t max_chunk) {
+  const std::string what = input.string() + ": read " + item.read.record.read_id.to_string();
+  ESCPOD_RETURN_IF_ERROR(fast5::decode_signal(item.read.signal, item.samples, what));
+  item.chunks.clear();
+  if (!writer.vbz) return Status::ok();
+  const size_t n = item.samples.size();
+  const size_t n_chunks = (n + max_chunk - 1) / max_chunk;
+  if (item.cells.size() < n_chunks) item.cells.resize(n_chunks);
+  for (size_t c = 0; c < n_chunks; ++c) {
+    const size_t lo = c * max_chunk;
+    const size_t len = std::min<size_t>(max_chunk, n - lo);
+    if (Status st = w.codec.compress(std::span<const int16_t>(item.samples.data() + lo, len), item.cells[c],
+                                     writer.zstd_level);
+        !st.is_ok()) {
+      return Status::internal(what + ": " + st.message());
+    }
+    item.chunks.push_back(pod5::SignalChunk{item.cells[c], static_cast<uint32_t>(len), item.read.record.read_id});
+  }
+  return Status::ok();
+}
+
+// A conversion's outputs (the engine's sink only): each opened when its first read comes (its
+// folder made; listed in stats.outputs), committed all together at the end. With --one-to-one
+// an output is finished as soon as the next one starts.
+class ConvertOutputs {
+ public:
+  ConvertOutputs(const std::vector<fs::path>& paths, const Fast5ConvertOptions& options, Fast5ConvertStats& stats)
+      : m_paths(paths), m_options(options), m_stats(stats) {}
+
+  // The writer of input idx's output.
+  Result<pod5::FileWriter*> writer_for(size_t idx) {
+    const fs::path& p = m_paths[idx];
+    if (m_current != nullptr && p == m_current_path) return m_current;
+    if (m_current != nullptr && m_options.one_to_one) ESCPOD_RETURN_IF_ERROR(m_current->finish());
+    auto it = m_writers.find(p);
+    if (it == m_writers.end()) {
+      std::error_code ec;
+      if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+      ESCPOD_ASSIGN_OR_RETURN(auto w, pod5::FileWriter::create(p, m_options.writer));
+      it = m_writers.emplace(p, std::move(w)).first;
+      m_stats.outputs.push_back(p);
+    }
+    m_current = it->second.get();
+    m_current_path = p;
+    return m_current;
+  }
+  bool empty() const { return m_writers.empty(); }
+  // All or nothing: every output finished before any is renamed into place.
+  Status commit_all() {
+    for (auto& [p, w] : m_writers) {
+      if (w.get() == m_current || !m_options.one_to_one) ESCPOD_RETURN_IF_ERROR(w->finish());
+    }
+    for (auto& [p, w] : m_writers) ESCPOD_RETURN_IF_ERROR(w->commit());
+    return Status::ok();
+  }
+
+ private:
+  const std::vector<fs::path>& m_paths;
+  const Fast5ConvertOptions& m_options;
+  Fast5ConvertStats& m_stats;
+  std::map<fs::path, std::unique_ptr<pod5::FileWriter>> m_writers;  // open or finished, by path
+  pod5::FileWriter* m_current = nullptr;
+  fs::path m_current_path;
+};
+
+}  // namespace
+
+Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output,
+                     const Fast5ConvertOptions& options, Fast5ConvertStats* stats) {
+  const int threads = std::max(1, options.n_threads);
+  const size_t n_tokens = static_cast<size_t>(threads) * 2 + 2;
+  ESCPOD_ASSIGN_OR_RETURN(const std::vector<fs::path> out_paths, output_paths_for(inputs, output, options));
 
   // Reader state (the engine's source only).
   size_t file_idx = 0, read_idx = 0;
   std::unique_ptr<fast5::Fast5File> file;
 
   // Writer state (the engine's sink only).
-  std::map<fs::path, std::unique_ptr<pod5::FileWriter>> writers;  // open or finished, by path
-  pod5::FileWriter* current = nullptr;
-  fs::path current_path;
-  std::set<std::pair<pod5::FileWriter*, std::string>> run_infos_added;
   Fast5ConvertStats local;
+  ConvertOutputs outputs(out_paths, options, local);
+  std::set<std::pair<pod5::FileWriter*, std::string>> run_infos_added;
   local.n_files = inputs.size();
   const uint32_t max_chunk = std::max<uint32_t>(1, options.writer.max_chunk_samples);
 
-  auto writer_for = [&](size_t idx) -> Result<pod5::FileWriter*> {
-    const fs::path& p = out_paths[idx];
-    if (current != nullptr && p == current_path) return current;
-    if (current != nullptr && options.one_to_one) ESCPOD_RETURN_IF_ERROR(current->finish());
-    auto it = writers.find(p);
-    if (it == writers.end()) {
-      std::error_code ec;
-      if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-      ESCPOD_ASSIGN_OR_RETURN(auto w, pod5::FileWriter::create(p, options.writer));
-      it = writers.emplace(p, std::move(w)).first;
-      local.outputs.push_back(p);
-    }
-    current = it->second.get();
-    current_path = p;
-    return current;
-  };
-
   // Progress: reads against the totals of the files opened so far, bytes against all inputs.
-  std::vector<uint64_t> input_bytes;
   uint64_t total_bytes = 0;
-  for (const auto& in : inputs) {
-    std::error_code ec;
-    input_bytes.push_back(fs::file_size(in, ec));
-    if (ec) input_bytes.back() = 0;
-    total_bytes += input_bytes.back();
-  }
+  const std::vector<uint64_t> input_bytes = file_sizes(inputs, &total_bytes);
   progress::Task task(0, total_bytes, {.label = "convert fast5", .unit = "reads"});
 
   // Source: the next read of the inputs, in order (files opened one after another).
@@ -142,28 +202,11 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
   };
   // Work: decode the signal and compress its POD5 chunks.
   auto encode = [&](Item& item, Worker& w) -> Status {
-    const std::string what = inputs[item.file_idx].string() + ": read " + item.read.record.read_id.to_string();
-    ESCPOD_RETURN_IF_ERROR(fast5::decode_signal(item.read.signal, item.samples, what));
-    item.chunks.clear();
-    if (!options.writer.vbz) return Status::ok();
-    const size_t n = item.samples.size();
-    const size_t n_chunks = (n + max_chunk - 1) / max_chunk;
-    if (item.cells.size() < n_chunks) item.cells.resize(n_chunks);
-    for (size_t c = 0; c < n_chunks; ++c) {
-      const size_t lo = c * max_chunk;
-      const size_t len = std::min<size_t>(max_chunk, n - lo);
-      if (Status st = w.codec.compress(std::span<const int16_t>(item.samples.data() + lo, len), item.cells[c],
-                                       options.writer.zstd_level);
-          !st.is_ok()) {
-        return Status::internal(what + ": " + st.message());
-      }
-      item.chunks.push_back(pod5::SignalChunk{item.cells[c], static_cast<uint32_t>(len), item.read.record.read_id});
-    }
-    return Status::ok();
+    return encode_read(item, w, inputs[item.file_idx], options.writer, max_chunk);
   };
   // Sink: the read to its output, in input order.
   auto write = [&](Item& item, bool*) -> Status {
-    ESCPOD_ASSIGN_OR_RETURN(pod5::FileWriter * writer, writer_for(item.file_idx));
+    ESCPOD_ASSIGN_OR_RETURN(pod5::FileWriter * writer, outputs.writer_for(item.file_idx));
     const auto& rec = item.read.record;
     Status s;
     if (run_infos_added.emplace(writer, rec.run_info).second) s = writer->add_run_info(*item.read.run_info);
@@ -186,12 +229,8 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
            .max_items = n_tokens});
   const Status streamed = stream.run(next_read, [] { return Worker{}; }, encode, write);
   if (!streamed.is_ok()) return streamed;  // writers destroyed: staging files removed
-  if (writers.empty()) return Status::invalid_argument("the inputs hold no reads; nothing written");
-  // All or nothing: every output finished before any is renamed into place.
-  for (auto& [p, w] : writers) {
-    if (w.get() == current || !options.one_to_one) ESCPOD_RETURN_IF_ERROR(w->finish());
-  }
-  for (auto& [p, w] : writers) ESCPOD_RETURN_IF_ERROR(w->commit());
+  if (outputs.empty()) return Status::invalid_argument("the inputs hold no reads; nothing written");
+  ESCPOD_RETURN_IF_ERROR(outputs.commit_all());
   if (stats) *stats = std::move(local);
   return Status::ok();
 }

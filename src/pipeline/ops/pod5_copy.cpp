@@ -209,9 +209,11 @@ uint64_t repack_size_per_read(uint64_t signal_bytes, size_t n_chunks) {
   return signal_bytes + 64 * static_cast<uint64_t>(n_chunks) + 256;
 }
 
-Status repack_files(const std::vector<std::filesystem::path>& inputs,
-                    const std::filesystem::path& out_dir, const RepackOptions& options,
-                    CopyStats* total) {
+namespace {
+
+// kInvalidArgument when two inputs share a file name (their outputs would collide in out_dir);
+// creates out_dir if needed.
+Status prepare_repack_outputs(const std::vector<std::filesystem::path>& inputs, const std::filesystem::path& out_dir) {
   std::set<std::string> names;
   for (const auto& in : inputs) {
     if (!names.insert(in.filename().string()).second) {
@@ -224,8 +226,101 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
     std::filesystem::create_directories(out_dir, ec);
     if (ec) return Status::io_error("cannot create output folder " + out_dir.string() + ": " + ec.message());
   }
+  return Status::ok();
+}
+
+// Repacks the input `reader` (of path `in`) into one file at `out_path`.
+Status repack_whole(const std::vector<std::unique_ptr<pod5::FileReader>>& reader, const std::filesystem::path& in,
+                    const std::filesystem::path& out_path, const RepackOptions& options, CopyStats& stats,
+                    CopyScratch& scratch) {
+  std::error_code ec;
+  pod5::WriterOptions wo = options.writer;
+  // Replacing the input itself is the point of repacking in place.
+  if (std::filesystem::equivalent(in, out_path, ec)) wo.overwrite = true;
+  ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(out_path, wo));
+  for (const auto& ri : reader[0]->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
+  // Files are repacked in parallel; each one streams on its own thread.
+  ESCPOD_RETURN_IF_ERROR(stream_reads(
+      reader, 1, nullptr,
+      [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b, const PreparedRead& read) {
+        // Chunks are written from the reader's mapping (copied before its pages are released).
+        return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
+      },
+      nullptr, copy_borrowed_by(*writer)));
+  return writer->close();
+}
+
+// What `read` adds to a repacked file (repack_size_per_read), its signal re-encoded when the
+// writer's compression differs from the input's.
+uint64_t repacked_read_cost(const pod5::FileReader& r, const PreparedRead& read, const pod5::WriterOptions& writer) {
+  uint64_t signal_bytes = 0;
+  if (r.info().is_vbz == writer.vbz) {
+    for (const auto& c : read.chunks) signal_bytes += c.bytes.size();
+  } else {
+    // Re-encoded: at most the raw size (VBZ's bound is close to it), plus a margin.
+    signal_bytes = read.record.num_samples * 2 + 64 * read.chunks.size() + 64;
+  }
+  const uint64_t n_chunks = std::max<uint64_t>(
+      read.chunks.size(), (read.record.num_samples + writer.max_chunk_samples - 1) /
+                              std::max<uint32_t>(1, writer.max_chunk_samples));
+  return repack_size_per_read(signal_bytes, n_chunks);
+}
+
+// Repacks the input `reader` (of path `in`) into numbered parts in out_dir, each closed (renamed
+// into place) before the next starts.
+Status repack_split(const std::vector<std::unique_ptr<pod5::FileReader>>& reader, const std::filesystem::path& in,
+                    const std::filesystem::path& out_dir, const RepackOptions& options, CopyStats& stats,
+                    CopyScratch& scratch) {
+  std::unique_ptr<pod5::FileWriter> writer;
+  size_t part = 0;
+  uint64_t part_reads = 0, part_bytes = 0;
+  const uint64_t base = repack_size_base(reader[0]->run_infos().size());
+  const std::string stem = in.stem().string();
+  auto next_part = [&]() -> Status {
+    if (writer) ESCPOD_RETURN_IF_ERROR(writer->close());
+    char num[32];
+    std::snprintf(num, sizeof num, "_%05zu.pod5", ++part);
+    ESCPOD_ASSIGN_OR_RETURN(writer, pod5::FileWriter::create(out_dir / (stem + num), options.writer));
+    for (const auto& ri : reader[0]->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
+    part_reads = 0;
+    part_bytes = base;
+    return Status::ok();
+  };
+  auto consume = [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b,
+                     const PreparedRead& read) -> Status {
+    const uint64_t cost = repacked_read_cost(r, read, options.writer);
+    const bool full = part_reads > 0 &&
+        ((options.reads_per_file > 0 && part_reads >= options.reads_per_file) ||
+         (options.max_file_bytes > 0 && part_bytes + cost > options.max_file_bytes));
+    if (!writer || full) {
+      if (Status st = next_part(); !st.is_ok()) return st;
+    }
+    if (options.max_file_bytes > 0 && part_bytes + cost > options.max_file_bytes) {
+      log::warn("{}: read {} alone needs about {} bytes, over --max-file-bytes {}; it gets a file of its own",
+                in.string(), read.record.read_id.to_string(), part_bytes + cost, options.max_file_bytes);
+    }
+    ++part_reads;
+    part_bytes += cost;
+    return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
+  };
+  const Status streamed = stream_reads(reader, 1, nullptr, consume, nullptr,
+                                       [&](const void* lo, const void* hi) {
+                                         return writer ? writer->copy_borrowed_in(lo, hi) : Status::ok();
+                                       });
+  ESCPOD_RETURN_IF_ERROR(streamed);
+  if (!writer) ESCPOD_RETURN_IF_ERROR(next_part());  // an input without reads: one empty part
+  return writer->close();
+}
+
+}  // namespace
+
+Status repack_files(const std::vector<std::filesystem::path>& inputs,
+                    const std::filesystem::path& out_dir, const RepackOptions& options,
+                    CopyStats* total) {
+  ESCPOD_RETURN_IF_ERROR(prepare_repack_outputs(inputs, out_dir));
   // Files are repacked in parallel, each by its own stream_reads, whose progress joins this one:
   // bytes are known now, reads as each file is opened.
+  std::error_code ec;
   uint64_t n_bytes = 0;
   for (const auto& in : inputs) {
     const auto size = std::filesystem::file_size(in, ec);
@@ -241,71 +336,9 @@ Status repack_files(const std::vector<std::filesystem::path>& inputs,
     CopyStats stats;
     CopyScratch scratch;
     if (!split) {
-      pod5::WriterOptions wo = options.writer;
-      // Replacing the input itself is the point of repacking in place.
-      if (std::filesystem::equivalent(in, out_path, ec)) wo.overwrite = true;
-      ESCPOD_ASSIGN_OR_RETURN(auto writer, pod5::FileWriter::create(out_path, wo));
-      for (const auto& ri : reader[0]->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
-      // Files are repacked in parallel; each one streams on its own thread.
-      ESCPOD_RETURN_IF_ERROR(stream_reads(
-          reader, 1, nullptr,
-          [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b, const PreparedRead& read) {
-            // Chunks are written from the reader's mapping (copied before its pages are released).
-            return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
-          },
-          nullptr, copy_borrowed_by(*writer)));
-      ESCPOD_RETURN_IF_ERROR(writer->close());
+      ESCPOD_RETURN_IF_ERROR(repack_whole(reader, in, out_path, options, stats, scratch));
     } else {
-      // Numbered parts, each closed (renamed into place) before the next starts.
-      std::unique_ptr<pod5::FileWriter> writer;
-      size_t part = 0;
-      uint64_t part_reads = 0, part_bytes = 0;
-      const uint64_t base = repack_size_base(reader[0]->run_infos().size());
-      const std::string stem = in.stem().string();
-      auto next_part = [&]() -> Status {
-        if (writer) ESCPOD_RETURN_IF_ERROR(writer->close());
-        char num[32];
-        std::snprintf(num, sizeof num, "_%05zu.pod5", ++part);
-        ESCPOD_ASSIGN_OR_RETURN(writer, pod5::FileWriter::create(out_dir / (stem + num), options.writer));
-        for (const auto& ri : reader[0]->run_infos()) ESCPOD_RETURN_IF_ERROR(writer->add_run_info(ri));
-        part_reads = 0;
-        part_bytes = base;
-        return Status::ok();
-      };
-      auto consume = [&](size_t, const pod5::FileReader& r, const pod5::ReadBatch& b,
-                         const PreparedRead& read) -> Status {
-            uint64_t signal_bytes = 0;
-            if (r.info().is_vbz == options.writer.vbz) {
-              for (const auto& c : read.chunks) signal_bytes += c.bytes.size();
-            } else {
-              // Re-encoded: at most the raw size (VBZ's bound is close to it), plus a margin.
-              signal_bytes = read.record.num_samples * 2 + 64 * read.chunks.size() + 64;
-            }
-            const uint64_t n_chunks = std::max<uint64_t>(
-                read.chunks.size(), (read.record.num_samples + options.writer.max_chunk_samples - 1) /
-                                        std::max<uint32_t>(1, options.writer.max_chunk_samples));
-            const uint64_t cost = repack_size_per_read(signal_bytes, n_chunks);
-            const bool full = part_reads > 0 &&
-                ((options.reads_per_file > 0 && part_reads >= options.reads_per_file) ||
-                 (options.max_file_bytes > 0 && part_bytes + cost > options.max_file_bytes));
-            if (!writer || full) {
-              if (Status st = next_part(); !st.is_ok()) return st;
-            }
-            if (options.max_file_bytes > 0 && part_bytes + cost > options.max_file_bytes) {
-              log::warn("{}: read {} alone needs about {} bytes, over --max-file-bytes {}; it gets a file of its own",
-                        in.string(), read.record.read_id.to_string(), part_bytes + cost, options.max_file_bytes);
-            }
-            ++part_reads;
-            part_bytes += cost;
-            return copy_prepared(r, b, read, *writer, scratch, &stats, pod5::ChunkBytes::kBorrow);
-      };
-      const Status streamed = stream_reads(reader, 1, nullptr, consume, nullptr,
-                                           [&](const void* lo, const void* hi) {
-                                             return writer ? writer->copy_borrowed_in(lo, hi) : Status::ok();
-                                           });
-      ESCPOD_RETURN_IF_ERROR(streamed);
-      if (!writer) ESCPOD_RETURN_IF_ERROR(next_part());  // an input without reads: one empty part
-      ESCPOD_RETURN_IF_ERROR(writer->close());
+      ESCPOD_RETURN_IF_ERROR(repack_split(reader, in, out_dir, options, stats, scratch));
     }
     log::debug("repacked {} -> {}: {} reads", in.string(), out_path.string(), stats.n_reads);
     std::lock_guard lock(mutex);

@@ -187,22 +187,25 @@ Status merge_files(const std::vector<std::filesystem::path>& inputs,
   return writer->close();
 }
 
-Status filter_files(const std::vector<std::filesystem::path>& inputs,
-                    const std::filesystem::path& output, const FilterCriteria& c,
-                    const FilterOptions& options, FilterReport* report) {
+namespace {
+
+using IdSet = std::unordered_set<pod5::ReadId, pod5::ReadIdHash>;
+
+Status check_filter_criteria(const FilterCriteria& c) {
   if (!c.any()) {
     return Status::usage("filter needs at least one criterion (--ids, --min-samples, "
                                     "--max-samples, --end-reason, --exclude-end-reason, --annotation)");
   }
   ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.end_reasons, "--end-reason"));
-  ESCPOD_RETURN_IF_ERROR(check_end_reasons(c.exclude_end_reasons, "--exclude-end-reason"));
-  std::unordered_set<pod5::ReadId, pod5::ReadIdHash> wanted, found;
-  if (c.ids) wanted.insert(c.ids->begin(), c.ids->end());
-  FilterReport local;
-  FilterReport& rep = report ? *report : local;
-  // With ids, only the rows an index names are decoded in indexed inputs (the rest in full).
-  // --skip-bad opens (and checks) every input itself, and --annotation reads whole batches.
-  std::optional<IdLookupPlan> plan;
+  return check_end_reasons(c.exclude_end_reasons, "--exclude-end-reason");
+}
+
+// The inputs, opened. With ids, only the rows an index names are decoded in indexed inputs (the
+// rest in full): *plan says which. --skip-bad opens (and checks) every input itself, and
+// --annotation reads whole batches.
+Result<Readers> open_filter_inputs(const std::vector<std::filesystem::path>& inputs, const FilterCriteria& c,
+                                   const FilterOptions& options, std::optional<IdLookupPlan>& plan,
+                                   FilterReport& rep) {
   Readers readers;
   if (c.ids && options.use_index && !options.skip_bad && c.annotations.empty()) {
     ESCPOD_ASSIGN_OR_RETURN(plan, plan_id_lookup(inputs, *c.ids, true, options.n_threads));
@@ -211,6 +214,69 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
     ESCPOD_ASSIGN_OR_RETURN(readers, detail::open_readers(inputs, options.n_threads,
                                                           options.skip_bad ? &rep.skipped : nullptr));
   }
+  return readers;
+}
+
+// The rows `plan` located through the read-id index; then, in full, the inputs whose index named
+// rows holding other reads (`index_wrong`), when some `wanted` id is not `found` yet: never trust
+// an index that disagrees with its file. During the rescan `still_missing` (read by `select`)
+// points at the ids still missing.
+Status stream_indexed_rows(const Readers& readers, IdLookupPlan& plan, int n_threads, const ReadSelector& select,
+                           const PreparedConsumer& consume, const BeforeRelease& before_release,
+                           std::vector<std::atomic<bool>>& index_wrong, const IdSet& wanted, const IdSet& found,
+                           const IdSet*& still_missing, FilterReport& rep) {
+  rep.n_files_indexed = plan.n_indexed;
+  rep.n_files_not_opened = plan.n_not_opened;
+  ESCPOD_RETURN_IF_ERROR(
+      stream_read_slices(readers, plan.slices, n_threads, select, consume, &rep.n_reads_seen, before_release));
+  std::vector<ReadSlice> rescan;
+  for (size_t k = 0; k < readers.size(); ++k) {
+    if (!index_wrong[k]) continue;
+    log::warn("read-id index of {} names rows holding other reads (stale or damaged); scanning "
+              "the file; run `escpod index` again", readers[k]->path().string());
+    for (size_t b = 0; b < readers[k]->n_read_batches(); ++b) rescan.push_back({k, b, 0, ReadSlice::kWholeBatch});
+  }
+  IdSet missing_now;
+  for (const auto& id : wanted)
+    if (!found.count(id)) missing_now.insert(id);
+  if (!rescan.empty() && !missing_now.empty()) {
+    still_missing = &missing_now;
+    std::fill(index_wrong.begin(), index_wrong.end(), false);
+    plan.indexed.assign(readers.size(), false);
+    ESCPOD_RETURN_IF_ERROR(
+        stream_read_slices(readers, rescan, n_threads, select, consume, &rep.n_reads_seen, before_release));
+  }
+  return Status::ok();
+}
+
+// kNotFound when a listed id is in no input (rep.missing_ids, in list order), unless missing_ok.
+Status check_missing_ids(const FilterCriteria& c, const IdSet& wanted, const IdSet& found,
+                         const FilterOptions& options, FilterReport& rep) {
+  if (!c.ids) return Status::ok();
+  for (const auto& id : *c.ids)
+    if (!found.count(id)) rep.missing_ids.push_back(id);
+  if (!rep.missing_ids.empty() && !options.missing_ok) {
+    return Status::not_found(std::to_string(rep.missing_ids.size()) + " of " +
+                             std::to_string(wanted.size()) + " listed read ids are in no input (first: " +
+                             rep.missing_ids.front().to_string() + "); use --missing-ok to allow" +
+                             (rep.skipped.empty() ? "" : " (" + std::to_string(rep.skipped.size()) +
+                              " inputs were skipped as bad)"));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status filter_files(const std::vector<std::filesystem::path>& inputs,
+                    const std::filesystem::path& output, const FilterCriteria& c,
+                    const FilterOptions& options, FilterReport* report) {
+  ESCPOD_RETURN_IF_ERROR(check_filter_criteria(c));
+  IdSet wanted, found;
+  if (c.ids) wanted.insert(c.ids->begin(), c.ids->end());
+  FilterReport local;
+  FilterReport& rep = report ? *report : local;
+  std::optional<IdLookupPlan> plan;
+  ESCPOD_ASSIGN_OR_RETURN(Readers readers, open_filter_inputs(inputs, c, options, plan, rep));
   std::unique_ptr<AnnotationFilter> by_annotation;
   if (!c.annotations.empty()) {
     std::vector<const pod5::FileReader*> plain;
@@ -225,7 +291,7 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
   std::unordered_map<const pod5::FileReader*, size_t> input_of;
   for (size_t k = 0; k < readers.size(); ++k) input_of[readers[k].get()] = k;
   std::vector<std::atomic<bool>> index_wrong(readers.size());
-  const std::unordered_set<pod5::ReadId, pod5::ReadIdHash>* still_missing = nullptr;
+  const IdSet* still_missing = nullptr;
   auto select = [&](const pod5::FileReader& r, const pod5::ReadBatch& b, size_t i) {
     if (c.ids && !wanted.count(b.read_id[i])) {
       if (plan && plan->indexed[input_of.at(&r)]) index_wrong[input_of.at(&r)] = true;
@@ -251,45 +317,16 @@ Status filter_files(const std::vector<std::filesystem::path>& inputs,
     return copy_prepared(r, b, read, *writer, scratch, &rep.copied, pod5::ChunkBytes::kBorrow);
   };
   if (plan) {
-    rep.n_files_indexed = plan->n_indexed;
-    rep.n_files_not_opened = plan->n_not_opened;
-    ESCPOD_RETURN_IF_ERROR(stream_read_slices(readers, plan->slices, options.n_threads, select, consume,
-                                              &rep.n_reads_seen, copy_borrowed_by(*writer)));
-    // Never trust an index that disagrees with its file: scan such files for what is missing.
-    std::vector<ReadSlice> rescan;
-    for (size_t k = 0; k < readers.size(); ++k) {
-      if (!index_wrong[k]) continue;
-      log::warn("read-id index of {} names rows holding other reads (stale or damaged); scanning "
-                "the file; run `escpod index` again", readers[k]->path().string());
-      for (size_t b = 0; b < readers[k]->n_read_batches(); ++b) rescan.push_back({k, b, 0, ReadSlice::kWholeBatch});
-    }
-    std::unordered_set<pod5::ReadId, pod5::ReadIdHash> missing_now;
-    for (const auto& id : wanted)
-      if (!found.count(id)) missing_now.insert(id);
-    if (!rescan.empty() && !missing_now.empty()) {
-      still_missing = &missing_now;
-      std::fill(index_wrong.begin(), index_wrong.end(), false);
-      plan->indexed.assign(readers.size(), false);
-      ESCPOD_RETURN_IF_ERROR(stream_read_slices(readers, rescan, options.n_threads, select, consume,
-                                                &rep.n_reads_seen, copy_borrowed_by(*writer)));
-    }
+    ESCPOD_RETURN_IF_ERROR(stream_indexed_rows(readers, *plan, options.n_threads, select, consume,
+                                               copy_borrowed_by(*writer), index_wrong, wanted, found, still_missing,
+                                               rep));
   } else {
     ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &rep.n_reads_seen,
                                         copy_borrowed_by(*writer)));
   }
   // A damaged sidecar (a locator that disagrees with the POD5) fails the run: no output.
   if (by_annotation) ESCPOD_RETURN_IF_ERROR(by_annotation->error());
-  if (c.ids) {
-    for (const auto& id : *c.ids)
-      if (!found.count(id)) rep.missing_ids.push_back(id);
-    if (!rep.missing_ids.empty() && !options.missing_ok) {
-      return Status::not_found(std::to_string(rep.missing_ids.size()) + " of " +
-                               std::to_string(wanted.size()) + " listed read ids are in no input (first: " +
-                               rep.missing_ids.front().to_string() + "); use --missing-ok to allow" +
-                               (rep.skipped.empty() ? "" : " (" + std::to_string(rep.skipped.size()) +
-                                " inputs were skipped as bad)"));
-    }
-  }
+  ESCPOD_RETURN_IF_ERROR(check_missing_ids(c, wanted, found, options, rep));
   ESCPOD_RETURN_IF_ERROR(writer->close());
   // Done with the inputs: a command-line process leaves unmapping them to its exit.
   leave_to_process_exit(readers);
@@ -339,6 +376,124 @@ Result<std::vector<std::pair<pod5::ReadId, std::string>>> read_subset_csv(
   return rows;
 }
 
+namespace {
+
+// The --columns fields (into `fields`) and the output name template: --template, checked to
+// name only those columns, or one placeholder per column joined by '_'.
+Result<std::string> subset_name_template(const SubsetOptions& options, std::vector<const ReadField*>& fields) {
+  std::string name_template = options.name_template;
+  if (options.columns.empty()) {
+    return Status::usage("subset needs --csv MAP or --columns FIELD,...");
+  }
+  for (const auto& c : options.columns) {
+    const ReadField* f = find_read_field(c);
+    if (!f || c == "signal_hash") return Status::usage("--columns: unknown field '" + c + "'");
+    fields.push_back(f);
+  }
+  if (name_template.empty()) {
+    for (const auto& c : options.columns) {
+      if (!name_template.empty()) name_template.push_back('_');
+      name_template.push_back('{');
+      name_template.append(c);
+      name_template.push_back('}');
+    }
+    name_template += ".pod5";
+  }
+  for (size_t pos = name_template.find('{'); pos != std::string::npos; pos = name_template.find('{', pos + 1)) {
+    size_t end = name_template.find('}', pos);
+    if (end == std::string::npos) return Status::usage("--template: unmatched '{'");
+    if (!contains(options.columns, name_template.substr(pos + 1, end - pos - 1))) {
+      return Status::usage("--template names {" + name_template.substr(pos + 1, end - pos - 1) +
+                                      "}, which is not one of --columns");
+    }
+  }
+  return name_template;
+}
+
+// subset's output files, by name (".pod5" added), numbered in order of first use.
+class SubsetOutputs {
+ public:
+  uint32_t index(const std::string& name) {
+    auto [it, inserted] = m_index.emplace(with_pod5_extension(name), static_cast<uint32_t>(m_names.size()));
+    if (inserted) m_names.push_back(it->first);
+    return it->second;
+  }
+  const std::string& name(uint32_t idx) const { return m_names[idx]; }
+
+ private:
+  std::vector<std::string> m_names;
+  std::unordered_map<std::string, uint32_t> m_index;
+};
+
+using SubsetTargets = std::unordered_map<pod5::ReadId, uint32_t, pod5::ReadIdHash>;  // -> output index
+
+// The output of every read the mapping names; kInvalidArgument for a read mapped to two outputs.
+Status map_subset_reads(const std::vector<std::pair<pod5::ReadId, std::string>>& mapping, SubsetOutputs& outputs,
+                        SubsetTargets& target) {
+  for (const auto& [id, out] : mapping) {
+    auto [it, inserted] = target.emplace(id, outputs.index(out));
+    if (!inserted && outputs.name(it->second) != with_pod5_extension(out)) {
+      return Status::invalid_argument("read " + id.to_string() + " is mapped to two outputs: " +
+                                      outputs.name(it->second) + " and " + out);
+    }
+  }
+  return Status::ok();
+}
+
+// Into `key`: `name_template` with each {column} replaced by read i's value of that field.
+Status subset_key(const std::string& name_template, const std::vector<const ReadField*>& fields,
+                  const std::vector<std::string>& columns, const pod5::FileReader& reader,
+                  const pod5::ReadBatch& batch, size_t i, std::string& key) {
+  key = name_template;
+  for (size_t k = 0; k < fields.size(); ++k) {
+    std::string value;
+    ESCPOD_RETURN_IF_ERROR(fields[k]->append(reader, batch, i, value));
+    const std::string placeholder = "{" + columns[k] + "}";
+    for (size_t pos = key.find(placeholder); pos != std::string::npos; pos = key.find(placeholder, pos)) {
+      key.replace(pos, placeholder.size(), value);
+      pos += value.size();
+    }
+  }
+  return Status::ok();
+}
+
+// Copies `read` to writers[idx], created as out_dir / `name` on first use, with its run info.
+Status copy_to_subset_output(std::vector<std::unique_ptr<pod5::FileWriter>>& writers, uint32_t idx,
+                             const std::filesystem::path& out_dir, const std::string& name,
+                             const pod5::WriterOptions& writer_options, const pod5::FileReader& reader,
+                             const pod5::ReadBatch& batch, const PreparedRead& read, CopyScratch& scratch) {
+  while (writers.size() <= idx) writers.push_back(nullptr);
+  if (!writers[idx]) {
+    ESCPOD_ASSIGN_OR_RETURN(writers[idx], pod5::FileWriter::create(out_dir / name, writer_options));
+  }
+  const auto& acq = reader.run_info_ids()[static_cast<size_t>(batch.run_info_idx[read.row])];
+  if (const auto* ri = reader.find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writers[idx]->add_run_info(*ri));
+  return copy_prepared(reader, batch, read, *writers[idx], scratch, nullptr, pod5::ChunkBytes::kBorrow);
+}
+
+// kInvalidArgument naming a read id that `written` saw twice (repeats far apart, found after the
+// stream) and the inputs of both copies.
+Status check_subset_duplicates(pod5::ReadIdGuard& written, const Readers& readers) {
+  ESCPOD_ASSIGN_OR_RETURN(std::optional<pod5::ReadIdGuard::Duplicate> dup, written.find_duplicate());
+  if (dup) {
+    return Status::invalid_argument("read " + dup->id.to_string() + " appears twice in the inputs (" +
+                                    readers[dup->first_source]->path().string() + " and " +
+                                    readers[dup->second_source]->path().string() + ")");
+  }
+  return Status::ok();
+}
+
+// All or nothing: finishes every output before any is renamed into place.
+Status finish_then_commit(std::vector<std::unique_ptr<pod5::FileWriter>>& writers) {
+  for (auto& w : writers)
+    if (w) ESCPOD_RETURN_IF_ERROR(w->finish());
+  for (auto& w : writers)
+    if (w) ESCPOD_RETURN_IF_ERROR(w->commit());
+  return Status::ok();
+}
+
+}  // namespace
+
 Status subset_files(const std::vector<std::filesystem::path>& inputs,
                     const std::filesystem::path& out_dir, const SubsetOptions& options,
                     SubsetReport* report) {
@@ -346,49 +501,11 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
   std::vector<const ReadField*> fields;
   std::string name_template = options.name_template;
   if (by_columns) {
-    if (options.columns.empty()) {
-      return Status::usage("subset needs --csv MAP or --columns FIELD,...");
-    }
-    for (const auto& c : options.columns) {
-      const ReadField* f = find_read_field(c);
-      if (!f || c == "signal_hash") return Status::usage("--columns: unknown field '" + c + "'");
-      fields.push_back(f);
-    }
-    if (name_template.empty()) {
-      for (const auto& c : options.columns) {
-        if (!name_template.empty()) name_template.push_back('_');
-        name_template.push_back('{');
-        name_template.append(c);
-        name_template.push_back('}');
-      }
-      name_template += ".pod5";
-    }
-    for (size_t pos = name_template.find('{'); pos != std::string::npos; pos = name_template.find('{', pos + 1)) {
-      size_t end = name_template.find('}', pos);
-      if (end == std::string::npos) return Status::usage("--template: unmatched '{'");
-      if (!contains(options.columns, name_template.substr(pos + 1, end - pos - 1))) {
-        return Status::usage("--template names {" + name_template.substr(pos + 1, end - pos - 1) +
-                                        "}, which is not one of --columns");
-      }
-    }
+    ESCPOD_ASSIGN_OR_RETURN(name_template, subset_name_template(options, fields));
   }
-  std::unordered_map<pod5::ReadId, uint32_t, pod5::ReadIdHash> target;  // -> output index
-  std::vector<std::string> names;
-  std::unordered_map<std::string, uint32_t> name_index;
-  auto output_index = [&](const std::string& name) {
-    auto [it, inserted] = name_index.emplace(with_pod5_extension(name), static_cast<uint32_t>(names.size()));
-    if (inserted) names.push_back(it->first);
-    return it->second;
-  };
-  if (!by_columns) {
-    for (const auto& [id, out] : *options.mapping) {
-      auto [it, inserted] = target.emplace(id, output_index(out));
-      if (!inserted && names[it->second] != with_pod5_extension(out)) {
-        return Status::invalid_argument("read " + id.to_string() + " is mapped to two outputs: " +
-                                        names[it->second] + " and " + out);
-      }
-    }
-  }
+  SubsetTargets target;
+  SubsetOutputs outputs;
+  if (!by_columns) ESCPOD_RETURN_IF_ERROR(map_subset_reads(*options.mapping, outputs, target));
   SubsetReport local;
   SubsetReport& rep = report ? *report : local;
   ESCPOD_ASSIGN_OR_RETURN(Readers readers, detail::open_readers(inputs, options.n_threads,
@@ -419,23 +536,14 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
     const size_t i = read.row;
     uint32_t idx;
     if (by_columns) {
-      key = name_template;
-      for (size_t k = 0; k < fields.size(); ++k) {
-        std::string value;
-        ESCPOD_RETURN_IF_ERROR(fields[k]->append(reader, batch, i, value));
-        const std::string placeholder = "{" + options.columns[k] + "}";
-        for (size_t pos = key.find(placeholder); pos != std::string::npos; pos = key.find(placeholder, pos)) {
-          key.replace(pos, placeholder.size(), value);
-          pos += value.size();
-        }
-      }
+      ESCPOD_RETURN_IF_ERROR(subset_key(name_template, fields, options.columns, reader, batch, i, key));
       ESCPOD_RETURN_IF_ERROR(valid_output_name(key));
-      idx = output_index(key);
+      idx = outputs.index(key);
     } else {
       auto it = target.find(batch.read_id[i]);
       if (it == target.end()) {
         ++rep.n_unmapped;
-        idx = output_index(options.unmapped_output);
+        idx = outputs.index(options.unmapped_output);
       } else {
         idx = it->second;
       }
@@ -446,15 +554,9 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
       return Status::invalid_argument("read " + batch.read_id[i].to_string() + " appears twice in the inputs (" +
                                       reader.path().string() + ")");
     }
-    while (writers.size() <= idx) writers.push_back(nullptr);
-    if (!writers[idx]) {
-      ESCPOD_ASSIGN_OR_RETURN(writers[idx], pod5::FileWriter::create(out_dir / names[idx], writer_options));
-    }
-    const auto& acq = reader.run_info_ids()[static_cast<size_t>(batch.run_info_idx[i])];
-    if (const auto* ri = reader.find_run_info(acq)) ESCPOD_RETURN_IF_ERROR(writers[idx]->add_run_info(*ri));
-    ESCPOD_RETURN_IF_ERROR(
-        copy_prepared(reader, batch, read, *writers[idx], scratch, nullptr, pod5::ChunkBytes::kBorrow));
-    ++rep.reads_per_output[names[idx]];
+    ESCPOD_RETURN_IF_ERROR(copy_to_subset_output(writers, idx, out_dir, outputs.name(idx), writer_options, reader,
+                                                 batch, read, scratch));
+    ++rep.reads_per_output[outputs.name(idx)];
     return Status::ok();
   };
   auto before_release = [&](const void* lo, const void* hi) -> Status {
@@ -464,19 +566,9 @@ Status subset_files(const std::vector<std::filesystem::path>& inputs,
   };
   ESCPOD_RETURN_IF_ERROR(stream_reads(readers, options.n_threads, select, consume, &n_seen, before_release));
   if (drop_unmapped) rep.n_unmapped = n_seen - n_selected;
-  ESCPOD_ASSIGN_OR_RETURN(std::optional<pod5::ReadIdGuard::Duplicate> dup, written.find_duplicate());
-  if (dup) {
-    return Status::invalid_argument("read " + dup->id.to_string() + " appears twice in the inputs (" +
-                                    readers[dup->first_source]->path().string() + " and " +
-                                    readers[dup->second_source]->path().string() + ")");
-  }
+  ESCPOD_RETURN_IF_ERROR(check_subset_duplicates(written, readers));
   if (!by_columns) rep.n_mapped_missing = target.size() - std::min<uint64_t>(target.size(), n_written);
-  // All or nothing: finish every output before any is renamed into place.
-  for (auto& w : writers)
-    if (w) ESCPOD_RETURN_IF_ERROR(w->finish());
-  for (auto& w : writers)
-    if (w) ESCPOD_RETURN_IF_ERROR(w->commit());
-  return Status::ok();
+  return finish_then_commit(writers);
 }
 
 }  // namespace escpod::pipeline

@@ -94,95 +94,219 @@ std::string unclassified_reason_group(std::string_view reason) {
 
 // ---- collecting -------------------------------------------------------------------------------
 
-Result<ReportData> collect_report(const ReportOptions& options) {
-  ReportData d;
-  d.version = options.version;
-  d.command_line = options.command_line;
-  d.created_utc = utc_now();
-  d.demux_seconds = options.demux_seconds;
-  d.demux_threads = options.demux_threads;
-  d.model = options.model;
-  d.bam = options.bam;
-  d.bam_records_per_label = options.bam_records_per_label;
-  d.signal_samples = samples_hist();
-  d.duration_s = duration_hist();
-  if (options.classifications.empty()) return Status::usage("report needs a classifications CSV");
+namespace {
 
+// The labels of the classified reads, kept (with their ids) only when POD5 inputs are joined.
+struct ClassifiedReads {
   std::vector<std::string> labels;  // label index -> name
   std::unordered_map<std::string, uint16_t> label_idx;
-  std::vector<std::pair<pod5::ReadId, uint16_t>> ids;  // kept only when POD5 inputs are given
-  const bool join = !options.pod5_inputs.empty();
+  std::vector<std::pair<pod5::ReadId, uint16_t>> ids;
+};
+
+// A classifications CSV's columns (-1: absent; read_id and the label are required).
+struct ClassificationColumns {
+  int id = -1, label = -1, conf = -1, det = -1, reason = -1;
+  int needed = -1;  // the highest of them
+};
+
+// The line buffers reused over every line of every CSV.
+struct CsvScratch {
   std::string line, storage;
   std::vector<std::string_view> cells;
-  for (const auto& path : options.classifications) {
-    d.classifications.push_back(path.string());
-    ESCPOD_ASSIGN_OR_RETURN(auto reader, detail::LineReader::open(path));
-    if (!reader.next(line)) return Status::invalid_argument(path.string() + ": empty file, expected a CSV header");
-    detail::split_csv(line, cells, storage);
-    int c_id = -1, c_label = -1, c_conf = -1, c_det = -1, c_reason = -1;
-    for (size_t i = 0; i < cells.size(); ++i) {
-      const auto c = cells[i];
-      const int k = static_cast<int>(i);
-      if (c == "read_id") c_id = k;
-      else if (c == kLabelColumn || (c == kLegacyLabelColumn && c_label < 0)) c_label = k;
-      else if (c == "confidence") c_conf = k;
-      else if (c == "detector") c_det = k;
-      else if (c == "reason") c_reason = k;
-    }
-    if (c_id < 0 || c_label < 0) {
-      return Status::invalid_argument(path.string() + ": header has no read_id and barcode (or predicted_barcode) columns: " + line);
-    }
-    const int needed = std::max({c_id, c_label, c_conf, c_det, c_reason});
-    while (reader.next(line)) {
-      if (line.empty()) continue;
-      detail::split_csv(line, cells, storage);
-      if (static_cast<int>(cells.size()) <= needed) {
-        return Status::invalid_argument(fmt::format("{}:{}: expected at least {} cells, found {}", path.string(),
-                                                    reader.line_no(), needed + 1, cells.size()));
-      }
-      const std::string label(cells[static_cast<size_t>(c_label)]);
-      double conf = 0;
-      if (c_conf >= 0 && !cells[static_cast<size_t>(c_conf)].empty() &&
-          !detail::parse_double(cells[static_cast<size_t>(c_conf)], conf)) {
-        return Status::invalid_argument(fmt::format("{}:{}: confidence '{}' is not a number", path.string(),
-                                                    reader.line_no(), cells[static_cast<size_t>(c_conf)]));
-      }
-      auto [it, inserted] = d.barcodes.try_emplace(label);
-      BarcodeReport& b = it->second;
-      if (inserted) {
-        b.confidence = confidence_hist();
-        b.signal_samples = samples_hist();
-      }
-      ++d.n_reads;
-      ++b.n_reads;
-      b.sum_confidence += conf;
-      b.confidence.add(conf);
-      const std::string det = c_det >= 0 && !cells[static_cast<size_t>(c_det)].empty()
-                                  ? std::string(cells[static_cast<size_t>(c_det)])
-                                  : std::string(c_det >= 0 ? "none" : "unknown");
-      ++d.detectors[det];
-      ++d.detectors_per_barcode[label][det];
-      if (c_reason >= 0 && !cells[static_cast<size_t>(c_reason)].empty()) {
-        ++d.unclassified_reasons[unclassified_reason_group(cells[static_cast<size_t>(c_reason)])];
-      }
-      if (join) {
-        auto id = pod5::ReadId::parse(cells[static_cast<size_t>(c_id)]);
-        if (!id.is_ok()) {
-          return Status::invalid_argument(fmt::format("{}:{}: read_id '{}' is not a UUID", path.string(),
-                                                      reader.line_no(), cells[static_cast<size_t>(c_id)]));
-        }
-        auto [li, fresh] = label_idx.try_emplace(label, static_cast<uint16_t>(labels.size()));
-        if (fresh) {
-          if (labels.size() == 65535) return Status::invalid_argument(path.string() + ": more than 65535 labels");
-          labels.push_back(label);
-        }
-        ids.emplace_back(*id, li->second);
-      }
-    }
-    if (!reader.error().empty()) return Status::io_error(path.string() + ": " + reader.error());
-  }
-  if (!join) return d;
+};
 
+Result<ClassificationColumns> classification_columns(const std::filesystem::path& path, CsvScratch& csv) {
+  detail::split_csv(csv.line, csv.cells, csv.storage);
+  ClassificationColumns c;
+  for (size_t i = 0; i < csv.cells.size(); ++i) {
+    const auto cell = csv.cells[i];
+    const int k = static_cast<int>(i);
+    if (cell == "read_id") c.id = k;
+    else if (cell == kLabelColumn || (cell == kLegacyLabelColumn && c.label < 0)) c.label = k;
+    else if (cell == "confidence") c.conf = k;
+    else if (cell == "detector") c.det = k;
+    else if (cell == "reason") c.reason = k;
+  }
+  if (c.id < 0 || c.label < 0) {
+    return Status::invalid_argument(path.string() + ": header has no read_id and barcode (or predicted_barcode) columns: " + csv.line);
+  }
+  c.needed = std::max({c.id, c.label, c.conf, c.det, c.reason});
+  return c;
+}
+
+// One classification (the cells of line line_no of `path`) into the report; its id and label
+// into `reads` when joining POD5 inputs.
+Status add_classification(const std::filesystem::path& path, size_t line_no, const ClassificationColumns& col,
+                          const std::vector<std::string_view>& cells, bool join, ReportData& d,
+                          ClassifiedReads& reads) {
+  if (static_cast<int>(cells.size()) <= col.needed) {
+    return Status::invalid_argument(fmt::format("{}:{}: expected at least {} cells, found {}", path.string(),
+                                                line_no, col.needed + 1, cells.size()));
+  }
+  const std::string label(cells[static_cast<size_t>(col.label)]);
+  double conf = 0;
+  if (col.conf >= 0 && !cells[static_cast<size_t>(col.conf)].empty() &&
+      !detail::parse_double(cells[static_cast<size_t>(col.conf)], conf)) {
+    return Status::invalid_argument(fmt::format("{}:{}: confidence '{}' is not a number", path.string(),
+                                                line_no, cells[static_cast<size_t>(col.conf)]));
+  }
+  auto [it, inserted] = d.barcodes.try_emplace(label);
+  BarcodeReport& b = it->second;
+  if (inserted) {
+    b.confidence = confidence_hist();
+    b.signal_samples = samples_hist();
+  }
+  ++d.n_reads;
+  ++b.n_reads;
+  b.sum_confidence += conf;
+  b.confidence.add(conf);
+  const std::string det = col.det >= 0 && !cells[static_cast<size_t>(col.det)].empty()
+                              ? std::string(cells[static_cast<size_t>(col.det)])
+                              : std::string(col.det >= 0 ? "none" : "unknown");
+  ++d.detectors[det];
+  ++d.detectors_per_barcode[label][det];
+  if (col.reason >= 0 && !cells[static_cast<size_t>(col.reason)].empty()) {
+    ++d.unclassified_reasons[unclassified_reason_group(cells[static_cast<size_t>(col.reason)])];
+  }
+  if (!join) return Status::ok();
+  auto id = pod5::ReadId::parse(cells[static_cast<size_t>(col.id)]);
+  if (!id.is_ok()) {
+    return Status::invalid_argument(fmt::format("{}:{}: read_id '{}' is not a UUID", path.string(),
+                                                line_no, cells[static_cast<size_t>(col.id)]));
+  }
+  auto [li, fresh] = reads.label_idx.try_emplace(label, static_cast<uint16_t>(reads.labels.size()));
+  if (fresh) {
+    if (reads.labels.size() == 65535) return Status::invalid_argument(path.string() + ": more than 65535 labels");
+    reads.labels.push_back(label);
+  }
+  reads.ids.emplace_back(*id, li->second);
+  return Status::ok();
+}
+
+// Every classification of the CSV at `path` (blank lines skipped).
+Status read_classifications(const std::filesystem::path& path, bool join, CsvScratch& csv, ReportData& d,
+                            ClassifiedReads& reads) {
+  d.classifications.push_back(path.string());
+  ESCPOD_ASSIGN_OR_RETURN(auto reader, detail::LineReader::open(path));
+  if (!reader.next(csv.line)) return Status::invalid_argument(path.string() + ": empty file, expected a CSV header");
+  ESCPOD_ASSIGN_OR_RETURN(const ClassificationColumns col, classification_columns(path, csv));
+  while (reader.next(csv.line)) {
+    if (csv.line.empty()) continue;
+    detail::split_csv(csv.line, csv.cells, csv.storage);
+    ESCPOD_RETURN_IF_ERROR(add_classification(path, reader.line_no(), col, csv.cells, join, d, reads));
+  }
+  if (!reader.error().empty()) return Status::io_error(path.string() + ": " + reader.error());
+  return Status::ok();
+}
+
+// What the reads batches of the POD5 inputs add up to, per label (the last entry: reads not in
+// the classifications), with the read starts per kTimeSlotS slot of run time.
+struct SignalTotals {
+  std::vector<SignalStats> per_label;
+  std::vector<uint64_t> per_slot;
+};
+
+// What one reads batch adds, tallied off the lock (SignalTotals, and the report's histograms and
+// run length), then merged under it.
+struct BatchTally {
+  explicit BatchTally(size_t n_labels) : per_label(n_labels) {}
+  std::vector<SignalStats> per_label;
+  Histogram dur = duration_hist(), samples = samples_hist();
+  std::vector<uint64_t> slots;
+  double last_end_h = 0;
+};
+
+// Tallies batch `b` (its reads' labels looked up in the sorted `reads.ids`, each found marked
+// in `found`; durations at the sample rates `rates` of its run infos).
+void tally_batch(const pod5::ReadBatch& b, const ClassifiedReads& reads, std::atomic<uint8_t>* found,
+                 const std::vector<double>& rates, BatchTally& t) {
+  const auto& ids = reads.ids;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const auto it = std::lower_bound(ids.begin(), ids.end(), b.read_id[i],
+                                     [](const auto& e, const pod5::ReadId& id) { return e.first < id; });
+    size_t li = reads.labels.size();
+    if (it != ids.end() && it->first == b.read_id[i]) {
+      li = it->second;
+      found[static_cast<size_t>(it - ids.begin())].store(1, std::memory_order_relaxed);
+    }
+    const auto ri = static_cast<size_t>(b.run_info_idx[i]);
+    const double rate = ri < rates.size() ? rates[ri] : 4000.0;
+    const uint64_t n = b.num_samples[i];
+    const double secs = static_cast<double>(n) / rate;
+    SignalStats& s = t.per_label[li];
+    ++s.n;
+    s.samples += n;
+    s.duration_s += secs;
+    s.hist.add(static_cast<double>(n));
+    t.samples.add(static_cast<double>(n));
+    t.dur.add(secs);
+    const double start_s = static_cast<double>(b.start_sample[i]) / rate;
+    const auto slot = static_cast<size_t>(start_s / kTimeSlotS);
+    if (slot < (1u << 23)) {  // ignore absurd start times (over two years into the run)
+      if (t.slots.size() <= slot) t.slots.resize(slot + 1, 0);
+      ++t.slots[slot];
+    }
+    t.last_end_h = std::max(t.last_end_h, (start_s + secs) / 3600);
+  }
+}
+
+// Adds a batch's tally to the totals and the report (under the caller's lock).
+void merge_tally(const BatchTally& t, SignalTotals& totals, ReportData& d) {
+  for (size_t k = 0; k < t.per_label.size(); ++k) {
+    totals.per_label[k].n += t.per_label[k].n;
+    totals.per_label[k].samples += t.per_label[k].samples;
+    totals.per_label[k].duration_s += t.per_label[k].duration_s;
+    merge_into(totals.per_label[k].hist, t.per_label[k].hist);
+  }
+  merge_into(d.duration_s, t.dur);
+  merge_into(d.signal_samples, t.samples);
+  if (totals.per_slot.size() < t.slots.size()) totals.per_slot.resize(t.slots.size(), 0);
+  for (size_t k = 0; k < t.slots.size(); ++k) totals.per_slot[k] += t.slots[k];
+  d.run_hours = std::max(d.run_hours, t.last_end_h);
+}
+
+// Sample rates by run-info index of `reader` (4 kHz where unknown).
+std::vector<double> sample_rates(const pod5::FileReader& reader) {
+  std::vector<double> rates;
+  for (const auto& acq : reader.run_info_ids()) {
+    const auto* ri = reader.find_run_info(acq);
+    rates.push_back(ri && ri->sample_rate > 0 ? ri->sample_rate : 4000.0);
+  }
+  return rates;
+}
+
+// The per-label totals into the report's barcodes, and the read starts into at most ~60 bins
+// of whole time slots over the run.
+void report_signal_totals(const SignalTotals& totals, const std::vector<std::string>& labels, ReportData& d) {
+  for (size_t k = 0; k < totals.per_label.size(); ++k) {
+    const SignalStats& s = totals.per_label[k];
+    d.n_pod5_reads += s.n;
+    d.n_samples += s.samples;
+    d.sum_duration_s += s.duration_s;
+    if (k == labels.size()) {
+      d.n_pod5_reads_unclassified_in_csv = s.n;
+      continue;
+    }
+    BarcodeReport& b = d.barcodes[labels[k]];
+    b.n_with_signal += s.n;
+    b.n_samples += s.samples;
+    b.sum_duration_s += s.duration_s;
+    merge_into(b.signal_samples, s.hist);
+  }
+}
+
+void bin_reads_over_time(const std::vector<uint64_t>& per_slot, ReportData& d) {
+  const size_t n_slots = std::max<size_t>(1, per_slot.size());
+  const size_t per_bin = (n_slots + 59) / 60;
+  const size_t n_bins = (n_slots + per_bin - 1) / per_bin;
+  d.reads_over_time = make_hist(0, static_cast<double>(n_bins * per_bin) * kTimeSlotS / 3600.0, n_bins, false);
+  for (size_t k = 0; k < per_slot.size(); ++k) d.reads_over_time.counts[k / per_bin] += per_slot[k];
+}
+
+// The POD5 inputs' signal joined to the classifications `reads` (sorted by id here; an id
+// listed twice is an error): per-label signal statistics, reads on either side only, run time.
+Status join_pod5_signal(const ReportOptions& options, ClassifiedReads& reads, ReportData& d) {
+  auto& ids = reads.ids;
   std::sort(ids.begin(), ids.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 1; i < ids.size(); ++i) {
     if (ids[i].first == ids[i - 1].first) {
@@ -203,87 +327,52 @@ Result<ReportData> collect_report(const ReportOptions& options) {
   for (const auto& [w, unused] : writers) d.writers.push_back(w);
 
   std::mutex mutex;
-  std::vector<SignalStats> per_label(labels.size() + 1);  // last: reads not in the CSVs
-  std::vector<uint64_t> per_slot;
+  SignalTotals totals;
+  totals.per_label.resize(reads.labels.size() + 1);  // last: reads not in the CSVs
   progress::Task progress(n_total, 0);
   for (const auto& reader : readers) {
-    // Sample rates by run-info index of this file.
-    std::vector<double> rates;
-    for (const auto& acq : reader->run_info_ids()) {
-      const auto* ri = reader->find_run_info(acq);
-      rates.push_back(ri && ri->sample_rate > 0 ? ri->sample_rate : 4000.0);
-    }
+    const std::vector<double> rates = sample_rates(*reader);
     ESCPOD_RETURN_IF_ERROR(reader->for_each_batch(options.n_threads, [&](const pod5::ReadBatch& b) -> Status {
-      std::vector<SignalStats> local(per_label.size());
-      Histogram dur = duration_hist(), samples = samples_hist();
-      std::vector<uint64_t> slots;
-      double last_end_h = 0;
-      for (size_t i = 0; i < b.size(); ++i) {
-        const auto it = std::lower_bound(ids.begin(), ids.end(), b.read_id[i],
-                                         [](const auto& e, const pod5::ReadId& id) { return e.first < id; });
-        size_t li = labels.size();
-        if (it != ids.end() && it->first == b.read_id[i]) {
-          li = it->second;
-          found[static_cast<size_t>(it - ids.begin())].store(1, std::memory_order_relaxed);
-        }
-        const auto ri = static_cast<size_t>(b.run_info_idx[i]);
-        const double rate = ri < rates.size() ? rates[ri] : 4000.0;
-        const uint64_t n = b.num_samples[i];
-        const double secs = static_cast<double>(n) / rate;
-        SignalStats& s = local[li];
-        ++s.n;
-        s.samples += n;
-        s.duration_s += secs;
-        s.hist.add(static_cast<double>(n));
-        samples.add(static_cast<double>(n));
-        dur.add(secs);
-        const double start_s = static_cast<double>(b.start_sample[i]) / rate;
-        const auto slot = static_cast<size_t>(start_s / kTimeSlotS);
-        if (slot < (1u << 23)) {  // ignore absurd start times (over two years into the run)
-          if (slots.size() <= slot) slots.resize(slot + 1, 0);
-          ++slots[slot];
-        }
-        last_end_h = std::max(last_end_h, (start_s + secs) / 3600);
-      }
+      BatchTally tally(totals.per_label.size());
+      tally_batch(b, reads, found.get(), rates, tally);
       progress.add(b.size());
       std::lock_guard lock(mutex);
-      for (size_t k = 0; k < local.size(); ++k) {
-        per_label[k].n += local[k].n;
-        per_label[k].samples += local[k].samples;
-        per_label[k].duration_s += local[k].duration_s;
-        merge_into(per_label[k].hist, local[k].hist);
-      }
-      merge_into(d.duration_s, dur);
-      merge_into(d.signal_samples, samples);
-      if (per_slot.size() < slots.size()) per_slot.resize(slots.size(), 0);
-      for (size_t k = 0; k < slots.size(); ++k) per_slot[k] += slots[k];
-      d.run_hours = std::max(d.run_hours, last_end_h);
+      merge_tally(tally, totals, d);
       return Status::ok();
     }));
   }
   progress.finish();
-  for (size_t k = 0; k < per_label.size(); ++k) {
-    const SignalStats& s = per_label[k];
-    d.n_pod5_reads += s.n;
-    d.n_samples += s.samples;
-    d.sum_duration_s += s.duration_s;
-    if (k == labels.size()) {
-      d.n_pod5_reads_unclassified_in_csv = s.n;
-      continue;
-    }
-    BarcodeReport& b = d.barcodes[labels[k]];
-    b.n_with_signal += s.n;
-    b.n_samples += s.samples;
-    b.sum_duration_s += s.duration_s;
-    merge_into(b.signal_samples, s.hist);
-  }
+  report_signal_totals(totals, reads.labels, d);
   for (size_t i = 0; i < ids.size(); ++i) d.n_csv_reads_without_signal += found[i].load(std::memory_order_relaxed) == 0;
   // Reads over run time: at most ~60 bins of whole time slots.
-  const size_t n_slots = std::max<size_t>(1, per_slot.size());
-  const size_t per_bin = (n_slots + 59) / 60;
-  const size_t n_bins = (n_slots + per_bin - 1) / per_bin;
-  d.reads_over_time = make_hist(0, static_cast<double>(n_bins * per_bin) * kTimeSlotS / 3600.0, n_bins, false);
-  for (size_t k = 0; k < per_slot.size(); ++k) d.reads_over_time.counts[k / per_bin] += per_slot[k];
+  bin_reads_over_time(totals.per_slot, d);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ReportData> collect_report(const ReportOptions& options) {
+  ReportData d;
+  d.version = options.version;
+  d.command_line = options.command_line;
+  d.created_utc = utc_now();
+  d.demux_seconds = options.demux_seconds;
+  d.demux_threads = options.demux_threads;
+  d.model = options.model;
+  d.bam = options.bam;
+  d.bam_records_per_label = options.bam_records_per_label;
+  d.signal_samples = samples_hist();
+  d.duration_s = duration_hist();
+  if (options.classifications.empty()) return Status::usage("report needs a classifications CSV");
+
+  ClassifiedReads reads;  // ids kept only when POD5 inputs are given
+  const bool join = !options.pod5_inputs.empty();
+  CsvScratch csv;
+  for (const auto& path : options.classifications) {
+    ESCPOD_RETURN_IF_ERROR(read_classifications(path, join, csv, d, reads));
+  }
+  if (!join) return d;
+  ESCPOD_RETURN_IF_ERROR(join_pod5_signal(options, reads, d));
   return d;
 }
 
@@ -638,10 +727,13 @@ std::string svg_stacked(const std::string& id, const ReportData& d) {
   return s;
 }
 
-}  // namespace
+// One row of a key-value table: `k` escaped, `v` as HTML.
+void html_kv(std::string& h, const std::string& k, const std::string& v) {
+  h += "<tr><td>" + esc(k) + "</td><td>" + v + "</td></tr>";
+}
 
-std::string report_html(const ReportData& d) {
-  std::string h;
+// The document's head and title.
+void html_head(std::string& h) {
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>escpod demultiplexing report</title>\n";
   h += "<style>body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:960px;color:#222}"
        "h1{font-size:24px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ccc}"
@@ -649,35 +741,41 @@ std::string report_html(const ReportData& d) {
        "td:first-child,th:first-child{text-align:left}.kv td{text-align:left}.plot{display:block;margin:8px 0}"
        "code{font-size:12px;word-break:break-all}.note{color:#666;font-size:13px}</style></head><body>\n";
   h += "<h1>escpod demultiplexing report</h1>\n";
+}
+
+// The summary table: reads classified, assigned and not; the POD5 inputs' signal and run time;
+// the BAM tagged; the demultiplexing throughput.
+void html_summary(std::string& h, const ReportData& d) {
   uint64_t unclassified = d.barcodes.count("unclassified") ? d.barcodes.at("unclassified").n_reads : 0;
   h += "<table class=\"kv\" id=\"summary\">";
-  auto kv = [&](const std::string& k, const std::string& v) { h += "<tr><td>" + esc(k) + "</td><td>" + v + "</td></tr>"; };
-  kv("Reads classified", fmt::format("<span id=\"n_reads\">{}</span>", num(static_cast<double>(d.n_reads))));
-  kv("Assigned to a barcode", fmt::format("{} ({:.1f}%)", num(static_cast<double>(d.n_reads - unclassified)),
+  html_kv(h, "Reads classified", fmt::format("<span id=\"n_reads\">{}</span>", num(static_cast<double>(d.n_reads))));
+  html_kv(h, "Assigned to a barcode", fmt::format("{} ({:.1f}%)", num(static_cast<double>(d.n_reads - unclassified)),
                                           d.n_reads ? 100.0 * static_cast<double>(d.n_reads - unclassified) / static_cast<double>(d.n_reads) : 0.0));
-  kv("Unclassified", num(static_cast<double>(unclassified)));
+  html_kv(h, "Unclassified", num(static_cast<double>(unclassified)));
   if (!d.pod5_inputs.empty()) {
-    kv("Reads in the POD5 inputs", num(static_cast<double>(d.n_pod5_reads)));
-    kv("Signal", fmt::format("{} samples, {:.1f} h of signal", num(static_cast<double>(d.n_samples)), d.sum_duration_s / 3600));
-    kv("Run time covered", fmt::format("{:.2f} h ({} reads/h)", d.run_hours,
+    html_kv(h, "Reads in the POD5 inputs", num(static_cast<double>(d.n_pod5_reads)));
+    html_kv(h, "Signal", fmt::format("{} samples, {:.1f} h of signal", num(static_cast<double>(d.n_samples)), d.sum_duration_s / 3600));
+    html_kv(h, "Run time covered", fmt::format("{:.2f} h ({} reads/h)", d.run_hours,
                                        num(std::round(d.run_hours > 0 ? static_cast<double>(d.n_pod5_reads) / d.run_hours : 0))));
-    if (d.n_pod5_reads_unclassified_in_csv) kv("POD5 reads missing from the classifications", num(static_cast<double>(d.n_pod5_reads_unclassified_in_csv)));
-    if (d.n_csv_reads_without_signal) kv("Classified reads missing from the POD5 inputs", num(static_cast<double>(d.n_csv_reads_without_signal)));
+    if (d.n_pod5_reads_unclassified_in_csv) html_kv(h, "POD5 reads missing from the classifications", num(static_cast<double>(d.n_pod5_reads_unclassified_in_csv)));
+    if (d.n_csv_reads_without_signal) html_kv(h, "Classified reads missing from the POD5 inputs", num(static_cast<double>(d.n_csv_reads_without_signal)));
   }
   if (!d.bam.empty()) {
     uint64_t records = 0;
     for (const auto& [label, n] : d.bam_records_per_label) records += n;
-    kv("Basecalled BAM", fmt::format("<code>{}</code>: {} records tagged", esc(d.bam), num(static_cast<double>(records))));
+    html_kv(h, "Basecalled BAM", fmt::format("<code>{}</code>: {} records tagged", esc(d.bam), num(static_cast<double>(records))));
   }
   if (d.demux_seconds > 0) {
-    kv("Demultiplexing throughput", fmt::format("{} reads/s ({:.1f} s, {} threads)",
+    html_kv(h, "Demultiplexing throughput", fmt::format("{} reads/s ({:.1f} s, {} threads)",
                                                 num(std::round(static_cast<double>(d.n_reads) / d.demux_seconds)),
                                                 d.demux_seconds, d.demux_threads));
   }
   h += "</table>\n";
 
-  std::vector<std::string> cats;
-  std::vector<double> vals;
+}
+
+// Reads per barcode (plot and table), and confidence per barcode. `cats` and `vals`: scratch.
+void html_barcodes(std::string& h, const ReportData& d, std::vector<std::string>& cats, std::vector<double>& vals) {
   for (const auto& [name, b] : d.barcodes) {
     cats.push_back(name);
     vals.push_back(static_cast<double>(b.n_reads));
@@ -705,6 +803,11 @@ std::string report_html(const ReportData& d) {
   h += "<h2>Confidence per barcode</h2>\n<p class=\"note\">Reads per confidence bin, shaded by the share of the "
        "barcode's busiest bin.</p>\n" + svg_heatmap("plot_confidence", d) + "\n";
 
+}
+
+// Why reads were left unclassified (plot and table). `cats` and `vals`: scratch.
+void html_unclassified(std::string& h, const ReportData& d, std::vector<std::string>& cats,
+                       std::vector<double>& vals) {
   h += "<h2>Unclassified reasons</h2>\n";
   if (d.unclassified_reasons.empty()) {
     h += "<p class=\"note\">No read was left unclassified.</p>\n";
@@ -719,11 +822,19 @@ std::string report_html(const ReportData& d) {
     for (const auto& [r, n] : d.unclassified_reasons) h += fmt::format("<tr><td>{}</td><td>{}</td></tr>", esc(r), num(static_cast<double>(n)));
     h += "</table>\n";
   }
+}
+
+// Which detector found each read's adapter (plot and table).
+void html_detectors(std::string& h, const ReportData& d) {
   h += "<h2>Adapter detector</h2>\n<p class=\"note\">Which detector found each read's adapter, per barcode.</p>\n" +
        svg_stacked("plot_detectors", d) + "\n<table id=\"detectors\">";
   for (const auto& [det, n] : d.detectors) h += fmt::format("<tr><td>{}</td><td>{}</td></tr>", esc(det), num(static_cast<double>(n)));
   h += "</table>\n";
 
+}
+
+// Read length, duration and throughput, from the POD5 inputs (a note without them).
+void html_signal(std::string& h, const ReportData& d) {
   if (!d.pod5_inputs.empty()) {
     h += "<h2>Read length</h2>\n" + svg_hist("plot_signal_samples", d.signal_samples, "Signal samples (log scale)", "samples") + "\n";
     h += "<h2>Signal duration</h2>\n" + svg_hist("plot_duration", d.duration_s, "Seconds (log scale)", "s") + "\n";
@@ -733,23 +844,42 @@ std::string report_html(const ReportData& d) {
     h += "<p class=\"note\">No POD5 inputs were given: read lengths, durations and throughput are not shown.</p>\n";
   }
 
+}
+
+// How the report was made.
+void html_provenance(std::string& h, const ReportData& d) {
   h += "<h2>Provenance</h2>\n<table class=\"kv\" id=\"provenance\">";
-  kv("escpod version", esc(d.version));
-  kv("Command line", "<code>" + esc(d.command_line) + "</code>");
-  kv("Created (UTC)", esc(d.created_utc));
-  if (!d.model.empty()) kv("Model", "<code>" + esc(d.model) + "</code>");
+  html_kv(h, "escpod version", esc(d.version));
+  html_kv(h, "Command line", "<code>" + esc(d.command_line) + "</code>");
+  html_kv(h, "Created (UTC)", esc(d.created_utc));
+  if (!d.model.empty()) html_kv(h, "Model", "<code>" + esc(d.model) + "</code>");
   std::string list;
   for (const auto& c : d.classifications) list += "<code>" + esc(c) + "</code><br>";
-  kv("Classifications", list);
+  html_kv(h, "Classifications", list);
   if (!d.pod5_inputs.empty()) {
     list.clear();
     for (const auto& c : d.pod5_inputs) list += "<code>" + esc(c) + "</code><br>";
-    kv("POD5 inputs", list);
+    html_kv(h, "POD5 inputs", list);
     list.clear();
     for (const auto& w : d.writers) list += esc(w) + "<br>";
-    kv("Written by", list);
+    html_kv(h, "Written by", list);
   }
   h += "</table>\n</body></html>\n";
+}
+
+}  // namespace
+
+std::string report_html(const ReportData& d) {
+  std::string h;
+  html_head(h);
+  html_summary(h, d);
+  std::vector<std::string> cats;
+  std::vector<double> vals;
+  html_barcodes(h, d, cats, vals);
+  html_unclassified(h, d, cats, vals);
+  html_detectors(h, d);
+  html_signal(h, d);
+  html_provenance(h, d);
   return h;
 }
 
@@ -762,7 +892,7 @@ Status write_report(const ReportData& d, const ReportOutputs& o) {
       out.close();
       if (!out) return Status::io_error("cannot write " + f.staging_path().string());
     }
-    return f.commit(FsyncMode::kNone);
+    return f.commit(o.fsync);
   };
   if (!o.html.empty()) ESCPOD_RETURN_IF_ERROR(write_one(o.html, report_html(d)));
   if (!o.json.empty()) ESCPOD_RETURN_IF_ERROR(write_one(o.json, report_json(d)));

@@ -72,7 +72,9 @@ TEST(ModelFile, GbmFileHasNoSettingsAndItsHeadUsesTheDefaults) {
 TEST(ModelFile, BothHeadsClassifyThroughTheInterfaceLikeTheirModels) {
   // DTW-SVM: the head's call equals WarpDemuxModel::classify's on the golden fingerprints.
   const auto wdx = test::shared_data("warpdemux/WDX4_rna004_v1_0.json");
-  auto h = load_head(wdx, {DtwPrecision::kFloat64, {}, nullptr});
+  HeadOptions float64;
+  float64.dtw = DtwPrecision::kFloat64;
+  auto h = load_head(wdx, float64);
   ASSERT_TRUE(h.is_ok()) << h.status().to_string();
   auto model = WarpDemuxModel::load(wdx);
   ASSERT_TRUE(model.is_ok());

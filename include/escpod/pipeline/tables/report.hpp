@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "escpod/core/staged_file.hpp"  // FsyncMode
 #include "escpod/core/status.hpp"
 
 namespace escpod::pipeline {
@@ -110,6 +111,7 @@ struct ReportOutputs {
   std::filesystem::path json;       // empty: not written
   std::filesystem::path mqc_prefix; // PREFIX: writes PREFIX_<section>_mqc.json; empty: none
   bool overwrite = false;
+  FsyncMode fsync = FsyncMode::kNone;  // each output synced before its rename (--fsync)
 };
 // Writes the requested outputs, each staged and renamed into place.
 Status write_report(const ReportData& data, const ReportOutputs& outputs);
