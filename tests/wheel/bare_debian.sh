@@ -45,7 +45,8 @@ cp "$repo/scripts/demo-run.sh" "$in/scripts/"
 cp "$repo/data/barcodes/escpod_demo4.csv" "$in/data/barcodes/"
 cp "$repo/tests/wheel/in_root.sh" "$repo/tests/wheel/smoke.py" "$in/"
 cp -r "$shared/seqtagger/b04_RNA004" "$in/real/"
-cp "$shared/escapepod/drna/yeast_trna_reads.pod5" "$shared/pod5/fast5/multi_fast5_zip.fast5" \
+cp "$shared/escapepod/drna/yeast_trna_reads.pod5" "$shared/escapepod/drna/yeast_trna_mappings.bam" \
+   "$shared/pod5/fast5/multi_fast5_zip.fast5" \
    "$shared/pod5/multi_fast5_zip_v3.pod5" "$in/real/"
 "$reference" demux "$shared/escapepod/drna/yeast_trna_reads.pod5" --model "$shared/seqtagger/b04_RNA004" \
   --classifications "$in/expected_crf.csv" -q

@@ -23,6 +23,24 @@ run escpod demux "$in/real/yeast_trna_reads.pod5" --model "$in/real/b04_RNA004" 
 run cmp crf.csv "$in/expected_crf.csv"
 echo "crf.csv: identical to the CMake build's calls ($(($(wc -l < crf.csv) - 1)) reads)"
 
+echo "== the POD5 commands, the report, bam-demux and model on the real reads"
+reads=$in/real/yeast_trna_reads.pod5
+mkdir -p runs && cp "$reads" runs/
+run escpod index runs
+run escpod view runs --include read_id,num_samples -o view.tsv
+sed -n "2,11p" view.tsv | cut -f1 > ten.txt
+run escpod filter runs --ids ten.txt -o ten.pod5
+run escpod merge ten.pod5 "$in/real/multi_fast5_zip_v3.pod5" -o merged.pod5
+run escpod repack merged.pod5 -o repacked
+run escpod subset merged.pod5 --columns end_reason -o by_end_reason
+run escpod summary repacked/merged.pod5
+run escpod inspect read runs "$(sed -n 2p view.tsv | cut -f1)"
+run escpod report --classifications crf.csv "$reads" -o report.html
+run escpod bam-demux -b "$in/real/yeast_trna_mappings.bam" --classifications crf.csv -o tagged.bam
+run escpod model info "$in/real/b04_RNA004"
+run escpod recover ten.pod5
+[[ $(($(wc -l < view.tsv) - 1)) == 180 && -s ten.pod5 && -s report.html && -s tagged.bam ]] || { echo "missing outputs"; exit 1; }
+
 echo "== FAST5 (VBZ-compressed signal: the HDF5 filter from inside the wheel)"
 run escpod convert fast5 "$in/real/multi_fast5_zip.fast5" -o converted.pod5
 run escpod inspect summary converted.pod5
