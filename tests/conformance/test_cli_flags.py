@@ -165,10 +165,7 @@ def test_flags_a_command_would_ignore_are_refused(escpod, shared_data, tmp_path)
         r = run([escpod, *args], check=False)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
         assert not (tmp_path / "c.csv").exists() and not (tmp_path / "d").exists()
-    # Python refuses the same: the CRF options of a DTW-SVM run.
-    import escpod as py
-    with pytest.raises(ValueError, match="--decoder applies to CTC-CRF model folders"):
-        py.demux.demux([reads], model=wdx4, decoder="beam")
+    # (The Python API refuses the same: tests/python/test_demux.py.)
 
 
 def test_skip_bad_means_the_same_in_every_command(escpod, shared_data, tmp_path):

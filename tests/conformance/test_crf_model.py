@@ -47,7 +47,7 @@ def _weights(folder):
 def _run_encoder(escpod, model, windows, tmp_path, *flags):
     inp, out = tmp_path / "in.npy", tmp_path / "out.npy"
     np.save(inp, windows[:, None, :].astype(np.float32))
-    run([escpod, "model", "run", *flags, model, inp, "-o", out])
+    run([escpod, "model", "run", *flags, model, inp, "-o", out, "--force"])  # called again on the same path
     return np.load(out)
 
 

@@ -68,7 +68,7 @@ def _windows(reference, name, pod5_path, cfg):
 def _ours(escpod, folder, xs, tmp_path):
     inp, out = tmp_path / "in.npy", tmp_path / "out.npy"
     np.save(inp, np.stack(xs)[:, None, :])
-    run([escpod, "model", "run", folder, inp, "-o", out])
+    run([escpod, "model", "run", folder, inp, "-o", out, "--force"])  # called again on the same path
     return np.load(out)
 
 

@@ -56,6 +56,9 @@ def test_crf_model_folder_demux_equals_cli_with_its_options(shared_data, escpod_
     assert any(b != "unclassified" for b in ours["barcode"].tolist())
     gated = escpod.demux.demux([reads], model=model, threads=2)  # default gates: all rejected
     assert set(gated["barcode"].tolist()) == {"unclassified"}
+    # The CRF head's options with a model of another kind are refused, not ignored (as the CLI's).
+    with pytest.raises(ValueError, match="--decoder applies to CTC-CRF model folders"):
+        escpod.demux.demux([reads], model=shared_data / "warpdemux/WDX4_rna004_v1_0.json", decoder="beam")
     with pytest.raises(ValueError, match="--decoder: 'viterbi' is not a decoder"):
         escpod.demux.demux([reads], model=model, decoder="viterbi")
     with pytest.raises(ValueError, match="--encoder-precision"):
