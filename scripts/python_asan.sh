@@ -28,6 +28,10 @@ cp "$BUILD"/src/python/_core*.so "$STAGE/escpod/"
 CLI=$(realpath "${ESCPOD_BIN:-build/src/cli/escpod}")
 printf '#!/bin/sh\nunset LD_PRELOAD ASAN_OPTIONS UBSAN_OPTIONS\nexec "%s" "$@"\n' "$CLI" > "$STAGE/escpod-cli"
 chmod +x "$STAGE/escpod-cli"
+# The package's own program (what pip's `escpod` command runs: site-packages/escpod/_bin/escpod)
+# is the same wrapper, so tests/python/test_install.py finds it in the staged package.
+mkdir -p "$STAGE/escpod/_bin"
+cp "$STAGE/escpod-cli" "$STAGE/escpod/_bin/escpod"
 
 # libstdc++ is preloaded too: the interpreter does not link it, and ASan's __cxa_throw
 # interceptor, set up at start, must find the real one (else the first C++ throw aborts with
