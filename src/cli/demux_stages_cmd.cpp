@@ -60,11 +60,6 @@ double per_second(uint64_t n, double seconds) {
 Result<pipeline::RunModel> stage_model(const std::string& model, const std::string& config, const std::string& method,
                                        const std::string& cnn_model, demux::HeadOptions head, bool runs_detector) {
   head.model_file = model_load_options(config);
-  if (model.empty()) {  // demux fingerprint without --model: the RNA004 settings
-    pipeline::ModelSpec spec;
-    ESCPOD_ASSIGN_OR_RETURN(spec.detector, parse_method(method));
-    return pipeline::load_run_model(spec, runs_detector);
-  }
   ESCPOD_ASSIGN_OR_RETURN(pipeline::ModelSpec spec, pipeline::resolve_model_spec(model, std::move(head), method, cnn_model));
   return pipeline::load_run_model(spec, runs_detector);
 }
@@ -143,8 +138,6 @@ struct FingerprintCliOptions {
 
 Status run_fingerprint(const FingerprintCliOptions& o, const GlobalOptions& global) {
   ESCPOD_ASSIGN_OR_RETURN(const pipeline::RunModel model, stage_model(o.model, o.config, o.method, "", {}, false));
-  ESCPOD_RETURN_IF_ERROR(
-      pipeline::require_head_input(model, demux::HeadInputKind::kFingerprint, "demux fingerprint"));
   pipeline::FingerprintStageOptions f;
   f.emit_dwell = o.emit_dwell;
   f.n_threads = resolve_threads(global);

@@ -1,6 +1,7 @@
 // load_model_file: one read, one parse, the kind from the file's own fields, then the typed parts.
 #include "escpod/demux/model_file.hpp"
 
+#include <algorithm>
 #include <array>
 #include <fstream>
 #include <span>
@@ -71,18 +72,9 @@ const char* model_kind_name(ModelKind kind) {
 namespace {
 
 // The first bytes of the file decide its format (model_file.hpp).
-Result<ModelFormat> sniff_format(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return Status::io_error(path.string() + ": no such file");
-    return Status::io_error(path.string() + ": cannot open");
-  }
-  std::array<char, 8> head{};
-  in.read(head.data(), head.size());
-  const auto n = static_cast<size_t>(in.gcount());
-  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(head.data()), n);
-  return detail::looks_like_joblib(bytes) ? ModelFormat::kJoblib : ModelFormat::kJson;
+// Whether a model file's first bytes are a joblib pickle (else it is read as JSON).
+bool is_joblib(const std::vector<uint8_t>& bytes) {
+  return detail::looks_like_joblib(std::span<const uint8_t>(bytes.data(), std::min<size_t>(bytes.size(), 8)));
 }
 
 struct JoblibModel {
@@ -128,8 +120,7 @@ Result<ModelFile> build_model_file(const Json& j, const std::filesystem::path& p
 
 Result<ModelFile> load(const std::filesystem::path& path, const ModelLoadOptions& options, bool classifier) {
   ESCPOD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_model_bytes(path));
-  const size_t head = std::min<size_t>(bytes.size(), 8);
-  if (detail::looks_like_joblib(std::span<const uint8_t>(bytes.data(), head))) {
+  if (is_joblib(bytes)) {
     ESCPOD_ASSIGN_OR_RETURN(JoblibModel jm, read_joblib(std::move(bytes), path, options));
     ESCPOD_ASSIGN_OR_RETURN(ModelFile m, build_model_file(jm.json, path, classifier));
     m.format = ModelFormat::kJoblib;
@@ -156,10 +147,9 @@ Result<ModelFile> load_model_file(const std::filesystem::path& path, const Model
 }
 
 Result<std::string> joblib_model_as_json(const std::filesystem::path& path, const ModelLoadOptions& options) {
-  ESCPOD_ASSIGN_OR_RETURN(const ModelFormat format, sniff_format(path));
-  if (format != ModelFormat::kJoblib)
-    return Status::invalid_argument(path.string() + ": not a WarpDemuX joblib model file (it is read as JSON already)");
   ESCPOD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_model_bytes(path));
+  if (!is_joblib(bytes))
+    return Status::invalid_argument(path.string() + ": not a WarpDemuX joblib model file (it is read as JSON already)");
   ESCPOD_ASSIGN_OR_RETURN(JoblibModel jm, read_joblib(std::move(bytes), path, options));
   // Built once to check it: the text is only written for a model that loads.
   ESCPOD_RETURN_IF_ERROR(build_model_file(jm.json, path, /*classifier=*/true).status());

@@ -213,6 +213,8 @@ struct TablesAtOpen {
   Status load_legacy_dictionaries();
   // Warns of run info ids the reads refer to that the run info table lacks.
   void warn_missing_run_infos();
+  // Counts one run-info row and keeps it unless its acquisition id is kept already.
+  void add_run_info_row(RunInfo&& ri);
 
   // Validates `rb` (a reads batch or a slice of one) unless open already did.
   Status check_batch(const arrow::RecordBatch& rb, size_t batch_idx) const {

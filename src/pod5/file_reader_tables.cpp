@@ -301,11 +301,7 @@ Status TablesAtOpen::load_run_info(const arrow::Schema& schema, int n_batches,
     for (int64_t r = 0; r < rb.num_rows(); ++r) {
       RunInfo ri;
       ESCPOD_RETURN_IF_ERROR(run_info_from_columns(get, r, &ri, ctx));
-      ++info.n_run_info_rows;
-      if (std::none_of(run_infos.begin(), run_infos.end(),
-                       [&](const RunInfo& x) { return x.acquisition_id == ri.acquisition_id; })) {
-        run_infos.push_back(std::move(ri));
-      }
+      add_run_info_row(std::move(ri));
     }
   }
   return Status::ok();
@@ -384,14 +380,18 @@ Status TablesAtOpen::load_legacy_dictionaries() {
       RunInfo ri;
       ESCPOD_RETURN_IF_ERROR(run_info_from_columns(get, i, &ri, ctx));
       dict.run_info.push_back(intern(run_info_ids, ri.acquisition_id));
-      ++info.n_run_info_rows;
-      if (std::none_of(run_infos.begin(), run_infos.end(),
-                       [&](const RunInfo& x) { return x.acquisition_id == ri.acquisition_id; })) {
-        run_infos.push_back(std::move(ri));
-      }
+      add_run_info_row(std::move(ri));
     }
   }
   return Status::ok();
+}
+
+void TablesAtOpen::add_run_info_row(RunInfo&& ri) {
+  ++info.n_run_info_rows;
+  if (std::none_of(run_infos.begin(), run_infos.end(),
+                   [&](const RunInfo& x) { return x.acquisition_id == ri.acquisition_id; })) {
+    run_infos.push_back(std::move(ri));
+  }
 }
 
 void TablesAtOpen::warn_missing_run_infos() {

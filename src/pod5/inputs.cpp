@@ -84,4 +84,16 @@ Result<std::vector<ReadId>> read_id_list(const std::string& path) {
   return ids;
 }
 
+std::vector<uint64_t> file_sizes(const std::vector<std::filesystem::path>& paths, uint64_t* total) {
+  std::vector<uint64_t> sizes;
+  sizes.reserve(paths.size());
+  for (const auto& p : paths) {
+    std::error_code ec;
+    sizes.push_back(std::filesystem::file_size(p, ec));
+    if (ec) sizes.back() = 0;
+    *total += sizes.back();
+  }
+  return sizes;
+}
+
 }  // namespace escpod::pod5

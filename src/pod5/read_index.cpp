@@ -709,18 +709,6 @@ Status scan_index_file(const fs::path& path, IndexedFile& e, RunSorter& sorter, 
   return Status::ok();
 }
 
-// The sizes of `paths` (0 where unknown), and their sum in *total.
-std::vector<uint64_t> file_sizes(const std::vector<fs::path>& paths, uint64_t* total) {
-  std::vector<uint64_t> sizes;
-  for (const auto& p : paths) {
-    std::error_code size_ec;
-    sizes.push_back(fs::file_size(p, size_ec));
-    if (size_ec) sizes.back() = 0;
-    *total += sizes.back();
-  }
-  return sizes;
-}
-
 // Scans the planned files (of `sizes` bytes) on up to n_threads threads, counting each into
 // `task`. The error returned is the first failing file's in scan order; files not yet started
 // are skipped once one fails.

@@ -62,11 +62,6 @@ pipeline::ModelSpec model_spec(const std::string& model, const std::string& conf
   if (!options.is_ok()) raise_status(options.status());
   head.crf = std::make_shared<const demux::CrfHeadOptions>(std::move(options).value());
   head.crf_options_given = crf.given;  // refused for a model that is not a CRF folder
-  if (model.empty()) {  // fingerprint without a model: the RNA004 settings
-    pipeline::ModelSpec spec;
-    spec.detector = detector_choice(method);
-    return spec;
-  }
   auto spec = pipeline::resolve_model_spec(model, std::move(head), method, cnn_model);
   if (!spec.is_ok()) raise_status(spec.status());
   return std::move(spec).value();
@@ -139,8 +134,6 @@ std::string fingerprint_files(const std::vector<std::string>& inputs, const std:
   auto files = collect(inputs);
   auto table = pipeline::read_boundaries_csv(boundaries_csv);
   if (!table.is_ok()) raise_status(table.status());
-  if (Status s = pipeline::require_head_input(m, demux::HeadInputKind::kFingerprint, "demux fingerprint"); !s.is_ok())
-    raise_status(s);
   std::ostringstream csv;
   auto writer = pipeline::FingerprintTableWriter::open(pipeline::FingerprintFormat::kCsv, csv, pipeline::fingerprint_length(m),
                                                         emit_dwell, "fingerprints");

@@ -1,6 +1,7 @@
 // Turning command-line inputs into a list of POD5 files.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -19,6 +20,9 @@ Result<std::vector<std::filesystem::path>> collect_pod5_inputs(const std::vector
 // error for an input set that yields none. Our staging files (.escpod-tmp-*) are never listed.
 Result<std::vector<std::filesystem::path>> collect_inputs(const std::vector<std::string>& inputs,
                                                           std::string_view extension, std::string_view kind);
+
+// The sizes of `paths` (0 where unknown), their sum added to *total (progress in bytes).
+std::vector<uint64_t> file_sizes(const std::vector<std::filesystem::path>& paths, uint64_t* total);
 
 }  // namespace escpod::pod5
 

@@ -74,18 +74,6 @@ Result<std::vector<fs::path>> output_paths_for(const std::vector<fs::path>& inpu
   return out_paths;
 }
 
-// The sizes of `paths` (0 where unknown), and their sum in *total.
-std::vector<uint64_t> file_sizes(const std::vector<fs::path>& paths, uint64_t* total) {
-  std::vector<uint64_t> sizes;
-  for (const auto& in : paths) {
-    std::error_code ec;
-    sizes.push_back(fs::file_size(in, ec));
-    if (ec) sizes.back() = 0;
-    *total += sizes.back();
-  }
-  return sizes;
-}
-
 // Decodes the read's signal into item.samples and, for a VBZ writer, compresses it into POD5
 // chunks of at most max_chunk samples (item.chunks, over item.cells). `input` names the file.
 Status encode_read(Item& item, Worker& w, const fs::path& input, const pod5::WriterOptions& writer,
@@ -175,7 +163,7 @@ Status convert_fast5(const std::vector<fs::path>& inputs, const fs::path& output
 
   // Progress: reads against the totals of the files opened so far, bytes against all inputs.
   uint64_t total_bytes = 0;
-  const std::vector<uint64_t> input_bytes = file_sizes(inputs, &total_bytes);
+  const std::vector<uint64_t> input_bytes = pod5::file_sizes(inputs, &total_bytes);
   progress::Task task(0, total_bytes, {.label = "convert fast5", .unit = "reads"});
 
   // Source: the next read of the inputs, in order (files opened one after another).

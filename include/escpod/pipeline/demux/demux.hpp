@@ -51,7 +51,8 @@ struct ModelSpec {
 
 // A run's ModelSpec from what a user gives (the CLI's flags, the Python arguments), the same for
 // every entry point: `method` ("cnn", "llr", or "" for the model's default; else a usage error)
-// and `cnn_model` as given; head.crf null: the CRF head's defaults. Reads no file: the model's
+// and `cnn_model` as given; head.crf null: the CRF head's defaults. An empty `model` is a spec
+// without one (`demux fingerprint` without --model: the RNA004 settings). Reads no file: the model's
 // own rules (a CRF bundle's pinned detector) are applied when it is loaded (load_run_model).
 Result<ModelSpec> resolve_model_spec(const std::filesystem::path& model, demux::HeadOptions head,
                                      const std::string& method, const std::filesystem::path& cnn_model);
