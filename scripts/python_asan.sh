@@ -21,6 +21,7 @@ STAGE="$BUILD/python-asan"
 rm -rf "$STAGE"
 mkdir -p "$STAGE/escpod"
 cp python/escpod/*.py "$STAGE/escpod/"
+cp -r python/escpod/live "$STAGE/escpod/"
 cp "$BUILD"/src/python/_core*.so "$STAGE/escpod/"
 
 # The CLI the demux tests run must not inherit the preload (an uninstrumented binary with the ASan

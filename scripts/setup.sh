@@ -86,9 +86,13 @@ if [[ ! -x .venv/bin/python ]]; then
   echo "setup: creating .venv" >&2
   "$PYTHON" -m venv .venv
 fi
-if ! .venv/bin/python -m pip freeze --exclude escpod 2>/dev/null | sort | diff -q - <(grep -v '^#' requirements.txt | sort) >/dev/null; then
+# requirements-live.txt (escpod.live: grpcio, minknow-api, readfish and what they import) is
+# installed with --no-deps: readfish's metadata asks for readfish[all] (mappy, ONT's basecall
+# client), none of which escpod.live imports; every package it needs is pinned in the two files.
+if ! .venv/bin/python -m pip freeze --exclude escpod 2>/dev/null | sort | diff -q - <(cat requirements.txt requirements-live.txt | grep -v '^#' | sort) >/dev/null; then
   echo "setup: installing pinned Python packages" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-live.txt
 fi
 # Unversioned libarrow.so names to link against (the wheel ships only versioned ones).
 .venv/bin/python -c "import pyarrow; pyarrow.create_library_symlinks()"

@@ -96,6 +96,7 @@ void register_annotate(CLI::App& app, GlobalOptions& global);
 void register_index(CLI::App& app, GlobalOptions& global);
 void register_simulate(CLI::App& app, GlobalOptions& global);
 void register_demux(CLI::App& app, GlobalOptions& global);
+void register_live(CLI::App& app, GlobalOptions& global);  // live replay (demux layer)
 void register_model(CLI::App& app, GlobalOptions& global);  // nn engine (weak: optional)
 void register_convert(CLI::App& app, GlobalOptions& global);  // FAST5 (fast5 layer: optional)
 void register_recover(CLI::App& app, GlobalOptions& global);

@@ -48,6 +48,7 @@ void register_commands(CLI::App& app, GlobalOptions& global) {
   }
 #if defined(ESCPOD_HAVE_DEMUX) && defined(ESCPOD_HAVE_NN)
   register_demux(app, global);
+  register_live(app, global);
 #endif
 #if defined(ESCPOD_HAVE_NN)
   register_model(app, global);

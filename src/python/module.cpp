@@ -46,6 +46,7 @@
 #include "escpod/pod5/vbz.hpp"
 #include "escpod/signal/calibration.hpp"
 #include "demux_bindings.hpp"
+#include "live_bindings.hpp"
 #include "py_support.hpp"
 
 namespace nb = nanobind;
@@ -1302,4 +1303,5 @@ NB_MODULE(_core, m) {
       .def_prop_ro("closed", &Writer::closed);
 
   bind_demux(m);
+  bind_live(m);
 }

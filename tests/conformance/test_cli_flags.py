@@ -31,6 +31,7 @@ SAME_MEANING = {
     "--no-index": "scan the files instead of using their read-id index",
     "--seed": "the random seed",
     "--truth": "the ground-truth CSV (written by simulate, read by evaluate)",
+    "--info": "describe the model as the command will run it, then exit",
 }
 # Renamed spellings: command, old, new, arguments that make the command parse.
 DEPRECATED = [

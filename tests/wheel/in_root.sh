@@ -18,6 +18,12 @@ run escpod --help
 echo "== the demo's chain (simulate -> train -> demux -> evaluate) on the wheel's escpod"
 run bash "$in/scripts/demo-run.sh" escpod demo
 
+echo "== live decisions: the replay on the demo's reads and model; the read-until client's help"
+run escpod live replay demo/test.pod5 --model demo/model.json -o live.csv
+[[ $(($(wc -l < live.csv) - 1)) == 3000 ]] || { echo "live.csv: expected a row per read"; exit 1; }
+run escpod live run --help > live_run_help.txt
+grep -q -- --live-config live_run_help.txt || { echo "live run --help: not the client's help"; exit 1; }
+
 echo "== CRF demux with a SeqTagger model folder on 180 real RNA004 reads"
 run escpod demux "$in/real/yeast_trna_reads.pod5" --model "$in/real/b04_RNA004" --classifications crf.csv
 run cmp crf.csv "$in/expected_crf.csv"

@@ -27,6 +27,7 @@
 #include "pipeline/demux/classifications_csv.hpp"
 #include "pipeline/ops/csv_text.hpp"
 #include "pipeline/demux/demux_read.hpp"
+#include "pipeline/demux/read_featurize.hpp"
 #include "pipeline/ops/read_stream.hpp"
 
 namespace escpod::pipeline {
@@ -66,8 +67,7 @@ struct ReadSlot {
 struct WorkerScratch {
   pod5::VbzCodec codec;
   std::vector<int16_t> adc;
-  BoundaryDetector::Scratch detector;
-  signal::FingerprintScratch fingerprint;
+  detail::FeaturizeScratch featurize;
   std::unique_ptr<demux::HeadScratch> head;
   // The head batch being filled: slots[i] backs prepared[i], the read of tasks[i].
   std::vector<ReadSlot> slots;
@@ -78,7 +78,7 @@ struct WorkerScratch {
 
 WorkerScratch make_worker_scratch(const BoundaryDetector& detector, size_t batch_size) {
   WorkerScratch w;
-  w.detector = detector.make_scratch();
+  w.featurize.detector = detector.make_scratch();
   w.slots.resize(batch_size);
   w.prepared.reserve(batch_size);
   w.tasks.reserve(batch_size);
@@ -106,26 +106,6 @@ void classify_batch(const Engine& e, WorkerScratch& w) {
   w.tasks.clear();
 }
 
-// The head's input of a featurized read, from its slot.
-demux::PreparedRead prepare_for_head(const Engine& e, const ReadTask& t, const ReadSlot& slot) {
-  demux::PreparedRead r;
-  r.pa = slot.pa;
-  r.num_samples = t.batch->num_samples[t.row];
-  r.adapter_start = t.out.bounds.adapter_start;
-  r.adapter_end = t.out.bounds.adapter_end;
-  if (e.input.kind == demux::HeadInputKind::kFingerprint) {
-    r.fingerprint = slot.features;
-  } else {
-    const auto size = static_cast<int64_t>(slot.pa.size());
-    const int64_t begin = std::clamp<int64_t>(r.adapter_end + e.input.window_begin, 0, size);
-    const int64_t end = std::clamp<int64_t>(r.adapter_end + e.input.window_end, begin, size);
-    r.window = std::span<const float>(slot.pa).subspan(static_cast<size_t>(begin),
-                                                       static_cast<size_t>(end - begin));
-    r.window_start = begin;
-  }
-  return r;
-}
-
 // Featurizes one read into the next slot of the batch; classifies the batch when it is full.
 void add_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
   DemuxRead::reset_call(t.out.call);  // keeps its probabilities buffer
@@ -137,7 +117,8 @@ void add_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
     t.out.reason = detail::fingerprint_mismatch(*e.head, slot.features.size());
     if (!t.out.reason.empty()) return;
   }
-  w.prepared.push_back(prepare_for_head(e, t, slot));
+  w.prepared.push_back(detail::prepare_for_head(e.input, slot.pa, t.batch->num_samples[t.row],
+                                                t.out.bounds, slot.features));
   w.tasks.push_back(&t);
   if (w.prepared.size() == e.input.batch_size) classify_batch(e, w);
 }
@@ -160,24 +141,8 @@ bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintP
   t.out.n_decoded = take;
   slot.pa.resize(take);
   signal::calibrate_to_pa(w.adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, slot.pa);
-  t.out.bounds = detector.detect(slot.pa, n, w.detector);
-  if (!t.out.bounds.success) {
-    t.out.reason.assign("boundary detection failed: ").append(t.out.bounds.fail_reason);
-    return false;
-  }
-  if (!want_fingerprint) return true;
-  const signal::SampleRange window = signal::barcode_window(
-      static_cast<size_t>(t.out.bounds.adapter_start), static_cast<size_t>(t.out.bounds.adapter_end), take,
-      params);
-  slot.features.resize(params.barcode_num_events);
-  const auto err = signal::barcode_fingerprint(
-      std::span<const float>(slot.pa).subspan(window.begin, window.size()), params, w.fingerprint,
-      slot.features);
-  if (err != signal::FingerprintError::kNone) {
-    t.out.reason.assign("no fingerprint: ").append(signal::fingerprint_error_reason(err));
-    return false;
-  }
-  return true;
+  return detail::featurize_signal(detector, params, want_fingerprint, slot.pa, n, w.featurize,
+                                  t.out.bounds, slot.features, t.out.reason);
 }
 
 // The serial end of the pipeline: CSV rows and per-label writers, in input order.

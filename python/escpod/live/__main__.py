@@ -1,0 +1,6 @@
+"""`python -m escpod.live run|mock ...` (see escpod.live.run)."""
+import sys
+
+from .run import main
+
+sys.exit(main())
