@@ -53,10 +53,18 @@ def test_policy_answers_from_its_config(shared_data, tmp_path):
     assert action.balancer == "reject_all"
 
 
-def test_the_program_hands_live_run_to_the_python_client(escpod_bin):
+def test_the_program_hands_live_run_to_the_python_client(escpod_bin, tmp_path):
+    """`escpod live run` runs python3 -m escpod.live run: this interpreter, first on PATH."""
     import os
     import sys
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    python3 = tmp_path / "python3"
+    # Under the AddressSanitizer stage the program's wrapper drops LD_PRELOAD (scripts/python_asan.sh);
+    # the Python it starts imports the sanitized module and needs the preload back.
+    preload = {k: os.environ[k] for k in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS") if k in os.environ}
+    exports = "".join(f"export {k}='{v}'\n" for k, v in preload.items())
+    python3.write_text(f"#!/bin/sh\n{exports}exec '{sys.executable}' \"$@\"\n")
+    python3.chmod(0o755)
+    env = dict(os.environ, PATH=str(tmp_path) + os.pathsep + os.environ.get("PATH", ""))
     r = subprocess.run([str(escpod_bin), "live", "run", "--help"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert "--live-config" in r.stdout and "--port" in r.stdout
