@@ -109,7 +109,7 @@ def simulated_skewed_run(escpod, work):
              "llr", "-o", model, "-f"])
     skewed = work / "skewed.pod5"
     if not skewed.exists():
-        run([escpod, "simulate", "-o", work / "pool.pod5", "--reads", 8000, "--seed", 2, "--channels", 126, *common])
+        run([escpod, "simulate", "-o", work / "pool.pod5", "--reads", 12000, "--seed", 2, "--channels", 126, *common])
         truth = list(csv.DictReader(l for l in open(work / "pool.truth.csv") if not l.startswith("#")))
         names = sorted({t["barcode"] for t in truth})
         want = {names[0]: 2100, names[1]: 300, names[2]: 300, names[3]: 300}  # 70/10/10/10 of 3,000

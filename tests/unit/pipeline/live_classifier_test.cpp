@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <thread>
 #include <map>
 #include <sstream>
 #include <string>
@@ -222,6 +223,30 @@ INSTANTIATE_TEST_SUITE_P(RealReads, LiveClassifierTest, ::testing::Values(&kRna0
                          [](const auto& p) {
                            return p.param == &kRna004 ? "Rna004" : p.param == &kRna002 ? "Rna002" : "CrfB04";
                          });
+
+// One classifier shared by threads, each with its own scratch and reads (how a read-until client
+// feeds channels in parallel): every decision equals the one-thread decision. Run under TSan in CI.
+TEST(LiveClassifierThreads, TwoThreadsFeedingTheirOwnReadsDecideAsOneThread) {
+  const std::vector<RawRead> reads = load_reads(kRna002);
+  LiveOptions o;
+  o.min_confidence = 0.2;
+  const LiveClassifier c = make_classifier(kRna002, o);
+  std::vector<LiveDecision> alone(reads.size()), shared(reads.size());
+  auto s = c.make_scratch();
+  for (size_t i = 0; i < reads.size(); ++i) alone[i] = stream(c, reads[i], 900, s);
+  auto work = [&](size_t first) {
+    auto scratch = c.make_scratch();
+    for (size_t i = first; i < reads.size(); i += 2) shared[i] = stream(c, reads[i], 900, scratch);
+  };
+  std::thread other(work, size_t{1});
+  work(0);
+  other.join();
+  for (size_t i = 0; i < reads.size(); ++i) {
+    EXPECT_EQ(shared[i].label, alone[i].label) << reads[i].id;
+    EXPECT_EQ(shared[i].samples_seen, alone[i].samples_seen) << reads[i].id;
+    EXPECT_EQ(shared[i].state, alone[i].state) << reads[i].id;
+  }
+}
 
 TEST(LiveClassifier, TheRna004CnnDecidesBy13000Samples) {
   const LiveClassifier c = make_classifier(kRna004);
