@@ -76,3 +76,20 @@ def test_usage_errors(escpod, shared_data, tmp_path):
     assert r.returncode == 2 and "--seed" in r.stderr
     r = run(escpod, "live", "replay", "--model", shared_data / RNA002_MODEL, "--info")
     assert r.returncode == 0 and "LLR-only" in r.stdout and "decisive at 20000 samples" in r.stdout
+
+
+def test_ctrl_c_stops_the_replay_without_an_output(escpod, shared_data, tmp_path):
+    import os
+    import signal
+    import time
+    out = tmp_path / "live.csv"
+    env = dict(os.environ, ESCPOD_TEST_PROGRESS_DELAY_US="20000")  # 20 ms a read: a run of ~4 s
+    p = subprocess.Popen([str(escpod), "live", "replay", str(shared_data / RNA002_READS), "--model",
+                          str(shared_data / RNA002_MODEL), "-o", str(out)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert not out.exists()
+    assert not list(tmp_path.glob(".escpod-tmp*"))

@@ -8,6 +8,8 @@
 #include <optional>
 #include <queue>
 
+#include "escpod/core/progress.hpp"
+#include "escpod/core/staged_file.hpp"  // interrupted()
 #include "escpod/pipeline/live/balancing.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/vbz.hpp"
@@ -129,6 +131,7 @@ class Replay {
   Status run();
 
  private:
+  Status play_events();
   void schedule(double time, int channel, EventKind kind) { m_events.push({time, m_seq++, channel, kind}); }
   Status start_next_read(int channel, double free_at);
   Status on_chunk(int channel, double now);
@@ -164,16 +167,25 @@ Status Replay::run() {
   for (auto& [channel, ch] : m_channels) {
     ESCPOD_RETURN_IF_ERROR(start_next_read(channel, m_in.reads[ch.reads.front()].original_start()));
   }
+  return play_events();
+}
+
+// The event loop, in simulated time order; progress counts reads ended; Ctrl-C stops it.
+Status Replay::play_events() {
+  progress::Task task(m_in.reads.size(), 0, {"live replay", "reads"});
   while (!m_events.empty()) {
+    if (interrupted()) return Status::cancelled("interrupted");
     const Event e = m_events.top();
     m_events.pop();
     if (e.kind == EventKind::kChunk) {
       ESCPOD_RETURN_IF_ERROR(on_chunk(e.channel, e.time));
     } else {
       on_end(e.channel, e.time);
+      task.add(1);
       ESCPOD_RETURN_IF_ERROR(start_next_read(e.channel, e.time));
     }
   }
+  task.finish();
   return Status::ok();
 }
 
