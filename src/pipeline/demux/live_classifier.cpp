@@ -139,8 +139,11 @@ void LiveClassifier::attempt(LiveRead& read, bool decisive, bool end, Scratch& s
   const uint64_t num_samples = end ? read.m_seen : std::max(read.m_seen, m.decisive);
   const bool want_fingerprint = m.input.kind == demux::HeadInputKind::kFingerprint;
   s.reason.clear();
-  bool ready = detail::featurize_signal(m.detector, m.fingerprint, want_fingerprint, s.pa,
-                                        num_samples, s.featurize, s.bounds, s.features, s.reason);
+  // Early attempts on a prefix skip the CNN path's LLR retries (whole-read retries that would
+  // cost more than the CNN on every failed validation); the decisive attempt is the fused run's.
+  const DetectRetries retries = decisive ? DetectRetries::kAsConfigured : DetectRetries::kPrimaryOnly;
+  bool ready = detail::featurize_signal(m.detector, m.fingerprint, want_fingerprint, s.pa, num_samples,
+                                        s.featurize, s.bounds, s.features, s.reason, retries);
   if (ready && want_fingerprint) {
     s.reason = detail::fingerprint_mismatch(*m.head, s.features.size());
     ready = s.reason.empty();

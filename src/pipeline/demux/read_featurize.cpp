@@ -7,8 +7,8 @@ namespace escpod::pipeline::detail {
 bool featurize_signal(const BoundaryDetector& detector, const signal::FingerprintParams& params,
                       bool want_fingerprint, std::span<const float> pa, uint64_t num_samples,
                       FeaturizeScratch& scratch, Boundaries& bounds, std::vector<double>& features,
-                      std::string& reason) {
-  bounds = detector.detect(pa, num_samples, scratch.detector);
+                      std::string& reason, DetectRetries retries) {
+  bounds = detector.detect(pa, num_samples, scratch.detector, retries);
   if (!bounds.success) {
     reason.assign("boundary detection failed: ").append(bounds.fail_reason);
     return false;

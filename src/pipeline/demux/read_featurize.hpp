@@ -26,11 +26,12 @@ struct FeaturizeScratch {
 // length, as BoundaryDetector::detect takes them) into `bounds`, then, when `want_fingerprint`,
 // its barcode fingerprint into `features` (params.barcode_num_events values). True when the read
 // is ready for the head; otherwise `reason` says why not ("boundary detection failed: ...",
-// "no fingerprint: ..."). Allocation-free once the buffers have held one read.
+// "no fingerprint: ..."). Allocation-free once the buffers have held one read. `retries`: the
+// detector's LLR retries as configured (every whole-read call), or none (a prefix).
 bool featurize_signal(const BoundaryDetector& detector, const signal::FingerprintParams& params,
                       bool want_fingerprint, std::span<const float> pa, uint64_t num_samples,
                       FeaturizeScratch& scratch, Boundaries& bounds, std::vector<double>& features,
-                      std::string& reason);
+                      std::string& reason, DetectRetries retries = DetectRetries::kAsConfigured);
 
 // What the head reads of a featurized read: the fingerprint, or the signal window
 // [adapter_end + window_begin, adapter_end + window_end) clipped to `pa` (demux/head.hpp).

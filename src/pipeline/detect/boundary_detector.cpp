@@ -123,7 +123,7 @@ std::span<const float> BoundaryDetector::clip_signal(std::span<const float> pa,
 Boundaries BoundaryDetector::finish(std::span<const float> pa, uint64_t num_samples,
                                     int64_t adapter_end,
                                     std::span<const int64_t> candidates_in,
-                                    Scratch& scratch_outer) const {
+                                    Scratch& scratch_outer, DetectRetries retries) const {
   if (!scratch_outer.impl) scratch_outer = Scratch();  // a moved-from Scratch
   Scratch::Impl& scratch = *scratch_outer.impl;
   const std::span<const float> sig = clip_signal(pa, num_samples);
@@ -146,7 +146,7 @@ Boundaries BoundaryDetector::finish(std::span<const float> pa, uint64_t num_samp
   };
   signal::Validation v = signal::validate_boundaries(sig, adapter_end, candidates, c, w);
   Boundaries best = from(v, candidates, "cnn");
-  if (v.success || v.exception) return best;
+  if (v.success || v.exception || retries == DetectRetries::kPrimaryOnly) return best;
 
   // Fallbacks work on the winsorised, MAD-normalised first min(num_samples, max_obs_trace).
   const size_t n_norm = std::min<size_t>(
@@ -192,17 +192,17 @@ Boundaries BoundaryDetector::finish(std::span<const float> pa, uint64_t num_samp
 }
 
 Boundaries BoundaryDetector::detect(std::span<const float> pa, uint64_t num_samples,
-                                    Scratch& scratch) const {
+                                    Scratch& scratch, DetectRetries retries) const {
   Boundaries b;
   const std::span<const float> one[1] = {pa};
   const uint64_t n[1] = {num_samples};
-  detect_batch(one, n, scratch, std::span<Boundaries>(&b, 1));
+  detect_batch(one, n, scratch, std::span<Boundaries>(&b, 1), retries);
   return b;
 }
 
 void BoundaryDetector::detect_batch(std::span<const std::span<const float>> pas,
                                     std::span<const uint64_t> num_samples, Scratch& scratch_outer,
-                                    std::span<Boundaries> out) const {
+                                    std::span<Boundaries> out, DetectRetries retries) const {
   assert(pas.size() == num_samples.size() && pas.size() == out.size());
   if (!scratch_outer.impl) scratch_outer = Scratch();  // a moved-from Scratch
   Scratch::Impl& scratch = *scratch_outer.impl;
@@ -245,7 +245,7 @@ void BoundaryDetector::detect_batch(std::span<const std::span<const float>> pas,
       const std::span<const float> o(scratch.output.data() + j * 2 * Lo, 2 * Lo);
       const int64_t a = signal::cnn_decode(o.first(Lo), o.subspan(Lo, Lo), m_cfg, scratch.cands,
                                            scratch.work);
-      b = finish(pas[first + j], num_samples[first + j], a, scratch.cands, scratch_outer);
+      b = finish(pas[first + j], num_samples[first + j], a, scratch.cands, scratch_outer, retries);
     }
   }
 }

@@ -29,6 +29,7 @@ namespace {
 using pipeline::BoundaryDetector;
 using pipeline::Boundaries;
 using pipeline::DetectMethod;
+using pipeline::DetectRetries;
 using pipeline::DetectorConfig;
 using signal::BoundaryConfig;
 using signal::BoundaryWork;
@@ -579,6 +580,40 @@ TEST_F(DetectorFixture, FullLlrFallback) {
   EXPECT_FALSE(b2.success);
   EXPECT_EQ(b2.method, "cnn");
   EXPECT_EQ(b2.fail_reason, "No adapter detected (primary)");
+}
+
+TEST_F(DetectorFixture, PrimaryOnlySkipsTheRetries) {
+  // The same reads as the two fallback tests: without retries the CNN's own failure stands.
+  Noise noise(11);
+  std::vector<float> s;
+  segment(s, 3000, 80.0, 5.0, noise);
+  segment(s, 1500, 110.0, 1.5, noise);
+  segment(s, 4500, 80.0, 15.0, noise);
+  auto scratch = s_det->make_scratch();
+  const std::vector<int64_t> cands{7000, 0, 0, 0, 0};
+  EXPECT_EQ(s_det->finish(s, 9000, 3000, cands, scratch).method, "llr_short");
+  const auto b = s_det->finish(s, 9000, 3000, cands, scratch, DetectRetries::kPrimaryOnly);
+  EXPECT_FALSE(b.success);
+  EXPECT_EQ(b.method, "cnn");
+  EXPECT_EQ(b.fail_reason, "MVS polya check failed: mean var");
+  EXPECT_EQ(b.polya_end, 7000);
+  const auto none = std::vector<int64_t>{0, 0, 0, 0, 0};
+  const auto b2 = s_det->finish(s, 30000, 0, none, scratch, DetectRetries::kPrimaryOnly);
+  EXPECT_FALSE(b2.success);
+  EXPECT_EQ(b2.fail_reason, "No adapter detected (primary)");
+  // A read the CNN path validates gives the same answer either way.
+  const auto good = good_read(3000, 4500, 20000);
+  const auto full = s_det->detect(std::span<const float>(good).first(11500), 20000, scratch);
+  const auto primary = s_det->detect(std::span<const float>(good).first(11500), 20000, scratch,
+                                     DetectRetries::kPrimaryOnly);
+  if (full.method == "cnn") {
+    EXPECT_EQ(primary.success, full.success);
+    EXPECT_EQ(primary.adapter_end, full.adapter_end);
+    EXPECT_EQ(primary.polya_end, full.polya_end);
+  } else {
+    EXPECT_EQ(primary.method, "cnn");
+    EXPECT_FALSE(primary.success);
+  }
 }
 
 TEST_F(DetectorFixture, MadNormalisationFailure) {

@@ -52,6 +52,11 @@ struct Boundaries {
   std::string fail_reason;  // as WarpDemuX words it, empty on success
 };
 
+// Whether the CNN path may retry with the LLR fallbacks (§3.3, §3.4) after a failed validation.
+// kPrimaryOnly is for a signal prefix (the live classifier's early attempts): the retries exist
+// for the whole read, and on a prefix they cost more than the CNN's answer is worth.
+enum class DetectRetries { kAsConfigured, kPrimaryOnly };
+
 enum class DetectMethod {
   kCnn,  // ADAPTed: CNN primary, validation, with the LLR fallbacks as configured
   kLlr,  // escapepod's LLR-only detector (§3.6) on the whole read; no validation
@@ -98,20 +103,23 @@ class BoundaryDetector {
   // signal::calibrate_to_pa does); num_samples: the read's full length. A shorter `pa` is
   // accepted (the missing samples count as absent). Never fails: problems become
   // success = false with a reason (an internal network error: "CNN inference failed: ...").
-  Boundaries detect(std::span<const float> pa, uint64_t num_samples, Scratch& scratch) const;
+  Boundaries detect(std::span<const float> pa, uint64_t num_samples, Scratch& scratch,
+                    DetectRetries retries = DetectRetries::kAsConfigured) const;
 
   // Same for several reads (pas[i], num_samples[i] -> out[i]); the CNN runs on up to 32 reads per
   // call. Results are identical to detect() read by read. Sizes must match (asserted).
   void detect_batch(std::span<const std::span<const float>> pas,
                     std::span<const uint64_t> num_samples, Scratch& scratch,
-                    std::span<Boundaries> out) const;
+                    std::span<Boundaries> out,
+                    DetectRetries retries = DetectRetries::kAsConfigured) const;
 
   // kCnn only: the part of detect() after the network: validation of the CNN's decoded
   // boundaries (adapter end and poly(A) candidates in samples, as signal::cnn_decode returns
   // them) and the LLR fallbacks. For a CNN evaluated elsewhere (a GPU batch) and for tests.
   // `pa` and `num_samples` as for detect().
   Boundaries finish(std::span<const float> pa, uint64_t num_samples, int64_t cnn_adapter_end,
-                    std::span<const int64_t> cnn_polya_candidates, Scratch& scratch) const;
+                    std::span<const int64_t> cnn_polya_candidates, Scratch& scratch,
+                    DetectRetries retries = DetectRetries::kAsConfigured) const;
 
  private:
   BoundaryDetector() = default;
