@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "escpod/core/log.hpp"
+#include "escpod/core/text.hpp"
 
 namespace escpod::cli {
 namespace {
@@ -56,25 +57,6 @@ void add_verbosity_flags(CLI::App* sub, GlobalOptions& global) {
   sub->add_flag_callback("-v,--verbose", [&global] { global.verbosity = 1; },
                          "Print debugging detail");
 }
-
-namespace {
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-}  // namespace
 
 bool is_command(const CLI::App& app, std::string_view name) {
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))

@@ -62,13 +62,6 @@ class PyLiveClassifier {
   std::unordered_map<std::thread::id, std::unique_ptr<pipeline::LiveClassifier::Scratch>> m_scratch;
 };
 
-pipeline::live::ReadCall read_call_of(const pipeline::LiveDecision& d) {
-  if (d.state == pipeline::LiveState::kUndecidable) return pipeline::live::ReadCall::kFailed;
-  if (d.barcode >= 0) return pipeline::live::ReadCall::kClassified;
-  if (d.status == demux::CallStatus::kNoise) return pipeline::live::ReadCall::kOutlier;
-  return pipeline::live::ReadCall::kUnclassified;
-}
-
 pipeline::live::BalancingPolicy make_policy(const std::string& config, const std::vector<std::string>& names,
                                             const std::optional<std::vector<int>>& channels, uint64_t seed) {
   auto parsed = pipeline::live::read_live_config(config, names.size());
@@ -156,7 +149,7 @@ void bind_policy(nb::module_& m) {
       .def("decide",
            [](pipeline::live::BalancingPolicy& p, int channel, const pipeline::LiveDecision& d, double now,
               uint64_t samples_after_adapter) {
-             return p.decide(channel, read_call_of(d), d.barcode, d.confidence, now, samples_after_adapter);
+             return p.decide(channel, pipeline::policy_read_call(d), d.barcode, d.confidence, now, samples_after_adapter);
            },
            "channel"_a, "decision"_a, "now"_a, "samples_after_adapter"_a)
       .def("record_sequenced", &pipeline::live::BalancingPolicy::record_sequenced, "channel"_a, "barcode"_a,

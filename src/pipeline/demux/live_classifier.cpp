@@ -21,6 +21,13 @@ std::string_view live_state_name(LiveState state) {
   return "need_more";
 }
 
+live::ReadCall policy_read_call(const LiveDecision& d) {
+  if (d.state == LiveState::kUndecidable) return live::ReadCall::kFailed;
+  if (d.barcode >= 0) return live::ReadCall::kClassified;
+  if (d.status == demux::CallStatus::kNoise) return live::ReadCall::kOutlier;
+  return live::ReadCall::kUnclassified;
+}
+
 struct LiveClassifier::Scratch::Impl {
   std::vector<float> pa;
   detail::FeaturizeScratch featurize;

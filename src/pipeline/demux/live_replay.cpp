@@ -82,14 +82,6 @@ Result<Inputs> open_inputs(const std::vector<std::filesystem::path>& paths) {
   return in;
 }
 
-// The policy's view of a final decision.
-live::ReadCall read_call_of(const LiveDecision& d) {
-  if (d.state == LiveState::kUndecidable) return live::ReadCall::kFailed;
-  if (d.barcode >= 0) return live::ReadCall::kClassified;
-  if (d.status == demux::CallStatus::kNoise) return live::ReadCall::kOutlier;
-  return live::ReadCall::kUnclassified;
-}
-
 enum class EventKind : uint8_t { kChunk, kEnd };
 
 struct Event {
@@ -273,7 +265,7 @@ void Replay::on_decision(ChannelPlay& ch, Playing& p, double now) {
   p.action = "stop_receiving";
   if (m_policy) {
     const uint64_t past_adapter = d.adapter_end > 0 ? d.samples_seen - std::min<uint64_t>(d.samples_seen, static_cast<uint64_t>(d.adapter_end)) : 0;
-    const live::PolicyAction a = m_policy->decide(r.channel, read_call_of(d), d.barcode, d.confidence, now, past_adapter);
+    const live::PolicyAction a = m_policy->decide(r.channel, policy_read_call(d), d.barcode, d.confidence, now, past_adapter);
     p.reason = a.reason;
     p.balancer = a.balancer;
     p.registered = a.registered;

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <utility>
 
+#include "escpod/core/text.hpp"
 #include "pipeline/live/channel_plan.hpp"
 
 namespace escpod::pipeline::live {
@@ -43,21 +44,6 @@ std::string_view kind_name(const toml::node& n) {
 std::string location(const std::string& file, const toml::source_region& region) {
   if (region.begin.line == 0) return file;
   return fmt::format("{}:{}:{}", file, region.begin.line, region.begin.column);
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      diagonal = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
-    }
-  }
-  return row[b.size()];
 }
 
 using KeySet = std::set<std::string, std::less<>>;

@@ -33,6 +33,7 @@
 #include "escpod/core/status.hpp"
 #include "escpod/pipeline/demux/demux.hpp"
 #include "escpod/pipeline/detect/boundary_detector.hpp"
+#include "escpod/pipeline/live/balancing.hpp"
 
 namespace escpod::pipeline {
 
@@ -79,6 +80,11 @@ struct LiveDecision {
   bool early = false;          // decided before decisive_samples() and before the read's end
   bool final() const { return state != LiveState::kNeedMore; }
 };
+
+// What a balancing policy is told of a final decision (docs/live.md §2.3): a barcode is
+// classified; the head's noise class an outlier; another unclassified call unclassified; an
+// undecidable read failed.
+live::ReadCall policy_read_call(const LiveDecision& decision);
 
 // One read's state between chunks.
 class LiveRead {
