@@ -59,6 +59,23 @@ void log_shares(const char* title, const std::map<std::string, pipeline::ReplayS
   }
 }
 
+// WarpDemuX's default max_signal_after_polya (1,500 samples) was set for RNA002 with 0.1 s chunks;
+// live decisions here come one or two chunks past the adapter end, so with it most rejects are
+// kept as too late. Say so rather than leave a user wondering why nothing was unblocked.
+void warn_if_rejects_came_too_late(const pipeline::ReplayReport& r) {
+  uint64_t too_late = 0, unblocked = 0;
+  for (const auto& [what, n] : r.actions_by_reason) {
+    if (what.find("too_late_to_reject") != std::string::npos) too_late += n;
+    if (what.rfind("unblock:", 0) == 0) unblocked += n;
+  }
+  if (too_late > unblocked) {
+    log::warn("{} rejects were kept as too late and {} unblocked: decisions came more than the "
+              "config's [balancing] max_signal_after_polya samples past the adapter end; raise it "
+              "(docs/live_config.md) or use shorter --chunk-seconds",
+              too_late, unblocked);
+  }
+}
+
 void log_replay_report(const pipeline::ReplayReport& r) {
   std::vector<double> at(r.samples_at_decision.begin(), r.samples_at_decision.end());
   log::info("{} reads: {} decided early, {} at the decisive point or the read's end, {} undecidable", r.n_reads,
@@ -75,6 +92,7 @@ void log_replay_report(const pipeline::ReplayReport& r) {
   log::info("run time (simulated): {:.1f} s without balancing, {:.1f} s with; pore time saved {:.1f} s",
             r.run_seconds_without, r.run_seconds_with, r.pore_seconds_saved);
   log::info("replayed in {:.2f} s", r.wall_seconds);
+  warn_if_rejects_came_too_late(r);
 }
 
 Status run_live_replay_cmd(const LiveCliOptions& o) {

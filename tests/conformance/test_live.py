@@ -93,3 +93,16 @@ def test_ctrl_c_stops_the_replay_without_an_output(escpod, shared_data, tmp_path
     assert p.returncode == 130, err
     assert not out.exists()
     assert not list(tmp_path.glob(".escpod-tmp*"))
+
+
+def test_rejects_kept_as_too_late_are_reported(escpod, shared_data, tmp_path):
+    config = tmp_path / "default.toml"  # max_signal_after_polya left at WarpDemuX's 1,500 samples
+    config.write_text('[flowcell]\nflowcell_type = "minion"\n[[balancers]]\nbalance_type = "reject_all"\n')
+    r = run(escpod, "live", "replay", shared_data / RNA002_READS, "--model", shared_data / RNA002_MODEL,
+            "--live-config", config, "-o", tmp_path / "live.csv")
+    assert r.returncode == 0, r.stderr
+    rows = read_rows(tmp_path / "live.csv")
+    too_late = sum(1 for row in rows if row["reason"] == "too_late_to_reject")
+    unblocked = sum(1 for row in rows if row["action"] == "unblock")
+    assert too_late > unblocked
+    assert f"warning: {too_late} rejects were kept as too late and {unblocked} unblocked" in r.stderr
