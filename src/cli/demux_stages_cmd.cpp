@@ -11,6 +11,7 @@
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "cli/crf_flags.hpp"
+#include "cli/output.hpp"
 #include "escpod/pipeline/demux/crf_basecall.hpp"
 #include "escpod/pipeline/demux/demux_stages.hpp"
 #include "escpod/pod5/inputs.hpp"
@@ -18,37 +19,6 @@
 namespace escpod::cli {
 
 namespace {
-
-struct CsvOutputFlags {
-  std::string output;  // empty: stdout
-  bool force = false;
-  std::string fsync = "none";
-};
-
-void add_csv_output_flags(CLI::App* sub, CsvOutputFlags& f, const std::string& what) {
-  sub->add_option("-o,--output", f.output, what + " (default: standard output)");
-  add_force_flag(sub, f.force);
-  add_fsync_flag(sub, f.fsync);
-}
-
-// Runs `body` on the output stream: a staged file renamed into place only on success, or stdout.
-Status with_csv_output(const CsvOutputFlags& f, const std::function<Status(std::ostream&)>& body) {
-  ESCPOD_ASSIGN_OR_RETURN(FsyncMode fsync, parse_fsync_mode(f.fsync));
-  if (f.output.empty() || f.output == "-") {
-    ESCPOD_RETURN_IF_ERROR(body(std::cout));
-    std::cout.flush();
-    return Status::ok();
-  }
-  ESCPOD_ASSIGN_OR_RETURN(StagedFile file, StagedFile::create(f.output, f.force));
-  {
-    std::ofstream out(file.staging_path(), std::ios::binary | std::ios::trunc);
-    if (!out) return Status::io_error("cannot write " + file.staging_path().string());
-    ESCPOD_RETURN_IF_ERROR(body(out));
-    out.close();
-    if (!out) return Status::io_error("cannot write " + file.staging_path().string());
-  }
-  return file.commit(fsync);
-}
 
 double per_second(uint64_t n, double seconds) {
   return static_cast<double>(n) / std::max(seconds, 1e-9);

@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <sstream>
 
 #include "cli/command.hpp"
 #include "cli/demux_stages_cmd.hpp"
@@ -27,7 +26,7 @@ struct LiveCliOptions {
   double chunk_seconds = 0.4;
   uint64_t seed = 0;
   bool info = false;
-  OutputFlags out;
+  CsvOutputFlags out;
   const CLI::App* app = nullptr;
 };
 
@@ -115,13 +114,11 @@ Status run_live_replay_cmd(const LiveCliOptions& o) {
   r.config = o.live_config;
   r.chunk_seconds = o.chunk_seconds;
   r.seed = o.seed;
-  ESCPOD_ASSIGN_OR_RETURN(Output out, open_output(o.out));
-  std::ostringstream csv;
   std::vector<std::filesystem::path> inputs(o.inputs.begin(), o.inputs.end());
   pipeline::ReplayReport report;
-  ESCPOD_RETURN_IF_ERROR(pipeline::run_live_replay(inputs, r, &csv, &report));
-  out.write(csv.str());
-  ESCPOD_RETURN_IF_ERROR(out.finish());
+  ESCPOD_RETURN_IF_ERROR(with_csv_output(o.out, [&](std::ostream& csv) {
+    return pipeline::run_live_replay(inputs, r, &csv, &report);  // rows written as reads end
+  }));
   log_replay_report(report);
   return Status::ok();
 }
@@ -162,7 +159,7 @@ void register_live_replay(CLI::App* live, GlobalOptions& global) {
   sub->add_option("--chunk-seconds", o->chunk_seconds, "Signal per chunk, seconds")->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the policy's channel assignment")->capture_default_str();
   sub->add_flag("--info", o->info, "Describe the classifier (head, detector, attempts) and exit");
-  add_output_flags(sub, o->out);
+  add_csv_output_flags(sub, o->out, "Per-read CSV to write");
   add_verbosity_flags(sub, global);
   o->app = sub;
   set_body(sub, [o] { return run_live_replay_cmd(*o); });

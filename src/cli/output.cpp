@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 
 namespace escpod::cli {
 
@@ -79,6 +81,35 @@ Result<Output> open_output(const OutputFlags& flags) {
   }
   ESCPOD_ASSIGN_OR_RETURN(const FsyncMode fsync, parse_fsync_mode(flags.writer.fsync));
   return Output::open(flags.path, flags.writer.force, fsync);
+}
+
+void add_csv_output_flags(CLI::App* sub, CsvOutputFlags& flags, const std::string& what) {
+  sub->add_option("-o,--output", flags.output, what + " (default: standard output)");
+  add_force_flag(sub, flags.force);
+  add_fsync_flag(sub, flags.fsync);
+}
+
+Status with_csv_output(const CsvOutputFlags& flags, const std::function<Status(std::ostream&)>& body) {
+  const bool to_stdout = flags.output.empty() || flags.output == "-";
+  if (to_stdout && (flags.force || flags.fsync != "none")) {
+    return Status::usage(std::string(flags.force ? "--force" : "--fsync") +
+                         " would be ignored: the output is stdout (give -o FILE)");
+  }
+  ESCPOD_ASSIGN_OR_RETURN(const FsyncMode fsync, parse_fsync_mode(flags.fsync));
+  if (to_stdout) {
+    ESCPOD_RETURN_IF_ERROR(body(std::cout));
+    std::cout.flush();
+    return Status::ok();
+  }
+  ESCPOD_ASSIGN_OR_RETURN(StagedFile file, StagedFile::create(flags.output, flags.force));
+  {
+    std::ofstream out(file.staging_path(), std::ios::binary | std::ios::trunc);
+    if (!out) return Status::io_error("cannot write " + file.staging_path().string());
+    ESCPOD_RETURN_IF_ERROR(body(out));
+    out.close();
+    if (!out) return Status::io_error("cannot write " + file.staging_path().string());
+  }
+  return file.commit(fsync);
 }
 
 }  // namespace escpod::cli

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <optional>
 #include <string_view>
@@ -60,5 +62,18 @@ struct OutputFlags {
 void add_output_flags(CLI::App* sub, OutputFlags& flags);
 // The output the flags name; --force or --fsync with stdout is a usage error (they would be ignored).
 Result<Output> open_output(const OutputFlags& flags);
+
+// -o/--output FILE (default: stdout) with -f/--force and --fsync, for commands whose product a
+// library call writes to a std::ostream as it goes (the demux stages' tables, the live replay's
+// rows). `what` names the product in the help.
+struct CsvOutputFlags {
+  std::string output;  // empty or "-": stdout
+  bool force = false;
+  std::string fsync = "none";
+};
+void add_csv_output_flags(CLI::App* sub, CsvOutputFlags& flags, const std::string& what);
+// Runs `body` on the output stream: a staged file renamed into place only when body succeeds, or
+// stdout. --force or --fsync with stdout is a usage error (they would be ignored).
+Status with_csv_output(const CsvOutputFlags& flags, const std::function<Status(std::ostream&)>& body);
 
 }  // namespace escpod::cli
