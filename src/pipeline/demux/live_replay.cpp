@@ -127,9 +127,10 @@ class Replay {
   void schedule(double time, int channel, EventKind kind) { m_events.push({time, m_seq++, channel, kind}); }
   Status start_next_read(int channel, double free_at);
   Status on_chunk(int channel, double now);
-  void on_decision(ChannelPlay& ch, Playing& p, double now);
-  void on_end(int channel, double now);
-  void write_row(const ChannelPlay& ch, const Playing& p);
+  void on_decision(Playing& p, double now);
+  void on_end(int channel);
+  void write_row(const Playing& p);
+  double capture_gap(const ChannelPlay& ch, size_t k) const;
   uint64_t chunk_samples(const ReplayRead& r) const {
     return std::max<uint64_t>(1, static_cast<uint64_t>(m_options.chunk_seconds * r.sample_rate));
   }
@@ -157,7 +158,7 @@ Status Replay::run() {
   }
   account_without_balancing();
   for (auto& [channel, ch] : m_channels) {
-    ESCPOD_RETURN_IF_ERROR(start_next_read(channel, m_in.reads[ch.reads.front()].original_start()));
+    ESCPOD_RETURN_IF_ERROR(start_next_read(channel, 0.0));
   }
   return play_events();
 }
@@ -172,7 +173,7 @@ Status Replay::play_events() {
     if (e.kind == EventKind::kChunk) {
       ESCPOD_RETURN_IF_ERROR(on_chunk(e.channel, e.time));
     } else {
-      on_end(e.channel, e.time);
+      on_end(e.channel);
       task.add(1);
       ESCPOD_RETURN_IF_ERROR(start_next_read(e.channel, e.time));
     }
@@ -181,17 +182,20 @@ Status Replay::play_events() {
   return Status::ok();
 }
 
+// The time between read k of a channel and the end of the read before it (read 0: its start,
+// from the run's start): the capture time the replay keeps whatever happened to that read.
+double Replay::capture_gap(const ChannelPlay& ch, size_t k) const {
+  const ReplayRead& r = m_in.reads[ch.reads[k]];
+  if (k == 0) return r.original_start();
+  const ReplayRead& prev = m_in.reads[ch.reads[k - 1]];
+  return std::max(0.0, r.original_start() - (prev.original_start() + prev.duration()));
+}
+
 // Without balancing every read sequences to its end; the run lasts until the last one does.
 void Replay::account_without_balancing() {
   for (auto& [channel, ch] : m_channels) {
-    double free_at = 0.0, previous_end = 0.0;
-    for (size_t k = 0; k < ch.reads.size(); ++k) {
-      const ReplayRead& r = m_in.reads[ch.reads[k]];
-      const double gap = k == 0 ? r.original_start() : std::max(0.0, r.original_start() - previous_end);
-      const double start = free_at + gap;
-      free_at = start + r.duration();
-      previous_end = r.original_start() + r.duration();
-    }
+    double free_at = 0.0;
+    for (size_t k = 0; k < ch.reads.size(); ++k) free_at += capture_gap(ch, k) + m_in.reads[ch.reads[k]].duration();
     m_report.run_seconds_without = std::max(m_report.run_seconds_without, free_at);
   }
 }
@@ -205,12 +209,7 @@ Status Replay::start_next_read(int channel, double free_at) {
   }
   const size_t idx = ch.reads[ch.next];
   const ReplayRead& r = m_in.reads[idx];
-  double gap = r.original_start();
-  if (ch.next > 0) {
-    const ReplayRead& prev = m_in.reads[ch.reads[ch.next - 1]];
-    gap = std::max(0.0, r.original_start() - (prev.original_start() + prev.duration()));
-  }
-  if (ch.next == 0) gap = 0.0;  // free_at is the first read's own start
+  const double gap = capture_gap(ch, ch.next);
   ++ch.next;
   Playing& p = ch.now.emplace();
   p.read = idx;
@@ -243,7 +242,7 @@ Status Replay::on_chunk(int channel, double now) {
   p.sent += n;
   m_report.max_state_bytes = std::max(m_report.max_state_bytes, p.live.state_bytes());
   if (d.final() && !end) {
-    on_decision(ch, p, now);
+    on_decision(p, now);
     return Status::ok();
   }
   if (end) {
@@ -257,7 +256,7 @@ Status Replay::on_chunk(int channel, double now) {
 }
 
 // The client's answer to a final decision: the policy's unblock, or stop receiving.
-void Replay::on_decision(ChannelPlay& ch, Playing& p, double now) {
+void Replay::on_decision(Playing& p, double now) {
   const ReplayRead& r = m_in.reads[p.read];
   const LiveDecision& d = p.live.decision();
   p.acted = true;
@@ -278,12 +277,10 @@ void Replay::on_decision(ChannelPlay& ch, Playing& p, double now) {
     }
   }
   ++m_report.actions_by_reason[p.action + ": " + (p.reason.empty() ? "no policy" : p.reason)];
-  (void)ch;
   schedule(std::max(leaves_at, now), r.channel, EventKind::kEnd);
 }
 
-void Replay::on_end(int channel, double now) {
-  (void)now;
+void Replay::on_end(int channel) {
   ChannelPlay& ch = m_channels[channel];
   Playing& p = *ch.now;
   const ReplayRead& r = m_in.reads[p.read];
@@ -305,11 +302,10 @@ void Replay::on_end(int channel, double now) {
   auto& all = m_report.without_balancing[p.whole_label];
   ++all.reads;
   all.samples += r.num_samples;
-  write_row(ch, p);
+  write_row(p);
 }
 
-void Replay::write_row(const ChannelPlay& ch, const Playing& p) {
-  (void)ch;
+void Replay::write_row(const Playing& p) {
   if (m_csv == nullptr) return;
   const ReplayRead& r = m_in.reads[p.read];
   const LiveDecision& d = p.live.decision();
