@@ -131,31 +131,31 @@ struct Verdict {
   bool registered = false;
 };
 
-// One balancer at run time: its config and the state WarpDemuX keeps per balancer.
-struct Balancer {
+// One balancer at run time: its config and the state WarpDemuX keeps per balancer. The state a
+// report shows is the BalancerState base (BalancingPolicy::state() copies it); decisions are
+// counted in `reasons` and named only in that copy.
+struct Balancer : BalancingPolicy::BalancerState {
   const BalancerConfig* config = nullptr;  // into Impl::config.balancers, fixed after create
-  std::vector<int> channels;
-  double reject_duration = 0;
-  std::vector<double> stat, max_stats, sequenced_kbases;
-  std::vector<uint64_t> accepted, rejected, pending, sequenced_reads;
-  std::vector<bool> blacklist, ignorelist;
-  bool missing_check_pending = false;
-  uint64_t sequenced_unmatched = 0, sequenced_too_short = 0;
+  std::vector<double> max_stats;
+  std::vector<uint64_t> pending;  // accepted reads not yet reported sequenced
   std::array<uint64_t, kReasonCount> reasons{};
 
   Balancer(const BalancerConfig& c, size_t n, double default_reject_duration)
       : config(&c),
-        reject_duration(c.reject_duration.value_or(default_reject_duration)),
-        stat(n, 0.0),
         max_stats(sized(c.max_stats, n, std::numeric_limits<double>::infinity())),
-        sequenced_kbases(n, 0.0),
-        accepted(n, 0),
-        rejected(n, 0),
-        pending(n, 0),
-        sequenced_reads(n, 0),
-        blacklist(sized(c.blacklist, n, false)),
-        ignorelist(sized(c.ignorelist, n, false)),
-        missing_check_pending(c.watch_for_missing && is_balancing(c.type)) {}
+        pending(n, 0) {
+    name = c.name;
+    type = c.type;
+    reject_duration = c.reject_duration.value_or(default_reject_duration);
+    stat.assign(n, 0.0);
+    sequenced_kbases.assign(n, 0.0);
+    accepted.assign(n, 0);
+    rejected.assign(n, 0);
+    sequenced_reads.assign(n, 0);
+    blacklist = sized(c.blacklist, n, false);
+    ignorelist = sized(c.ignorelist, n, false);
+    missing_check_pending = c.watch_for_missing && is_balancing(c.type);
+  }
 
   // watch_for_missing: once run time passes wait_to_see, barcodes still under min_stat go on the
   // ignore list so the balance does not stall on a barcode that is not in the library. Blacklisted
@@ -361,21 +361,7 @@ void BalancingPolicy::record_sequenced(int channel, int barcode, double kbases) 
 std::vector<BalancingPolicy::BalancerState> BalancingPolicy::state() const {
   std::vector<BalancerState> out;
   for (const Balancer& b : m_impl->balancers) {
-    BalancerState s;
-    s.name = b.config->name;
-    s.type = b.config->type;
-    s.channels = b.channels;
-    s.reject_duration = b.reject_duration;
-    s.stat = b.stat;
-    s.accepted = b.accepted;
-    s.rejected = b.rejected;
-    s.sequenced_reads = b.sequenced_reads;
-    s.sequenced_kbases = b.sequenced_kbases;
-    s.blacklist = b.blacklist;
-    s.ignorelist = b.ignorelist;
-    s.missing_check_pending = b.missing_check_pending;
-    s.sequenced_unmatched = b.sequenced_unmatched;
-    s.sequenced_too_short = b.sequenced_too_short;
+    BalancerState s = b;  // the report's part of the balancer
     for (size_t r = 0; r < kReasonCount; ++r) {
       if (b.reasons[r] > 0) s.decisions_by_reason.emplace(reason_name(static_cast<Reason>(r)), b.reasons[r]);
     }
