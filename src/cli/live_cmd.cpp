@@ -136,7 +136,7 @@ void add_classifier_flags(CLI::App* sub, LiveCliOptions& o) {
   sub->add_option("--first-attempt", o.live.first_attempt, "Samples a read must have before the first attempt")
       ->capture_default_str();
   sub->add_option("--attempt-every", o.live.attempt_every, "New samples between attempts")->capture_default_str();
-  sub->add_option("--decide-by", o.live.max_samples,
+  sub->add_option("--decide-by", o.live.decide_by,
                   "LLR-only detector: samples by which a read is decided (the CNN decides by 13,000)")
       ->capture_default_str();
 }

@@ -99,13 +99,13 @@ void bind_classifier(nb::module_& m) {
       .def("__init__",
            [](PyLiveClassifier* self, const std::string& model, std::optional<std::string> method,
               std::optional<std::string> cnn_model, std::optional<std::string> config, double min_confidence,
-              uint64_t first_attempt, uint64_t attempt_every, uint64_t min_adapter_samples, uint64_t max_samples) {
+              uint64_t first_attempt, uint64_t attempt_every, uint64_t min_adapter_samples, uint64_t decide_by) {
              pipeline::LiveOptions o;
              o.min_confidence = min_confidence;
              o.first_attempt = first_attempt;
              o.attempt_every = attempt_every;
              o.min_adapter_samples = min_adapter_samples;
-             o.max_samples = max_samples;
+             o.decide_by = decide_by;
              new (self) PyLiveClassifier(model, method, cnn_model, config, o);
            },
            "model"_a, "method"_a = nb::none(), "cnn_model"_a = nb::none(), "config"_a = nb::none(),
@@ -113,7 +113,7 @@ void bind_classifier(nb::module_& m) {
            "first_attempt"_a = pipeline::LiveOptions{}.first_attempt,
            "attempt_every"_a = pipeline::LiveOptions{}.attempt_every,
            "min_adapter_samples"_a = pipeline::LiveOptions{}.min_adapter_samples,
-           "max_samples"_a = pipeline::LiveOptions{}.max_samples)
+           "decide_by"_a = pipeline::LiveOptions{}.decide_by)
       .def_prop_ro("barcode_names",
                    [](const PyLiveClassifier& c) {
                      const auto names = c.get().barcode_names();
@@ -125,7 +125,9 @@ void bind_classifier(nb::module_& m) {
            [](const PyLiveClassifier& c, const std::string& /*read_id*/, float offset, float scale) {
              return c.get().new_read(offset, scale);
            },
-           "read_id"_a, "offset"_a, "scale"_a, "A read's state; pA = (adc + offset) * scale")
+           "read_id"_a, "offset"_a, "scale"_a,
+           "A read's state; pA = (adc + offset) * scale. read_id keys the read for the caller (a\n"
+           "client's stand-in classifier may use it); the classifier needs only the calibration")
       .def("feed", &PyLiveClassifier::feed, "read"_a, "raw"_a, "end"_a = false,
            "Feeds the next chunk (new int16 samples only); returns the read's decision so far");
 }

@@ -63,7 +63,7 @@ namespace {
 
 // Samples from which the fused run's call depends on nothing more (live_classifier.hpp).
 uint64_t decisive_samples_of(const BoundaryDetector& detector, const LiveOptions& options) {
-  if (detector.method() != DetectMethod::kCnn) return std::max<uint64_t>(options.max_samples, 1);
+  if (detector.method() != DetectMethod::kCnn) return std::max<uint64_t>(options.decide_by, 1);
   const auto short_read_rule = static_cast<uint64_t>(2 * detector.config().max_obs_adapter);
   return std::max<uint64_t>(detector.preload_samples(), short_read_rule);
 }
@@ -236,7 +236,7 @@ const LiveDecision& LiveClassifier::feed(LiveRead& read, std::span<const int16_t
 
 // Appends what the read's state keeps of `chunk`: with the CNN, samples up to the decisive
 // point (the call never looks further); with the LLR-only detector, everything until the
-// decision (at most max_samples plus one chunk), so a whole read fed at once is called whole.
+// decision (at most decide_by plus one chunk), so a whole read fed at once is called whole.
 void LiveClassifier::keep_samples(LiveRead& read, std::span<const int16_t> chunk) const {
   const bool capped = m_impl->detector.method() == DetectMethod::kCnn;
   const uint64_t keep = m_impl->decisive;

@@ -156,7 +156,7 @@ TEST_P(LiveClassifierTest, TheWholeReadInOneFeedIsTheFusedRunsCall) {
 TEST_P(LiveClassifierTest, ChunkedWithoutEarlyAttemptsIsTheFusedRunsCallForAnyChunkSize) {
   LiveOptions o;
   o.first_attempt = uint64_t{1} << 40;  // only the decisive point or the end decides
-  o.max_samples = uint64_t{1} << 40;    // the LLR-only detector (RNA002) reads whole reads
+  o.decide_by = uint64_t{1} << 40;    // the LLR-only detector (RNA002) reads whole reads
   const LiveClassifier c = make_classifier(set(), o);
   auto s = c.make_scratch();
   for (size_t chunk : {size_t{1} << 30, size_t{4000}, size_t{401}}) {

@@ -13,7 +13,7 @@
 //   nothing the read has not sent (with the boundary CNN: the detector's 11,500-sample prefix and
 //   whether the read is shorter than the short-read rule's 13,000 samples), so the decision there
 //   is the whole-read call. With the LLR-only detector, which reads the whole read, it decides at
-//   LiveOptions::max_samples (--decide-by) on what it has (documented as a difference).
+//   LiveOptions::decide_by (--decide-by) on what it has (documented as a difference).
 // - Per-read state (LiveRead) holds the raw samples until the decision, 2 bytes each, at most
 //   decisive_samples() with the CNN (26 KB for RNA004) and decisive_samples() plus one chunk with
 //   the LLR-only detector (a whole read fed at once is kept whole, so it is called whole), and a
@@ -50,9 +50,9 @@ struct LiveOptions {
   // min_adapter_length plays the same part).
   uint64_t min_adapter_samples = 1000;
   uint64_t attempt_every = 1000;
-  // LLR-only detector: decide on the first max_samples samples (it would otherwise read the whole
+  // LLR-only detector: decide on the first decide_by samples (it would otherwise read the whole
   // read). Ignored with the CNN, whose decisive_samples() is smaller.
-  uint64_t max_samples = 20000;
+  uint64_t decide_by = 20000;
 };
 
 enum class LiveState : uint8_t {
