@@ -527,14 +527,21 @@ TEST_F(DetectorFixture, PreloadAndSyntheticRead) {
   }
 }
 
-TEST_F(DetectorFixture, ShortReadFallback) {
-  // 9 000-sample read; the CNN's c_0 (7 000) overshoots into the RNA: var fails, then the
-  // short-read LLR re-estimate finds the poly(A) end at 4 500 and validation passes.
+// A 9,000-sample read: adapter to 3,000, poly(A) to 4,500, then RNA at the adapter's level (a CNN
+// poly(A) candidate at 7,000 overshoots into it).
+std::vector<float> overshot_short_read() {
   Noise noise(11);
   std::vector<float> s;
   segment(s, 3000, 80.0, 5.0, noise);
   segment(s, 1500, 110.0, 1.5, noise);
   segment(s, 4500, 80.0, 15.0, noise);
+  return s;
+}
+
+TEST_F(DetectorFixture, ShortReadFallback) {
+  // 9 000-sample read; the CNN's c_0 (7 000) overshoots into the RNA: var fails, then the
+  // short-read LLR re-estimate finds the poly(A) end at 4 500 and validation passes.
+  const std::vector<float> s = overshot_short_read();
   auto scratch = s_det->make_scratch();
   const std::vector<int64_t> cands{7000, 0, 0, 0, 0};
   const auto b = s_det->finish(s, 9000, 3000, cands, scratch);
@@ -584,11 +591,7 @@ TEST_F(DetectorFixture, FullLlrFallback) {
 
 TEST_F(DetectorFixture, PrimaryOnlySkipsTheRetries) {
   // The same reads as the two fallback tests: without retries the CNN's own failure stands.
-  Noise noise(11);
-  std::vector<float> s;
-  segment(s, 3000, 80.0, 5.0, noise);
-  segment(s, 1500, 110.0, 1.5, noise);
-  segment(s, 4500, 80.0, 15.0, noise);
+  const std::vector<float> s = overshot_short_read();
   auto scratch = s_det->make_scratch();
   const std::vector<int64_t> cands{7000, 0, 0, 0, 0};
   EXPECT_EQ(s_det->finish(s, 9000, 3000, cands, scratch).method, "llr_short");
