@@ -23,6 +23,7 @@ struct LiveCliOptions {
   std::string model, config, method, cnn_model, live_config;
   std::string dtw_precision = "float32";
   pipeline::LiveOptions live;
+  uint64_t decide_by = pipeline::LiveOptions::kDefaultDecideBy;
   double chunk_seconds = 0.4;
   uint64_t seed = 0;
   bool info = false;
@@ -94,7 +95,18 @@ void log_replay_report(const pipeline::ReplayReport& r) {
   warn_if_rejects_came_too_late(r);
 }
 
-Status run_live_replay_cmd(const LiveCliOptions& o) {
+// Flags the run would ignore, refused before anything is read.
+Status check_live_flags(const LiveCliOptions& o) {
+  if (o.method == "llr") ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--cnn-model"}, "--method llr runs no CNN"));
+  if (o.live_config.empty() && !o.info) {
+    ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--seed"}, "it seeds the policy's channel assignment; give --live-config"));
+  }
+  return Status::ok();
+}
+
+Status run_live_replay_cmd(LiveCliOptions o) {
+  ESCPOD_RETURN_IF_ERROR(check_live_flags(o));
+  if (o.app->count("--decide-by") > 0) o.live.decide_by = o.decide_by;
   ESCPOD_ASSIGN_OR_RETURN(pipeline::ModelSpec spec, live_model_spec(o));
   if (o.info) {
     ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"inputs", "--live-config", "--chunk-seconds", "--seed", "--output",
@@ -136,7 +148,7 @@ void add_classifier_flags(CLI::App* sub, LiveCliOptions& o) {
   sub->add_option("--first-attempt", o.live.first_attempt, "Samples a read must have before the first attempt")
       ->capture_default_str();
   sub->add_option("--attempt-every", o.live.attempt_every, "New samples between attempts")->capture_default_str();
-  sub->add_option("--decide-by", o.live.decide_by,
+  sub->add_option("--decide-by", o.decide_by,
                   "LLR-only detector: samples by which a read is decided (the CNN decides by 13,000)")
       ->capture_default_str();
 }

@@ -99,7 +99,7 @@ void bind_classifier(nb::module_& m) {
       .def("__init__",
            [](PyLiveClassifier* self, const std::string& model, std::optional<std::string> method,
               std::optional<std::string> cnn_model, std::optional<std::string> config, double min_confidence,
-              uint64_t first_attempt, uint64_t attempt_every, uint64_t min_adapter_samples, uint64_t decide_by) {
+              uint64_t first_attempt, uint64_t attempt_every, uint64_t min_adapter_samples, std::optional<uint64_t> decide_by) {
              pipeline::LiveOptions o;
              o.min_confidence = min_confidence;
              o.first_attempt = first_attempt;
@@ -113,7 +113,7 @@ void bind_classifier(nb::module_& m) {
            "first_attempt"_a = pipeline::LiveOptions{}.first_attempt,
            "attempt_every"_a = pipeline::LiveOptions{}.attempt_every,
            "min_adapter_samples"_a = pipeline::LiveOptions{}.min_adapter_samples,
-           "decide_by"_a = pipeline::LiveOptions{}.decide_by)
+           "decide_by"_a = nb::none())
       .def_prop_ro("barcode_names",
                    [](const PyLiveClassifier& c) {
                      const auto names = c.get().barcode_names();

@@ -74,6 +74,13 @@ def test_usage_errors(escpod, shared_data, tmp_path):
     assert r.returncode == 2 and "--chunk-seconds" in r.stderr
     r = run(escpod, "live", "replay", "--model", shared_data / RNA002_MODEL, "--info", "--seed", "3")
     assert r.returncode == 2 and "--seed" in r.stderr
+    cnn_model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    for flags, refused in ((["--decide-by", "30000"], "--decide-by"), (["--seed", "3"], "--seed"),
+                           (["--method", "llr", "--cnn-model", tmp_path / "x.onnx"], "--cnn-model")):
+        r = run(escpod, "live", "replay", shared_data / RNA002_READS, "--model", cnn_model, *flags,
+                "-o", tmp_path / "x.csv")
+        assert r.returncode == 2 and f"{refused} would be ignored" in r.stderr, (flags, r.stderr)
+        assert not (tmp_path / "x.csv").exists()
     r = run(escpod, "live", "replay", "--model", shared_data / RNA002_MODEL, "--info")
     assert r.returncode == 0 and "LLR-only" in r.stdout and "decisive at 20000 samples" in r.stdout
 

@@ -63,7 +63,9 @@ namespace {
 
 // Samples from which the fused run's call depends on nothing more (live_classifier.hpp).
 uint64_t decisive_samples_of(const BoundaryDetector& detector, const LiveOptions& options) {
-  if (detector.method() != DetectMethod::kCnn) return std::max<uint64_t>(options.decide_by, 1);
+  if (detector.method() != DetectMethod::kCnn) {
+    return std::max<uint64_t>(options.decide_by.value_or(LiveOptions::kDefaultDecideBy), 1);
+  }
   const auto short_read_rule = static_cast<uint64_t>(2 * detector.config().max_obs_adapter);
   return std::max<uint64_t>(detector.preload_samples(), short_read_rule);
 }
@@ -88,6 +90,12 @@ Result<LiveClassifier> LiveClassifier::create(const ModelSpec& spec, const LiveO
   }
   ESCPOD_ASSIGN_OR_RETURN(RunModel model, load_run_model(spec));
   ESCPOD_ASSIGN_OR_RETURN(BoundaryDetector detector, make_stage_detector(model));
+  if (options.decide_by && detector.method() == DetectMethod::kCnn) {
+    return Status::usage(fmt::format(
+        "--decide-by would be ignored: it sets when the LLR-only detector decides, and {} runs the "
+        "boundary CNN, whose calls are final by {} samples",
+        spec.path.filename().string(), decisive_samples_of(detector, options)));
+  }
   auto impl = std::make_unique<Impl>(std::move(model), std::move(detector), options);
   impl->input = impl->head->input();
   impl->decisive = decisive_samples_of(impl->detector, options);

@@ -156,7 +156,7 @@ TEST_P(LiveClassifierTest, TheWholeReadInOneFeedIsTheFusedRunsCall) {
 TEST_P(LiveClassifierTest, ChunkedWithoutEarlyAttemptsIsTheFusedRunsCallForAnyChunkSize) {
   LiveOptions o;
   o.first_attempt = uint64_t{1} << 40;  // only the decisive point or the end decides
-  o.decide_by = uint64_t{1} << 40;    // the LLR-only detector (RNA002) reads whole reads
+  if (&set() != &kRna004) o.decide_by = uint64_t{1} << 40;  // the LLR-only detector reads whole reads
   const LiveClassifier c = make_classifier(set(), o);
   auto s = c.make_scratch();
   for (size_t chunk : {size_t{1} << 30, size_t{4000}, size_t{401}}) {
@@ -278,6 +278,12 @@ TEST(LiveClassifier, BadOptionsAreUsageErrors) {
   auto b = LiveClassifier::create(spec, o);
   ASSERT_FALSE(b.is_ok());
   EXPECT_NE(b.status().message().find("--min-confidence"), std::string::npos);
+  o = {};
+  o.decide_by = 30000;  // the CNN's calls are final by 13,000 samples: the value would be ignored
+  auto c = LiveClassifier::create(spec, o);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUsage);
+  EXPECT_NE(c.status().message().find("--decide-by would be ignored"), std::string::npos);
   auto none = LiveClassifier::create(ModelSpec{}, LiveOptions{});
   ASSERT_FALSE(none.is_ok());
   EXPECT_EQ(none.status().code(), StatusCode::kUsage);

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,8 +52,10 @@ struct LiveOptions {
   uint64_t min_adapter_samples = 1000;
   uint64_t attempt_every = 1000;
   // LLR-only detector: decide on the first decide_by samples (it would otherwise read the whole
-  // read). Ignored with the CNN, whose decisive_samples() is smaller.
-  uint64_t decide_by = 20000;
+  // read); unset: kDefaultDecideBy. With the CNN, whose calls are final by decisive_samples(), a
+  // value is a usage error (it would be ignored).
+  std::optional<uint64_t> decide_by;
+  static constexpr uint64_t kDefaultDecideBy = 20000;
 };
 
 enum class LiveState : uint8_t {
