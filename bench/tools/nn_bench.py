@@ -98,7 +98,7 @@ def parity(escpod, path, data, length):
         for batch in (1, 7):
             x = np.random.default_rng(batch).standard_normal((batch, 1, length)).astype(np.float32)
             np.save(os.path.join(d, "in.npy"), x)
-            subprocess.run([escpod, "model", "run", path, os.path.join(d, "in.npy"), "-o", os.path.join(d, "out.npy"),
+            subprocess.run([escpod, "model", "run", path, os.path.join(d, "in.npy"), "-o", os.path.join(d, "out.npy"), "-f",
                             "-t", "1"], check=True)
             ours = np.load(os.path.join(d, "out.npy"))
             ref = sess.run(None, {name: x})[0]
