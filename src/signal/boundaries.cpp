@@ -3,9 +3,11 @@
 #include "escpod/signal/boundaries.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "escpod/signal/robust_stats.hpp"
 #include "pairwise_sum.hpp"
@@ -212,22 +214,17 @@ void block_means_f32(std::span<const float> x, int64_t factor, bool pad_partial,
   }
 }
 
-double percentile_linear(std::span<const float> x, double q, std::vector<float>& work) {
-  work.assign(x.begin(), x.end());
-  const size_t n = work.size();
-  const double vi = q / 100.0 * static_cast<double>(n - 1);
-  const double lo_d = std::floor(vi);
-  size_t lo = static_cast<size_t>(lo_d);
-  if (lo > n - 1) lo = n - 1;
-  const size_t hi = std::min(lo + 1, n - 1);
-  std::nth_element(work.begin(), work.begin() + static_cast<std::ptrdiff_t>(lo), work.end());
-  const double a = work[lo];
-  double b = a;
-  if (hi != lo) b = *std::min_element(work.begin() + static_cast<std::ptrdiff_t>(lo) + 1, work.end());
-  const double t = vi - lo_d;
-  const double diff = b - a;
-  return t >= 0.5 ? b - diff * (1.0 - t) : a + diff * t;
+namespace {
+
+// numpy's percentile(x, 85) - percentile(x, 15), the local-range statistic of the checks.
+double local_range_85_15(std::span<const float> x, std::vector<float>& work) {
+  const std::array<double, 2> qs{85.0, 15.0};
+  std::array<double, 2> p{};
+  percentiles_f32(x, qs, p, work);
+  return p[0] - p[1];
 }
+
+}  // namespace
 
 // ---- CNN -----------------------------------------------------------------------------------
 
@@ -363,13 +360,30 @@ bool real_signal_check(std::span<const float> r, const BoundaryConfig& cfg, Boun
   }
   const auto tail = r.last(static_cast<size_t>(std::min<int64_t>(cfg.max_obs_local_range, n)));
   if (tail.empty()) return cfg.local_range.contains(std::numeric_limits<double>::quiet_NaN());
-  const double lr =
-      percentile_linear(tail, 85.0, work.f3) - percentile_linear(tail, 15.0, work.f3);
+  const double lr = local_range_85_15(tail, work.f3);
   return cfg.local_range.contains(lr);
 }
 
-MvsResult mvs_polya_check(std::span<const float> sig, int64_t adapter_end, int64_t polya_end,
-                          const BoundaryConfig& cfg, const Range& mean_range, BoundaryWork& work) {
+namespace {
+
+// The median shift across the adapter end: median of the median_shift_window samples after it
+// minus that of those before it (a function of the adapter end alone, so the candidates of one
+// read share it).
+double median_shift(std::span<const float> sig, int64_t adapter_end, const BoundaryConfig& cfg,
+                    BoundaryWork& work) {
+  const auto n = static_cast<int64_t>(sig.size());
+  const float after = median_or_nan(
+      clamp_slice(sig, adapter_end, std::min(adapter_end + cfg.median_shift_window, n)), work.f3);
+  const float before = median_or_nan(
+      clamp_slice(sig, std::max<int64_t>(adapter_end - cfg.median_shift_window, 0), adapter_end),
+      work.f3);
+  return static_cast<double>(after - before);
+}
+
+// mvs_polya_check with the read's median shift, computed on first use into *shift.
+MvsResult mvs_polya_check_sharing_shift(std::span<const float> sig, int64_t adapter_end, int64_t polya_end,
+                                        const BoundaryConfig& cfg, const Range& mean_range, BoundaryWork& work,
+                                        std::optional<double>& shift) {
   MvsResult res;
   const auto n = static_cast<int64_t>(sig.size());
   if (polya_end == 0 || adapter_end == 0 || polya_end < adapter_end ||
@@ -402,24 +416,27 @@ MvsResult mvs_polya_check(std::span<const float> sig, int64_t adapter_end, int64
   }
   if (!cfg.polyA_local_range.unbounded()) {
     res.polya_local_range = seg.empty() ? std::numeric_limits<double>::quiet_NaN()
-                                        : percentile_linear(seg, 85.0, work.f3) -
-                                              percentile_linear(seg, 15.0, work.f3);
+                                        : local_range_85_15(seg, work.f3);
     res.range_ok = cfg.polyA_local_range.contains(res.polya_local_range);
   } else {
     res.range_ok = !seg.empty();
   }
-  const float after = median_or_nan(
-      clamp_slice(sig, adapter_end, std::min(adapter_end + cfg.median_shift_window, n)), work.f3);
-  const float before = median_or_nan(
-      clamp_slice(sig, std::max<int64_t>(adapter_end - cfg.median_shift_window, 0), adapter_end),
-      work.f3);
-  res.med_shift = static_cast<double>(after - before);
+  if (!shift) shift = median_shift(sig, adapter_end, cfg, work);
+  res.med_shift = *shift;
   res.mean_ok = mean_range.contains(res.mean);
   res.var_ok = cfg.pA_var_range.contains(res.var);
   res.shift_ok = cfg.median_shift_range.contains(res.med_shift);
   res.pass = res.mean_ok && res.var_ok && res.med_ok && res.range_ok && res.shift_ok;
   res.not_enough_signal = !res.pass && res.mean == 0.0;
   return res;
+}
+
+}  // namespace
+
+MvsResult mvs_polya_check(std::span<const float> sig, int64_t adapter_end, int64_t polya_end,
+                          const BoundaryConfig& cfg, const Range& mean_range, BoundaryWork& work) {
+  std::optional<double> shift;
+  return mvs_polya_check_sharing_shift(sig, adapter_end, polya_end, cfg, mean_range, work, shift);
 }
 
 namespace {
@@ -456,9 +473,10 @@ bool check_polya_candidates(std::span<const float> sig, int64_t adapter_end,
                             std::span<const int64_t> polya_candidates, const BoundaryConfig& cfg,
                             const Range& mean_range, BoundaryWork& work, Validation& v) {
   bool success = true;
+  std::optional<double> shift;
   for (int64_t c : polya_candidates) {
     if (c == 0) break;
-    const MvsResult r = mvs_polya_check(sig, adapter_end, c, cfg, mean_range, work);
+    const MvsResult r = mvs_polya_check_sharing_shift(sig, adapter_end, c, cfg, mean_range, work, shift);
     if (!r.pass) {
       success = false;
       v.fail_reason = mvs_fail_reason(r);

@@ -33,8 +33,12 @@ void select_by_distance(std::span<const double> x, double distance, PeakScratch&
   const auto d = static_cast<size_t>(std::ceil(distance));
   s.order.resize(n);
   for (size_t k = 0; k < n; ++k) s.order[k] = k;
-  std::stable_sort(s.order.begin(), s.order.end(),
-                   [&](size_t a, size_t b) { return x[peaks[a]] < x[peaks[b]]; });
+  // By height, ties in position order (as a stable sort by height gives them), without the
+  // buffer std::stable_sort allocates per call.
+  std::sort(s.order.begin(), s.order.end(), [&](size_t a, size_t b) {
+    const double ha = x[peaks[a]], hb = x[peaks[b]];
+    return ha < hb || (ha == hb && a < b);
+  });
   s.keep.assign(n, 1);
   for (size_t r = n; r-- > 0;) {
     const size_t k = s.order[r];

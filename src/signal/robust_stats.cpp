@@ -1,9 +1,17 @@
 #include "escpod/signal/robust_stats.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cassert>
+#include <cstdint>
 #include <cmath>
+#include <limits>
 
 #include "pairwise_sum.hpp"
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 namespace escpod::signal {
 
@@ -11,6 +19,7 @@ namespace {
 
 // Median of work[0, n) (n >= 1), reordering it. Even n: mean of the two middle values in the
 // element type T (for float this equals numpy's float32 mean of two values: halving is exact).
+// The reference for the bucketed selection below, and its path for small or non-finite input.
 template <typename T>
 T median_inplace(std::vector<T>& work) {
   const size_t n = work.size();
@@ -22,21 +31,250 @@ T median_inplace(std::vector<T>& work) {
   return (lower + upper) / T(2);
 }
 
+// Exact order statistics of n float32 values by one bucketing pass (the hot path of the boundary
+// checks: medians, MADs and percentiles of thousands of samples per read). Values are binned by
+// the monotone map bin(v) = min(int((v - min) * scale), kBins - 1): v < w implies
+// bin(v) <= bin(w), so the value of rank r lies in the bin where the cumulative count passes r,
+// and only that bin's values are ordered. The result is the exact element std::nth_element would
+// place at r (zeros of either sign compare equal there and here). Below kMinBucketed values, or
+// when a value is not finite, the caller uses std::nth_element instead (`false` returned).
+//
+// The passes run four values at a time with SSE2 (part of every x86-64 CPU, so there is no
+// dispatch); elsewhere one at a time.
+constexpr size_t kMinBucketed = 256;
+constexpr int kBins = 1024;
+constexpr size_t kBlock = 512;  // values binned per block (on the stack)
+
+// The values selected from: the samples themselves, or their absolute deviations from m (for the
+// MAD, computed on the fly: fabs(x - m) clears the sign bit of x - m, as the SSE2 path does).
+struct Samples {
+  const float* x;
+  float at(size_t i) const { return x[i]; }
+#ifdef __SSE2__
+  __m128 at4(size_t i) const { return _mm_loadu_ps(x + i); }
+#endif
+};
+struct AbsDeviations {
+  const float* x;
+  float m;
+  float at(size_t i) const { return std::fabs(x[i] - m); }
+#ifdef __SSE2__
+  __m128 at4(size_t i) const {
+    return _mm_andnot_ps(_mm_set1_ps(-0.0f), _mm_sub_ps(_mm_loadu_ps(x + i), _mm_set1_ps(m)));
+  }
+#endif
+};
+
+struct Extent {
+  float lo, hi;
+  bool finite;
+};
+
+// Smallest and largest value and whether all are finite (an infinity would be one of the two).
+template <typename Source>
+Extent extent_of(size_t n, const Source& src) {
+  Extent e{src.at(0), src.at(0), true};
+  bool nan = false;
+  size_t i = 0;
+#ifdef __SSE2__
+  // Two sets of accumulators, so that consecutive vectors do not wait on each other.
+  __m128 lo0 = _mm_set1_ps(e.lo), hi0 = lo0, lo1 = lo0, hi1 = lo0;
+  __m128 nan0 = _mm_setzero_ps(), nan1 = nan0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128 v0 = src.at4(i), v1 = src.at4(i + 4);
+    lo0 = _mm_min_ps(lo0, v0);
+    hi0 = _mm_max_ps(hi0, v0);
+    nan0 = _mm_or_ps(nan0, _mm_cmpunord_ps(v0, v0));
+    lo1 = _mm_min_ps(lo1, v1);
+    hi1 = _mm_max_ps(hi1, v1);
+    nan1 = _mm_or_ps(nan1, _mm_cmpunord_ps(v1, v1));
+  }
+  alignas(16) float l[4], h[4];
+  _mm_store_ps(l, _mm_min_ps(lo0, lo1));
+  _mm_store_ps(h, _mm_max_ps(hi0, hi1));
+  nan = _mm_movemask_ps(_mm_or_ps(nan0, nan1)) != 0;
+  for (int j = 0; j < 4; ++j) {
+    e.lo = std::min(e.lo, l[j]);
+    e.hi = std::max(e.hi, h[j]);
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = src.at(i);
+    e.lo = std::min(e.lo, v);
+    e.hi = std::max(e.hi, v);
+    nan = nan || std::isnan(v);
+  }
+  e.finite = !nan && std::isfinite(e.lo) && std::isfinite(e.hi);
+  return e;
+}
+
+// The monotone bin map of the values [lo, hi].
+struct BinMap {
+  float lo, scale;
+  int bin(float v) const {
+    return static_cast<int>(std::min((v - lo) * scale, static_cast<float>(kBins - 1)));
+  }
+#ifdef __SSE2__
+  __m128i bin4(__m128 v) const {
+    const __m128 t = _mm_mul_ps(_mm_sub_ps(v, _mm_set1_ps(lo)), _mm_set1_ps(scale));
+    return _mm_cvttps_epi32(_mm_min_ps(t, _mm_set1_ps(static_cast<float>(kBins - 1))));
+  }
+#endif
+};
+
+// Bins of values [first, first + count) into `out` (count <= kBlock).
+template <typename Source>
+void bin_block(size_t first, size_t count, const Source& src, const BinMap& map, int32_t* out) {
+  size_t j = 0;
+#ifdef __SSE2__
+  for (; j + 4 <= count; j += 4)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), map.bin4(src.at4(first + j)));
+#endif
+  for (; j < count; ++j) out[j] = map.bin(src.at(first + j));
+}
+
+// Exclusive prefix counts of the bins: start[b] is the rank of bin b's first value, start[kBins]
+// = n. Four interleaved histograms, since neighbouring samples often share a bin and one counter
+// would serialise on its own increment.
+template <typename Source>
+void bin_starts(size_t n, const Source& src, const BinMap& map, std::array<uint32_t, kBins + 1>& start) {
+  std::array<std::array<uint32_t, kBins>, 4> counts{};
+  std::array<int32_t, kBlock> bins;
+  for (size_t first = 0; first < n; first += kBlock) {
+    const size_t count = std::min(kBlock, n - first);
+    bin_block(first, count, src, map, bins.data());
+    size_t j = 0;
+    for (; j + 4 <= count; j += 4)
+      for (size_t h = 0; h < 4; ++h) ++counts[h][static_cast<size_t>(bins[j + h])];
+    for (; j < count; ++j) ++counts[0][static_cast<size_t>(bins[j])];
+  }
+  start[0] = 0;
+  for (size_t b = 0; b < kBins; ++b)
+    start[b + 1] = start[b] + counts[0][b] + counts[1][b] + counts[2][b] + counts[3][b];
+}
+
+// The values of bin `b` (count of them) into `gather`. A wanted bin holds a small share of the
+// values: four are compared at once and the rare matches copied one by one.
+template <typename Source>
+void gather_bin(size_t n, const Source& src, const BinMap& map, int b, size_t count,
+                std::vector<float>& gather) {
+  gather.resize(count);
+  size_t m = 0, i = 0;
+#ifdef __SSE2__
+  const __m128i want = _mm_set1_epi32(b);
+  for (; i + 4 <= n; i += 4) {
+    int hit = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(map.bin4(src.at4(i)), want)));
+    for (; hit != 0; hit &= hit - 1) gather[m++] = src.at(i + static_cast<size_t>(__builtin_ctz(hit)));
+  }
+#endif
+  for (; i < n; ++i)
+    if (map.bin(src.at(i)) == b) gather[m++] = src.at(i);
+  assert(m == count);
+}
+
+// `known`: bounds of the values already known (lo <= every value <= hi, both finite), which
+// spares the extent pass.
+template <typename Source>
+bool select_ranks_bucketed(size_t n, const Source& src, std::span<const size_t> ranks,
+                           std::span<float> out, std::vector<float>& gather, const Extent* known = nullptr) {
+  if (n < kMinBucketed) return false;
+  const Extent e = known ? *known : extent_of(n, src);
+  if (!e.finite) return false;
+  if (e.lo == e.hi) {
+    for (float& o : out) o = e.lo;
+    return true;
+  }
+  const BinMap map{e.lo, static_cast<float>(kBins) / (e.hi - e.lo)};
+  if (!std::isfinite(map.scale)) return false;
+  std::array<uint32_t, kBins + 1> start;
+  bin_starts(n, src, map, start);
+  int gathered_bin = -1;
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    const size_t r = ranks[k];
+    const int b = static_cast<int>(std::upper_bound(start.begin() + 1, start.end(), r) - start.begin()) - 1;
+    const size_t first = start[static_cast<size_t>(b)];
+    if (b != gathered_bin) {
+      gather_bin(n, src, map, b, start[static_cast<size_t>(b) + 1] - first, gather);
+      gathered_bin = b;
+    }
+    const auto at = gather.begin() + static_cast<std::ptrdiff_t>(r - first);
+    std::nth_element(gather.begin(), at, gather.end());
+    out[k] = *at;
+  }
+  return true;
+}
+
+// The median of the n values of `src`, as median_inplace computes it.
+template <typename Source>
+float median_of(size_t n, const Source& src, std::vector<float>& work, const Extent* known = nullptr) {
+  const size_t hi = n / 2;
+  std::array<size_t, 2> ranks{hi, hi - (n % 2 == 0 ? 1 : 0)};
+  std::array<float, 2> at{};
+  if (select_ranks_bucketed(n, src, ranks, at, work, known)) return n % 2 == 1 ? at[0] : (at[1] + at[0]) / 2.0f;
+  work.resize(n);
+  for (size_t i = 0; i < n; ++i) work[i] = src.at(i);
+  return median_inplace(work);
+}
+
 }  // namespace
 
 float median_f32(std::span<const float> values, std::vector<float>& work) {
   if (values.empty()) return 0.0f;
-  work.assign(values.begin(), values.end());
-  return median_inplace(work);
+  return median_of(values.size(), Samples{values.data()}, work);
 }
 
 MedianMad median_mad_f32(std::span<const float> values, std::vector<float>& work) {
   MedianMad out;
   if (values.empty()) return out;
-  out.median = median_f32(values, work);
-  for (size_t i = 0; i < values.size(); ++i) work[i] = std::fabs(values[i] - out.median);
-  out.mad = median_inplace(work);
+  const size_t n = values.size();
+  const Samples samples{values.data()};
+  const Extent e = n >= kMinBucketed ? extent_of(n, samples) : Extent{0.0f, 0.0f, false};
+  out.median = median_of(n, samples, work, e.finite ? &e : nullptr);
+  const float m = out.median;
+  // Float subtraction is monotone, so no deviation exceeds those of the extremes: the deviations'
+  // bounds without a pass over them.
+  const Extent dev{0.0f, std::max(std::fabs(e.lo - m), std::fabs(e.hi - m)), true};
+  out.mad = median_of(n, AbsDeviations{values.data(), m}, work, e.finite && std::isfinite(dev.hi) ? &dev : nullptr);
   return out;
+}
+
+void percentiles_f32(std::span<const float> values, std::span<const double> qs, std::span<double> out,
+                     std::vector<float>& work) {
+  const size_t n = values.size();
+  constexpr size_t kMaxQs = 4;
+  assert(qs.size() <= kMaxQs && out.size() == qs.size());
+  if (n == 0) {
+    for (double& o : out) o = std::numeric_limits<double>::quiet_NaN();
+    return;
+  }
+  std::array<size_t, 2 * kMaxQs> ranks{};
+  std::array<float, 2 * kMaxQs> at{};
+  std::array<double, kMaxQs> frac{};
+  for (size_t k = 0; k < qs.size(); ++k) {
+    const double vi = qs[k] / 100.0 * static_cast<double>(n - 1);
+    const double lo_d = std::floor(vi);
+    const size_t lo = std::min(static_cast<size_t>(lo_d), n - 1);
+    ranks[2 * k] = lo;
+    ranks[2 * k + 1] = std::min(lo + 1, n - 1);
+    frac[k] = vi - lo_d;
+  }
+  const std::span<const size_t> wanted(ranks.data(), 2 * qs.size());
+  if (!select_ranks_bucketed(n, Samples{values.data()}, wanted,
+                             std::span<float>(at.data(), wanted.size()), work)) {
+    // numpy's partition at lo, then the smallest value above it (the reference path).
+    for (size_t k = 0; k < wanted.size(); k += 2) {
+      work.assign(values.begin(), values.end());
+      const auto lo_it = work.begin() + static_cast<std::ptrdiff_t>(wanted[k]);
+      std::nth_element(work.begin(), lo_it, work.end());
+      at[k] = *lo_it;
+      at[k + 1] = wanted[k + 1] == wanted[k] ? at[k] : *std::min_element(lo_it + 1, work.end());
+    }
+  }
+  for (size_t k = 0; k < qs.size(); ++k) {
+    const double a = at[2 * k], b = at[2 * k + 1], t = frac[k];
+    const double diff = b - a;
+    out[k] = t >= 0.5 ? b - diff * (1.0 - t) : a + diff * t;
+  }
 }
 
 double median_f64(std::span<const double> values, std::vector<double>& work) {

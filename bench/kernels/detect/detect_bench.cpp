@@ -5,6 +5,7 @@
 // detector on whole reads. Single thread.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "escpod/pipeline/detect/boundary_detector.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/signal/calibration.hpp"
+#include "escpod/signal/robust_stats.hpp"
 
 namespace {
 
@@ -94,6 +96,15 @@ const pipeline::BoundaryDetector& detector(pipeline::DetectMethod m) {
   return m == pipeline::DetectMethod::kCnn ? cnn : llr;
 }
 
+// The median as std::nth_element gives it (the reference the library's selection must equal).
+float nth_element_median(std::vector<float>& v) {
+  const size_t hi = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(hi), v.end());
+  const float upper = v[hi];
+  if (v.size() % 2 == 1) return upper;
+  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(hi)) + upper) / 2.0f;
+}
+
 std::vector<std::span<const float>> prefixes(const Reads& r, size_t preload) {
   std::vector<std::span<const float>> s;
   for (const auto& v : r.pa) s.emplace_back(v.data(), std::min(v.size(), preload));
@@ -145,6 +156,34 @@ void BM_DetectLlrOnly_RealReads(benchmark::State& s) {
   run_single(s, real_reads(), pipeline::DetectMethod::kLlr);
 }
 
+// Order statistics of the boundary checks (median + MAD of each real read's 11,500-sample
+// prefix): the library's bucketed selection against the std::nth_element reference it replaced.
+void run_median_mad(benchmark::State& state, bool reference) {
+  const auto spans = prefixes(real_reads(), 11500);
+  std::vector<float> work;
+  for (auto _ : state) {
+    for (const auto& x : spans) {
+      signal::MedianMad mm;
+      if (reference) {
+        work.assign(x.begin(), x.end());
+        mm.median = nth_element_median(work);
+        for (size_t i = 0; i < x.size(); ++i) work[i] = std::fabs(x[i] - mm.median);
+        mm.mad = nth_element_median(work);
+      } else {
+        mm = signal::median_mad_f32(x, work);
+      }
+      benchmark::DoNotOptimize(mm);
+    }
+  }
+  state.counters["reads/s"] =
+      benchmark::Counter(static_cast<double>(spans.size()) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+void BM_OrderStats_MedianMad(benchmark::State& s) { run_median_mad(s, false); }
+void BM_OrderStats_MedianMad_NthElement(benchmark::State& s) { run_median_mad(s, true); }
+
+BENCHMARK(BM_OrderStats_MedianMad);
+BENCHMARK(BM_OrderStats_MedianMad_NthElement);
 BENCHMARK(BM_DetectCnn_RealReads)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DetectBatchCnn_RealReads)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DetectCnn_Synthetic)->Unit(benchmark::kMillisecond);

@@ -112,10 +112,6 @@ float numpy_sum_f32(std::span<const float> x);
 void block_means_f32(std::span<const float> x, int64_t factor, bool pad_partial,
                      std::vector<float>& out);
 
-// np.percentile(x, q) with linear interpolation (numpy's _lerp), in double. x must be non-empty
-// and NaN-free; `work` is clobbered.
-double percentile_linear(std::span<const float> x, double q, std::vector<float>& work);
-
 // ---- CNN input and output ------------------------------------------------------------------
 
 // Section 3.1 input preparation for one read. `sig` is the read's calibrated prefix (samples

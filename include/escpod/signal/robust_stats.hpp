@@ -3,6 +3,10 @@
 // ADAPTed boundary checks). One function per statistic; every caller in the signal and demux
 // layers uses these, never a private copy.
 //
+// The float32 selections are exact and run in linear time: values are binned once and only the
+// bin holding a wanted rank is ordered (the boundary checks take medians and percentiles of
+// thousands of samples per read; bench: detect_bench's OrderStats rows against std::nth_element).
+//
 // Conventions (docs/demux.md §1.4): the median of an even-sized set
 // is the mean of the two middle values; MAD is the median of absolute deviations from the median
 // with no 1.4826 factor; std is the population std (divide by n).
@@ -28,6 +32,13 @@ struct MedianMad {
   float mad = 0.0f;
 };
 MedianMad median_mad_f32(std::span<const float> values, std::vector<float>& work);
+
+// Percentiles of float32 values as numpy.percentile(values, q) computes them (method "linear":
+// the values of ranks floor(v) and floor(v) + 1, v = q/100 * (n - 1), interpolated in double as
+// numpy's _lerp does); out[i] for qs[i] (at most 4 at once, sharing one pass). Same `work`
+// contract as median_f32; empty input gives NaN.
+void percentiles_f32(std::span<const float> values, std::span<const double> qs,
+                     std::span<double> out, std::vector<float>& work);
 
 // Median / MAD of a double array (even size: mean of the two middle values in double). `work` as
 // above. Empty input returns 0.

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <random>
 #include <vector>
 
 namespace escpod::signal {
@@ -72,6 +76,109 @@ TEST(RobustStats, MedianEvenOddEmpty) {
   EXPECT_EQ(median_f64(even, work), 2.5);
   EXPECT_EQ(median_f64({}, work), 0.0);
   EXPECT_EQ(mad_f64(even, 2.5, work), 1.0);
+}
+
+// ---- the float32 selections against the plain std::nth_element versions they replaced -----------
+
+float reference_median(std::vector<float> v) {
+  const size_t hi = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(hi), v.end());
+  const float upper = v[hi];
+  if (v.size() % 2 == 1) return upper;
+  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(hi)) + upper) / 2.0f;
+}
+
+MedianMad reference_median_mad(const std::vector<float>& x) {
+  MedianMad out;
+  out.median = reference_median(x);
+  std::vector<float> dev(x.size());
+  for (size_t i = 0; i < x.size(); ++i) dev[i] = std::fabs(x[i] - out.median);
+  out.mad = reference_median(dev);
+  return out;
+}
+
+// numpy.percentile(x, q), linear: partition at floor(v), the smallest value above it, _lerp.
+double reference_percentile(std::vector<float> v, double q) {
+  const size_t n = v.size();
+  const double vi = q / 100.0 * static_cast<double>(n - 1);
+  const double lo_d = std::floor(vi);
+  const size_t lo = std::min(static_cast<size_t>(lo_d), n - 1);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(lo), v.end());
+  const double a = v[lo];
+  const double b = lo + 1 < n ? *std::min_element(v.begin() + static_cast<std::ptrdiff_t>(lo) + 1, v.end()) : a;
+  const double t = vi - lo_d, diff = b - a;
+  return t >= 0.5 ? b - diff * (1.0 - t) : a + diff * t;
+}
+
+// Signals like the boundary checks see: ADC steps calibrated to pA (many ties), a level change,
+// spikes; or wide-range noise; or a near-constant run; sizes around the bucketed path's
+// threshold (256) and up to a read prefix.
+std::vector<float> signal_like(std::mt19937& rng, size_t n, int kind) {
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    double v;
+    switch (kind) {
+      case 0: v = std::round((i < n / 3 ? 90.0 : 115.0) + 6.0 * g(rng)) * 0.1762 + 3.5; break;
+      case 1: v = 1e4 * g(rng); break;
+      case 2: v = i % 97 == 0 ? -0.0 : 0.0; break;
+      default: v = 80.0 + g(rng) + (i % 501 == 0 ? 900.0 : 0.0); break;
+    }
+    x[i] = static_cast<float>(v);
+  }
+  return x;
+}
+
+TEST(RobustStats, SelectionsEqualTheNthElementReference) {
+  std::mt19937 rng(20261207);
+  std::vector<float> work;
+  const size_t sizes[] = {1, 2, 3, 255, 256, 257, 1000, 1001, 4096, 11500};
+  for (size_t n : sizes) {
+    for (int kind = 0; kind < 4; ++kind) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " kind=" + std::to_string(kind));
+      const auto x = signal_like(rng, n, kind);
+      const MedianMad got = median_mad_f32(x, work), want = reference_median_mad(x);
+      EXPECT_EQ(got.median, want.median);
+      EXPECT_EQ(got.mad, want.mad);
+      EXPECT_EQ(median_f32(x, work), want.median);
+      const double qs[] = {85.0, 15.0, 0.0, 100.0};
+      double p[4];
+      percentiles_f32(x, qs, p, work);
+      for (size_t k = 0; k < 4; ++k) EXPECT_EQ(p[k], reference_percentile(x, qs[k])) << "q=" << qs[k];
+    }
+  }
+}
+
+double percentiles_f32_one(const std::vector<float>& x, double q, std::vector<float>& work) {
+  double p = 0.0;
+  percentiles_f32(x, std::span<const double>(&q, 1), std::span<double>(&p, 1), work);
+  return p;
+}
+
+TEST(RobustStats, NonFiniteValuesTakeTheReferencePath) {
+  std::mt19937 rng(7);
+  std::vector<float> work;
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
+    auto x = signal_like(rng, 3000, 0);
+    x[1234] = bad;
+    const MedianMad got = median_mad_f32(x, work), want = reference_median_mad(x);
+    EXPECT_EQ(got.median, want.median);
+    EXPECT_EQ(got.mad, want.mad);
+    EXPECT_EQ(percentiles_f32_one(x, 85.0, work), reference_percentile(x, 85.0));
+  }
+  // A NaN: the median is still the reference's (whatever nth_element makes of it), never a crash.
+  auto x = signal_like(rng, 3000, 0);
+  x[10] = std::numeric_limits<float>::quiet_NaN();
+  const float got = median_f32(x, work), want = reference_median(x);
+  EXPECT_TRUE(got == want || (std::isnan(got) && std::isnan(want)));
+}
+
+TEST(RobustStats, PercentilesOfNothingAreNan) {
+  std::vector<float> work;
+  const double q = 50.0;
+  double p = 0.0;
+  percentiles_f32({}, std::span<const double>(&q, 1), std::span<double>(&p, 1), work);
+  EXPECT_TRUE(std::isnan(p));
 }
 
 }  // namespace
