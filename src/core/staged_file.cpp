@@ -118,6 +118,14 @@ Result<HiddenFile> create_hidden(const std::filesystem::path& dir, const std::st
   return Status::io_error("cannot create a unique staging file in " + dir.string());
 }
 
+// An output never replaces a device, pipe or socket: the staged file renamed into place would
+// (as root, `-o /dev/null -f` would replace the system's /dev/null with a file).
+Status not_a_regular_file(const std::filesystem::path& p) {
+  return Status::invalid_argument(p.string() +
+                                  " is not a regular file (a device, pipe or socket); outputs are written to a "
+                                  "staging file renamed into place, which would replace it");
+}
+
 }  // namespace
 
 Result<FsyncMode> parse_fsync_mode(std::string_view text) {
@@ -132,8 +140,12 @@ Result<StagedFile> StagedFile::create(const std::filesystem::path& final_path, b
   if (std::filesystem::exists(final_path, ec) && !overwrite) {
     return Status::already_exists(final_path.string() + " exists (use --force to overwrite)");
   }
-  if (std::filesystem::is_directory(final_path, ec)) {
+  const std::filesystem::file_status existing = std::filesystem::status(final_path, ec);
+  if (std::filesystem::is_directory(existing)) {
     return Status::invalid_argument(final_path.string() + " is a directory");
+  }
+  if (std::filesystem::exists(existing) && !std::filesystem::is_regular_file(existing)) {
+    return not_a_regular_file(final_path);
   }
   auto dir = final_path.parent_path();
   if (dir.empty()) dir = ".";
@@ -195,6 +207,7 @@ Status StagedFile::commit(FsyncMode mode) {
     if (::stat(m_final.c_str(), &st) == 0) {
       perms = st.st_mode & 07777;
       if (!m_overwrite) s = Status::already_exists(m_final.string() + " appeared while writing");
+      if (s.is_ok() && !S_ISREG(st.st_mode)) s = not_a_regular_file(m_final);
     }
     if (s.is_ok() && ::chmod(m_staging.c_str(), perms) != 0) s = errno_status("cannot chmod", m_staging);
   }

@@ -20,7 +20,8 @@ Result<FsyncMode> parse_fsync_mode(std::string_view text);
 class StagedFile {
  public:
   // Reserves `final_path`: refuses (kAlreadyExists) when it exists and `overwrite` is false,
-  // and creates an empty staging file `.escpod-tmp-<random>.partial` beside it. kIoError names
+  // and (kInvalidArgument) when it is a directory, device, pipe or socket, which the rename into
+  // place would replace; then creates an empty staging file `.escpod-tmp-<random>.partial` beside it. kIoError names
   // the folder when it cannot be written (missing, read-only, full).
   static Result<StagedFile> create(const std::filesystem::path& final_path, bool overwrite);
 
