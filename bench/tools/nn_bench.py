@@ -82,9 +82,12 @@ def ort_rate(data, shape, threads, seconds, concurrent):
     return sum(counts) * shape[0] / dt
 
 
+PRECISION = "f32"  # `model bench --precision` (--precision here)
+
+
 def ours_rate(escpod, path, batch, length, threads, seconds, mode):
     cmd = [escpod, "model", "bench", path, "--batch", str(batch), "--length", str(length), "-t", str(threads),
-           "--seconds", str(seconds), "--mode", mode]
+           "--seconds", str(seconds), "--mode", mode, "--precision", PRECISION]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     kv = dict(re.findall(r"(\w+)=(\S+)", out))
     return float(kv["windows_per_s"]), float(kv["gflops"]), kv.get("isa", "?")
@@ -114,7 +117,10 @@ def main():
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--markdown", default=None)
     ap.add_argument("--models", default=None, help="comma-separated indices into the model list")
+    ap.add_argument("--precision", default="f32", help="our engine's `model bench --precision` (f32, bf16, ...)")
     args = ap.parse_args()
+    global PRECISION
+    PRECISION = args.precision
     batches = [int(b) for b in args.batches.split(",")]
     models = MODELS if not args.models else [MODELS[int(i)] for i in args.models.split(",")]
     lines = ["| model | threads | batch | ours windows/s | onnxruntime windows/s | ratio | ours GFLOP/s | ort GFLOP/s |",

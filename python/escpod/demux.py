@@ -146,6 +146,7 @@ def demux(
     threads: int = 0,
     report: Optional[dict] = None,
     config: PathLike = "",
+    cnn_precision: str = "float32",
     **crf_options,
 ) -> Dict[str, np.ndarray]:
     """`escpod demux`: detect, fingerprint and classify every read of `inputs` (files or folders);
@@ -158,13 +159,14 @@ def demux(
     model's or escapepod's default): `decoder` ("posterior" / "beam"), `crf_window`
     ("before-boundary" / "rolling-start"), `crf_norm`, `barcodes` (a references CSV), the gates
     `min_margin`, `min_baseq`, `min_mean_post`, `min_crf_margin`, `min_crf_prob`, `ref_scores`,
-    `crf_batch` (windows per encoder call) and `encoder_precision` ("f32", "f32-fma", "bf16", "int8")."""
+    `crf_batch` (windows per encoder call) and `encoder_precision` ("f32", "f32-fma", "bf16", "int8").
+    `cnn_precision` is the boundary CNN's arithmetic, as --cnn-precision: "float32" or "bfloat16"."""
     crf = _crf_request("demux", crf_options)
     with tempfile.TemporaryDirectory(prefix="escpod-demux-") as tmp:
         calls = os.path.join(tmp, "calls.csv")
         (rep,) = _core.demux_files(
             _inputs(inputs), str(model), str(config), str(out_dir or ""), calls, method, str(cnn_model),
-            dtw_precision, prefix, threads, crf,
+            dtw_precision, prefix, threads, crf, cnn_precision,
         )
         with open(calls) as f:
             table = parse_table(f.read())
@@ -196,9 +198,12 @@ def basecall(
 
 
 def detect(inputs, model: PathLike, method: str = "", cnn_model: PathLike = "",
-           emit_llr_delta: bool = False, threads: int = 0, config: PathLike = "") -> Dict[str, np.ndarray]:
-    """`escpod demux detect`: adapter boundaries per read (the boundaries CSV's columns)."""
-    text = _core.detect_files(_inputs(inputs), str(model), str(config), method, str(cnn_model), emit_llr_delta, threads)
+           emit_llr_delta: bool = False, threads: int = 0, config: PathLike = "",
+           cnn_precision: str = "float32") -> Dict[str, np.ndarray]:
+    """`escpod demux detect`: adapter boundaries per read (the boundaries CSV's columns);
+    `cnn_precision` as --cnn-precision ("float32" or "bfloat16")."""
+    text = _core.detect_files(_inputs(inputs), str(model), str(config), method, str(cnn_model), emit_llr_delta,
+                              threads, cnn_precision)
     return parse_table(text)
 
 

@@ -41,7 +41,7 @@ namespace {
 struct DemuxCliOptions {
   std::vector<std::string> inputs;
   std::string model, config, cnn_model, method, out_dir, classifications, prefix = "barcode";
-  std::string dtw_precision = "float32";
+  std::string dtw_precision = "float32", cnn_precision = "float32";
   std::string report;  // HTML report path (with its JSON and MultiQC files beside it)
   std::string bam, bam_output;  // basecalled BAM to tag once the calls are final (bam-demux)
   bool info = false, annotate = false;
@@ -62,7 +62,7 @@ Result<pipeline::ModelSpec> model_spec(const DemuxCliOptions& o) {
   // Options only one head kind reads: the model's loader refuses them for another kind.
   head.crf_options_given = given_crf_flags(o.app);
   head.dtw_precision_given = o.app->count("--dtw-precision") > 0;
-  return pipeline::resolve_model_spec(o.model, std::move(head), o.method, o.cnn_model);
+  return pipeline::resolve_model_spec(o.model, std::move(head), o.method, o.cnn_model, o.cnn_precision);
 }
 
 
@@ -109,11 +109,11 @@ Status check_demux_flags(const DemuxCliOptions& o) {
     return refuse_given(o.app,
                         {"inputs", "--output-dir", "--classifications", "--prefix", "--report", "--memory-mib",
                          "--bam", "--bam-output", "--annotate", "--force", "--fsync", "--compression",
-                         "--dtw-precision", "--threads"},
+                         "--dtw-precision", "--cnn-precision", "--threads"},
                         "--info only describes the model and its detector");
   }
   if (o.method == "llr") {
-    ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--cnn-model"}, "--method llr runs no CNN"));
+    ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--cnn-model", "--cnn-precision"}, "--method llr runs no CNN"));
   }
   if (o.out_dir.empty()) {
     ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--prefix", "--memory-mib", "--compression"},
@@ -436,6 +436,7 @@ void register_demux(CLI::App& app, GlobalOptions& global) {
                   "model folder (SeqTagger or bundle)");
   add_model_config_flag(sub, opts->config);
   sub->add_option("--cnn-model", opts->cnn_model, "Boundary CNN (ONNX), if not beside the model");
+  add_cnn_precision_flag(sub, opts->cnn_precision);
   add_method_flag(sub, opts->method, "Override the model's detector: cnn or llr");
   sub->add_option("-d,--output-dir", opts->out_dir, "Folder for <prefix>_<label>.pod5 files");
   sub->add_option("--classifications", opts->classifications,

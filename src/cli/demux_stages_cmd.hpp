@@ -22,6 +22,9 @@ Result<pipeline::DetectorChoice> parse_method(const std::string& method);
 // --dtw-precision float32|float64 (the DTW-SVM head's arithmetic), shared by the fused demux
 // and `demux classify`.
 void add_dtw_precision_flag(CLI::App* sub, std::string& value);
+// --cnn-precision (float32 | bfloat16; pipeline::parse_cnn_precision) on the commands that run the
+// boundary detector.
+void add_cnn_precision_flag(CLI::App* sub, std::string& value);
 Result<demux::DtwPrecision> parse_dtw_precision(const std::string& value);
 
 // --config FILE.toml: a WarpDemuX joblib model's signal-processing config (WarpDemuX's TOML),

@@ -21,7 +21,7 @@ namespace {
 struct LiveCliOptions {
   std::vector<std::string> inputs;
   std::string model, config, method, cnn_model, live_config;
-  std::string dtw_precision = "float32";
+  std::string dtw_precision = "float32", cnn_precision = "float32";
   pipeline::LiveOptions live;
   uint64_t decide_by = pipeline::LiveOptions::kDefaultDecideBy;
   double chunk_seconds = 0.4;
@@ -36,7 +36,7 @@ Result<pipeline::ModelSpec> live_model_spec(const LiveCliOptions& o) {
   head.model_file = model_load_options(o.config);
   ESCPOD_ASSIGN_OR_RETURN(head.dtw, parse_dtw_precision(o.dtw_precision));
   head.dtw_precision_given = o.app->count("--dtw-precision") > 0;
-  return pipeline::resolve_model_spec(o.model, std::move(head), o.method, o.cnn_model);
+  return pipeline::resolve_model_spec(o.model, std::move(head), o.method, o.cnn_model, o.cnn_precision);
 }
 
 double quantile(std::vector<double> v, double q) {
@@ -97,7 +97,7 @@ void log_replay_report(const pipeline::ReplayReport& r) {
 
 // Flags the run would ignore, refused before anything is read.
 Status check_live_flags(const LiveCliOptions& o) {
-  if (o.method == "llr") ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--cnn-model"}, "--method llr runs no CNN"));
+  if (o.method == "llr") ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--cnn-model", "--cnn-precision"}, "--method llr runs no CNN"));
   if (o.live_config.empty() && !o.info) {
     ESCPOD_RETURN_IF_ERROR(refuse_given(o.app, {"--seed"}, "it seeds the policy's channel assignment; give --live-config"));
   }
@@ -140,6 +140,7 @@ void add_classifier_flags(CLI::App* sub, LiveCliOptions& o) {
   add_model_config_flag(sub, o.config);
   add_method_flag(sub, o.method, "Boundary detector: cnn or llr (default: the model's)");
   sub->add_option("--cnn-model", o.cnn_model, "Boundary CNN (ONNX), if not beside the model");
+  add_cnn_precision_flag(sub, o.cnn_precision);
   add_dtw_precision_flag(sub, o.dtw_precision);
   sub->add_option("--min-confidence", o.live.min_confidence,
                   "Confidence (top-1 minus top-2 probability) an early decision needs besides the\n"

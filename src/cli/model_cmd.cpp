@@ -80,12 +80,14 @@ Result<std::shared_ptr<const nn::Model>> load(const ModelOptions& o) {
   lo.backend = o.reference ? nn::Backend::kReference : nn::Backend::kOptimised;
   ESCPOD_RETURN_IF_ERROR(demux::parse_encoder_precision(o.precision, lo));
   std::error_code ec;
-  if (std::filesystem::is_directory(o.model, ec)) {
+  if (std::filesystem::is_directory(o.model, ec)) {  // the encoder as `demux --encoder-precision` runs it
     demux::CrfLoadOptions co;
     co.encoder = lo;
     ESCPOD_ASSIGN_OR_RETURN(demux::CrfModel crf, demux::load_crf_model(o.model, co));
     return crf.encoder;
   }
+  // An ONNX file's convolutions too (the boundary CNN's, as `demux --cnn-precision bfloat16`).
+  lo.bf16_conv = o.precision == "bf16";
   ESCPOD_ASSIGN_OR_RETURN(nn::Model model, nn::Model::load(o.model, lo));
   return std::shared_ptr<const nn::Model>(std::make_shared<nn::Model>(std::move(model)));
 }
@@ -298,7 +300,8 @@ void add_model_flags(CLI::App* sub, ModelOptions& o) {
   sub->add_option("--precision", o.precision,
                   "f32 (default; on CPUs with AMX the dense products run on the tile unit as exact bfloat16 "
                   "splits, within float32 rounding: marked amx-f32), f32-fma (float32 on the vector units "
-                  "only), bf16 (LSTM input projections and linear layers in bfloat16, on CPUs with AMX) or "
+                  "only), bf16 (LSTM input projections and linear layers in bfloat16 on CPUs with AMX; an "
+                  "ONNX file's convolutions with many inputs per output on CPUs with AVX512_BF16) or "
                   "int8 (LSTM recurrent weights, on CPUs with AVX-512 VNNI); elsewhere f32 runs. "
                   "`info --shape` marks the steps that take it")
       ->check(CLI::IsMember({"f32", "f32-fma", "bf16", "int8"}));

@@ -1,4 +1,4 @@
-// float32 -> bfloat16 rounding for the opt-in bfloat16 GEMMs (gemm_bf16.hpp).
+// float32 -> bfloat16 rounding for the opt-in bfloat16 GEMMs and convolutions (gemm_bf16.hpp).
 #include "nn/gemm_bf16.hpp"
 
 #include <immintrin.h>
@@ -18,6 +18,14 @@ bool bf16_gemm_available() {
     // Only with AMX: oneDNN 2.6's bfloat16 matmul on AVX512_BF16 alone was slower than its sgemm at
     // these shapes (M = 300, K = 96; bench/results/crf_encoder.md, Session 8).
     return isa == "avx512_core_amx" && __builtin_cpu_supports("avx512bf16");
+  }();
+  return ok;
+}
+
+bool bf16_conv_available() {
+  static const bool ok = [] {
+    const std::string isa = dnnl_isa_name();
+    return (isa == "avx512_core_bf16" || isa == "avx512_core_amx") && __builtin_cpu_supports("avx512bf16");
   }();
   return ok;
 }
@@ -47,7 +55,8 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void convert_avx512(const
 }  // namespace
 
 void convert_to_bf16(const float* src, uint16_t* dst, size_t n) {
-  if (bf16_gemm_available()) {
+  static const bool has_instruction = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vl");
+  if (has_instruction) {
     convert_avx512(src, dst, n);
     return;
   }

@@ -5,6 +5,8 @@
 // float32 rate of a core, measured in bench/results/crf_encoder.md). The LSTM recurrence stays
 // float32: rounding there would compound over the time steps. Outputs move (not within float32
 // tolerance), so the path is off by default and its effect on calls is measured.
+// Likewise opt-in bfloat16 convolutions (nn::LoadOptions::bf16_conv) for the convolutions with
+// many inputs per output (the boundary CNN's), where oneDNN has AVX512_BF16 kernels.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +17,11 @@ namespace escpod::nn::detail {
 // oneDNN runs bfloat16 matmuls on AMX here (AMX-BF16 within its ISA cap), and the conversion
 // kernel below has its AVX-512 BF16 form. Decided once.
 bool bf16_gemm_available();
+
+// oneDNN runs bfloat16 convolutions with the AVX512_BF16 dot products here (its ISA, within the
+// cap, is avx512_core_bf16 or avx512_core_amx): ~2x its float32 convolution at the boundary CNN's
+// 64 -> 64 layers on a Zen 4 core (bench/RESULTS.md, issue 34). Decided once.
+bool bf16_conv_available();
 
 // dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), for i < n. NaNs stay NaNs;
 // denormal inputs become zeros of their sign (as the AVX-512 BF16 instruction treats them).

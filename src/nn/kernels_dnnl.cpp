@@ -97,9 +97,13 @@ class DnnlState final : public StepState {
   dnnl::memory src, dst, scratch;
 };
 
+// A oneDNN primitive over the step's input and output. A bfloat16 primitive (convert_input_to_bf16)
+// gets its float32 input rounded to bfloat16 into the step's scratch, after oneDNN's scratchpad.
 class DnnlStep : public Step {
  public:
-  std::size_t scratch_bytes() const override { return m_scratch_md.get_size(); }
+  std::size_t scratch_bytes() const override {
+    return m_bf16_src_elems == 0 ? m_scratch_md.get_size() : converted_at() + m_bf16_src_elems * sizeof(uint16_t);
+  }
 
   std::unique_ptr<StepState> bind() const override {
     auto st = std::make_unique<DnnlState>();
@@ -116,9 +120,17 @@ class DnnlStep : public Step {
     return st;
   }
 
-  void run(const ExecContext& ctx, StepState* state) const override { run_from(ctx, state, resolve(ctx, m_src)); }
+  void run(const ExecContext& ctx, StepState* state) const override {
+    if (m_bf16_src_elems == 0) return run_from(ctx, state, resolve(ctx, m_src));
+    auto* converted = reinterpret_cast<uint16_t*>(static_cast<char*>(ctx.scratchpad) + converted_at());
+    convert_to_bf16(resolve(ctx, m_src), converted, m_bf16_src_elems);
+    run_from(ctx, state, converted);
+  }
 
  protected:
+  // The primitive takes its input (`elems` values) in bfloat16.
+  void convert_input_to_bf16(std::size_t elems) { m_bf16_src_elems = elems; }
+
   // Runs the primitive on `src` (the step's input, or a converted copy of it).
   void run_from(const ExecContext& ctx, StepState* state, const void* src) const {
     auto* st = static_cast<DnnlState*>(state);
@@ -142,6 +154,10 @@ class DnnlStep : public Step {
   int m_src_arg = DNNL_ARG_SRC;
   Loc m_src, m_dst;
   std::vector<Const> m_consts;
+
+ private:
+  std::size_t converted_at() const { return align64(m_scratch_md.get_size()); }
+  std::size_t m_bf16_src_elems = 0;  // 0: the primitive reads the float32 input in place
 };
 
 Buffer plain_copy(const float* data, size_t n) {
@@ -150,14 +166,18 @@ Buffer plain_copy(const float* data, size_t n) {
   return b;
 }
 
+// With ConvParams::bf16 the input and the weights are bfloat16 (the input rounded per call, see
+// DnnlStep); accumulation and the output stay float32.
 class DnnlConv final : public DnnlStep {
  public:
   explicit DnnlConv(const ConvParams& p) {
     m_src = p.src;
     m_dst = p.dst;
-    m_src_md = dnnl::memory::desc({p.n, p.ic, p.iw}, dt::f32, p.src_nwc ? tag::nwc : tag::ncw);
+    const dt in = p.bf16 ? dt::bf16 : dt::f32;
+    m_src_md = dnnl::memory::desc({p.n, p.ic, p.iw}, in, p.src_nwc ? tag::nwc : tag::ncw);
     m_dst_md = dnnl::memory::desc({p.n, p.oc, p.ow}, dt::f32, p.dst_nwc ? tag::nwc : tag::ncw);
-    const dnnl::memory::desc w_any({p.oc, p.ic, p.k}, dt::f32, tag::any);
+    if (p.bf16) convert_input_to_bf16(static_cast<std::size_t>(p.n * p.ic * p.iw));
+    const dnnl::memory::desc w_any({p.oc, p.ic, p.k}, in, tag::any);
     // ONNX weights: Conv [oc][ic][k] (oiw); ConvTranspose [ic][oc][k] (logical oc,ic,k -> bac).
     const dnnl::memory::desc w_user({p.oc, p.ic, p.k}, dt::f32, p.transposed ? tag::bac : tag::oiw);
     const dnnl::memory::desc b_md({p.oc}, dt::f32, tag::x);
@@ -223,6 +243,39 @@ class SmallConv final : public Step {
   std::array<float, 16> m_bias{};
 };
 
+// Transposed convolutions with few outputs per input position (oc * k <= 16), no post-op: the
+// direct kernel of small_deconv_fn (AVX-512), ~3x oneDNN's at the boundary CNN's last layer
+// (64 -> 2 channels, k 7, stride 3; bench: `escpod model bench --profile`).
+class SmallDeconv final : public Step {
+ public:
+  static bool handles(const ConvParams& p) {
+    return small_deconv_fn(simd_level()) != nullptr && p.transposed && p.dilation == 1 && p.oc * p.k <= 16 &&
+           p.post_ops.empty();
+  }
+  explicit SmallDeconv(const ConvParams& p)
+      : m_src(p.src), m_dst(p.dst), m_dst_nwc(p.dst_nwc), m_fn(small_deconv_fn(simd_level())) {
+    m_g = SmallConvGeometry{p.n, p.ic, p.oc, p.iw, p.ow, p.k, p.stride, p.pad_l, p.src_nwc};
+    m_weights.assign(static_cast<size_t>(p.ic * 16), 0.0f);
+    const int64_t row = p.oc * p.k;  // ONNX's [ic][oc][k]: row c holds the taps o * k + kk
+    for (int64_t c = 0; c < p.ic; ++c) std::copy(p.weights + c * row, p.weights + (c + 1) * row, m_weights.begin() + c * 16);
+    m_bias.assign(static_cast<size_t>(p.oc), 0.0f);
+    if (p.bias) std::copy(p.bias, p.bias + p.oc, m_bias.begin());
+  }
+  std::size_t scratch_bytes() const override { return static_cast<std::size_t>(m_g.iw * 16) * sizeof(float); }
+  void run(const ExecContext& ctx, StepState*) const override {
+    m_fn(m_g, resolve(ctx, m_src), m_weights.data(), m_bias.data(), resolve(ctx, m_dst), m_dst_nwc,
+         static_cast<float*>(ctx.scratchpad));
+  }
+
+ private:
+  Loc m_src, m_dst;
+  bool m_dst_nwc;
+  SmallDeconvFn m_fn;
+  SmallConvGeometry m_g;
+  std::vector<float> m_weights;  // [ic][16]
+  std::vector<float> m_bias;     // [oc]
+};
+
 // ConvParams::amx_f32: per batch element one product over the input windows (AmxF32Gemm): output
 // position t reads the k * ic values from position t * stride - pad_l on, channels-last - a row at
 // stride `stride * ic`, overlapping its neighbours. The element's input is split once into the
@@ -276,10 +329,11 @@ class AmxConv final : public Step {
 // oneDNN's scratchpad) and the weights are kept in bfloat16; the output stays float32.
 class DnnlMatMul final : public DnnlStep {
  public:
-  explicit DnnlMatMul(const MatMulParams& p) : m_bf16(p.bf16), m_src_elems(static_cast<size_t>(p.m * p.k)) {
+  explicit DnnlMatMul(const MatMulParams& p) {
     m_src = p.src;
     m_dst = p.dst;
     const dt in = p.bf16 ? dt::bf16 : dt::f32;
+    if (p.bf16) convert_input_to_bf16(static_cast<std::size_t>(p.m * p.k));
     m_src_md = dnnl::memory::desc({p.m, p.k}, in, tag::ab);
     m_dst_md = dnnl::memory::desc({p.m, p.n}, dt::f32, tag::ab);
     const dnnl::memory::desc w_any({p.k, p.n}, in, tag::any);
@@ -294,20 +348,6 @@ class DnnlMatMul final : public DnnlStep {
     add_const(DNNL_ARG_WEIGHTS, w_md, shared_weights(p.weights, w_md, user));
     if (p.bias) add_const(DNNL_ARG_BIAS, b_md, plain_copy(p.bias, static_cast<size_t>(p.n)));
   }
-  std::size_t scratch_bytes() const override {
-    return m_bf16 ? converted_at() + m_src_elems * sizeof(uint16_t) : DnnlStep::scratch_bytes();
-  }
-  void run(const ExecContext& ctx, StepState* state) const override {
-    if (!m_bf16) return DnnlStep::run(ctx, state);
-    auto* converted = reinterpret_cast<uint16_t*>(static_cast<char*>(ctx.scratchpad) + converted_at());
-    convert_to_bf16(resolve(ctx, m_src), converted, m_src_elems);
-    run_from(ctx, state, converted);
-  }
-
- private:
-  std::size_t converted_at() const { return align64(DnnlStep::scratch_bytes()); }
-  bool m_bf16;
-  std::size_t m_src_elems;
 };
 
 // y[rows][N] = x[rows][K] w (+ bias) for a few fixed row counts (a full block of rows and the
@@ -721,8 +761,14 @@ std::unique_ptr<Step> make_guarded(const Params& p, std::string* error) {
 
 }  // namespace
 
+bool conv_takes_bf16(const ConvParams& p) {
+  return !p.transposed && p.ic * p.k > SmallConv::kMaxTaps && !SmallConv::handles(p);
+}
+
 std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) {
   if (SmallConv::handles(p)) return std::make_unique<SmallConv>(p);
+  if (SmallDeconv::handles(p)) return std::make_unique<SmallDeconv>(p);
+  if (p.bf16) return make_guarded<DnnlConv>(p, error);
   return p.amx_f32 ? make_guarded<AmxConv>(p, error) : make_guarded<DnnlConv>(p, error);
 }
 std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error) {

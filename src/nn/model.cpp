@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "nn/gemm_amx.hpp"
+#include "nn/gemm_bf16.hpp"
 #include "nn/graph.hpp"
 #include "nn/simd.hpp"
 #include "nn/plan.hpp"
@@ -316,10 +317,14 @@ std::string kernel_report() {
   const char* level = detail::simd_level_name(detail::simd_level());
   return fmt::format(
       "nn: oneDNN {} ISA {}; LSTM cell, CRF blank pad, small convolutions: {}\n"
-      "nn: float32 dense products (LSTM projections, linear, channels-last convolutions): {}\n",
+      "nn: float32 dense products (LSTM projections, linear, channels-last convolutions): {}\n"
+      "nn: opt-in bfloat16 (--cnn-precision bfloat16 convolutions; --encoder-precision bf16 dense products): "
+      "convolutions {}, dense products {}\n",
       detail::dnnl_version_text(), detail::dnnl_isa_name(), level,
       detail::amx_f32_available() ? "AMX tile unit, exact bfloat16 splits (f32-fma keeps FMA)"
-                                  : std::string("FMA (") + level + "; no AMX tile unit here)");
+                                  : std::string("FMA (") + level + "; no AMX tile unit here)",
+      detail::bf16_conv_available() ? "AVX512_BF16" : "float32 (no AVX512_BF16 within the ISA cap)",
+      detail::bf16_gemm_available() ? "AMX" : "float32 (no AMX within the ISA cap)");
 }
 
 }  // namespace escpod::nn

@@ -101,7 +101,16 @@ struct ConvParams {
   // (ic * k inputs, oc outputs) AmxF32Gemm::shape_ok, where amx_f32_available(); the reference
   // kernel ignores it.
   bool amx_f32 = false;
+  // bfloat16 input and weights, float32 accumulation and output (LoadOptions::bf16_conv): set by
+  // the planner where bf16_conv_available() and conv_takes_bf16(); the reference kernel ignores
+  // it.
+  bool bf16 = false;
 };
+
+// Whether the convolution takes bfloat16 under LoadOptions::bf16_conv: one with many inputs per
+// output (ic * k > 64), where the FLOPs are; the first layers over the raw signal (few inputs per
+// output) and the transposed convolutions that produce a network's scores stay float32.
+bool conv_takes_bf16(const ConvParams& p);
 
 // y[M, N] = post(x[M, K] * w[K, N] + bias[N]).
 struct MatMulParams {

@@ -34,7 +34,7 @@ class StepBuilder {
  public:
   StepBuilder(const Graph& g, const LoadOptions& options, const PlanIr& ir, const ArenaAssignment& arena,
               Plan& plan)
-      : m_g(g), m_backend(options.backend), m_lstm_int8(options.lstm_int8), m_bf16(options.bf16_gemm), m_amx_f32(options.amx_f32), m_ir(ir), m_arena(arena), m_plan(plan) {}
+      : m_g(g), m_backend(options.backend), m_lstm_int8(options.lstm_int8), m_bf16(options.bf16_gemm), m_bf16_conv(options.bf16_conv), m_amx_f32(options.amx_f32), m_ir(ir), m_arena(arena), m_plan(plan) {}
 
   Status run() {
     for (const RtNode* r : m_arena.order) {
@@ -109,11 +109,13 @@ class StepBuilder {
     p.src_nwc = is_nwc(r.in[0]) || (p.ic == 1 && p.dst_nwc);
     const bool post_ok = p.post_ops.empty() || (p.post_ops.size() == 1 && (p.post_ops[0].kind == PostOp::Kind::kSilu ||
                                                                            p.post_ops[0].kind == PostOp::Kind::kRelu));
-    p.amx_f32 = !p.transposed && p.dilation == 1 && p.src_nwc && p.dst_nwc && post_ok && amx_f32_ok(p.ic * p.k, p.oc);
+    p.bf16 = m_bf16_conv && !reference() && bf16_conv_available() && conv_takes_bf16(p);
+    p.amx_f32 = !p.bf16 && !p.transposed && p.dilation == 1 && p.src_nwc && p.dst_nwc && post_ok &&
+                amx_f32_ok(p.ic * p.k, p.oc);
     text = fmt::format("{}{} {}->{} k{} s{} d{} p{},{}{}", p.transposed ? "conv_transpose1d" : "conv1d",
                        describe_post_ops(p.post_ops), shape_str(m_ir.shape_of(r.in[0])),
                        shape_str(m_ir.shape_of(r.out)), p.k, p.stride, p.dilation, p.pad_l, p.pad_r,
-                       p.amx_f32 ? " amx-f32" : "");
+                       p.bf16 ? " bf16" : p.amx_f32 ? " amx-f32" : "");
     const double flops = 2.0 * static_cast<double>(p.n) * static_cast<double>(p.oc) * static_cast<double>(p.ic) * static_cast<double>(p.k) *
                          static_cast<double>(p.transposed ? p.iw : p.ow);
     std::unique_ptr<Step> step = reference() ? make_ref_conv(p) : make_dnnl_conv(p, &error);
@@ -207,6 +209,7 @@ class StepBuilder {
   Backend m_backend;
   bool m_lstm_int8;
   bool m_bf16;
+  bool m_bf16_conv;
   bool m_amx_f32;
   const PlanIr& m_ir;
   const ArenaAssignment& m_arena;

@@ -445,6 +445,59 @@ __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void smal
   }
 }
 
+// taps[s][0, 16) for the input positions s of one batch element (SmallDeconvFn).
+__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void deconv_taps_avx512(
+    const SmallConvGeometry& g, const float* xn, const float* weights, float* taps) {
+  constexpr int64_t kBlock = 8;  // input positions per register block (independent accumulators)
+  const int64_t c_step = g.src_nwc ? 1 : g.iw, pos_step = g.src_nwc ? g.ic : 1;
+  int64_t s = 0;
+  for (; s + kBlock <= g.iw; s += kBlock) {
+    vf<16> acc[kBlock];
+#pragma GCC unroll 8
+    for (int64_t p = 0; p < kBlock; ++p) acc[p] = vf<16>{};
+    const float* x0 = xn + s * pos_step;
+    for (int64_t c = 0; c < g.ic; ++c) {
+      const vf<16> w = load<16>(weights + c * 16);
+      const float* xc = x0 + c * c_step;
+#pragma GCC unroll 8
+      for (int64_t p = 0; p < kBlock; ++p) acc[p] += w * xc[p * pos_step];
+    }
+#pragma GCC unroll 8
+    for (int64_t p = 0; p < kBlock; ++p) store<16>(taps + (s + p) * 16, acc[p]);
+  }
+  for (; s < g.iw; ++s) {
+    vf<16> acc{};
+    for (int64_t c = 0; c < g.ic; ++c) acc += load<16>(weights + c * 16) * xn[s * pos_step + c * c_step];
+    store<16>(taps + s * 16, acc);
+  }
+}
+
+// Each output from its taps (the phase of t + pad_l, kept without a division per output).
+void deconv_outputs(const SmallConvGeometry& g, const float* taps, const float* bias, float* yn, bool dst_nwc) {
+  for (int64_t o = 0; o < g.oc; ++o) {
+    int64_t q = g.pad_l / g.stride, r = g.pad_l % g.stride;  // t + pad_l = q * stride + r
+    for (int64_t t = 0; t < g.ow; ++t) {
+      float acc = bias[o];
+      for (int64_t kk = r, s = q; kk < g.k && s >= 0; kk += g.stride, --s) {
+        if (s < g.iw) acc += taps[s * 16 + o * g.k + kk];
+      }
+      yn[dst_nwc ? t * g.oc + o : o * g.ow + t] = acc;
+      if (++r == g.stride) {
+        r = 0;
+        ++q;
+      }
+    }
+  }
+}
+
+void small_deconv_avx512(const SmallConvGeometry& g, const float* x, const float* weights, const float* bias,
+                         float* y, bool dst_nwc, float* taps) {
+  for (int64_t n = 0; n < g.n; ++n) {
+    deconv_taps_avx512(g, x + n * g.ic * g.iw, weights, taps);
+    deconv_outputs(g, taps, bias, y + n * g.oc * g.ow, dst_nwc);
+  }
+}
+
 }  // namespace
 
 BlankPadTanhFn blank_pad_tanh_fn(SimdLevel level) {
@@ -485,6 +538,8 @@ const char* simd_level_name(SimdLevel level) {
 }
 
 SmallConvFn small_conv_fn(SimdLevel level) { return level == SimdLevel::kAvx512 ? small_conv_avx512 : nullptr; }
+
+SmallDeconvFn small_deconv_fn(SimdLevel level) { return level == SimdLevel::kAvx512 ? small_deconv_avx512 : nullptr; }
 
 SiluFn silu_fn(SimdLevel level) {
   switch (level) {

@@ -47,6 +47,20 @@ using SmallConvFn = void (*)(const SmallConvGeometry& g, const float* x, const f
 // The AVX-512 kernel, or null below AVX-512 (callers then use oneDNN).
 SmallConvFn small_conv_fn(SimdLevel level);
 
+// A direct 1-D transposed convolution for layers with few outputs per input position (oc * k <=
+// 16: the boundary CNN's last layer, 64 -> 2 channels, k 7, stride 3), where oneDNN's kernels
+// spend most of their time off the arithmetic. Per input position s, the oc * k products
+// taps[s][o * k + kk] = sum_c x[s][c] w[c][o][kk] fill one vector; then each output sums its
+// taps in kk order after the bias: y[o][t] = bias[o] + sum_kk taps[(t + pad_l - kk) / stride][o * k
+// + kk] over the kk that divide evenly and fall inside the input. Dilation 1; x as for
+// SmallConvFn (g.src_nwc); y is [n][oc][ow], or [n][ow][oc] with `dst_nwc`. `weights` packed
+// [ic][16] (ONNX's [ic][oc][k] rows, zeros beyond oc * k), `bias` [oc]; `taps` is scratch of
+// g.iw * 16 floats.
+using SmallDeconvFn = void (*)(const SmallConvGeometry& g, const float* x, const float* weights, const float* bias,
+                               float* y, bool dst_nwc, float* taps);
+// The AVX-512 kernel, or null below AVX-512 (callers then use oneDNN).
+SmallDeconvFn small_deconv_fn(SimdLevel level);
+
 // y = y * sigmoid(y) over n floats, in place.
 using SiluFn = void (*)(float* y, int64_t n);
 SiluFn silu_fn(SimdLevel level);

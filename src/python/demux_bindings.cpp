@@ -53,7 +53,7 @@ nb::dict to_dict(const Map& m) {
 // (pipeline::resolve_model_spec); `crf` parsed by the CLI's parser (demux::crf_head_options).
 pipeline::ModelSpec model_spec(const std::string& model, const std::string& config, const std::string& method,
                                const std::string& cnn_model, const std::string& dtw,
-                               const demux::CrfHeadRequest& crf) {
+                               const demux::CrfHeadRequest& crf, const std::string& cnn_precision = "float32") {
   (void)detector_choice(method);  // a bad method is a ValueError before anything is read
   demux::HeadOptions head;
   head.model_file.warpdemux_config = config;
@@ -62,7 +62,7 @@ pipeline::ModelSpec model_spec(const std::string& model, const std::string& conf
   if (!options.is_ok()) raise_status(options.status());
   head.crf = std::make_shared<const demux::CrfHeadOptions>(std::move(options).value());
   head.crf_options_given = crf.given;  // refused for a model that is not a CRF folder
-  auto spec = pipeline::resolve_model_spec(model, std::move(head), method, cnn_model);
+  auto spec = pipeline::resolve_model_spec(model, std::move(head), method, cnn_model, cnn_precision);
   if (!spec.is_ok()) raise_status(spec.status());
   return std::move(spec).value();
 }
@@ -85,9 +85,9 @@ nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string&
                       const std::string& out_dir, const std::string& classifications,
                       const std::string& method, const std::string& cnn_model,
                       const std::string& dtw, const std::string& prefix, int n_threads,
-                      const demux::CrfHeadRequest& crf) {
+                      const demux::CrfHeadRequest& crf, const std::string& cnn_precision) {
   pipeline::DemuxOptions d;
-  d.model = model_spec(model, config, method, cnn_model, dtw, crf);
+  d.model = model_spec(model, config, method, cnn_model, dtw, crf, cnn_precision);
   d.out_dir = out_dir;
   d.prefix = prefix;
   d.classifications_csv = classifications;
@@ -108,8 +108,8 @@ nb::tuple demux_files(const std::vector<std::string>& inputs, const std::string&
 
 std::string detect_files(const std::vector<std::string>& inputs, const std::string& model,
                          const std::string& config, const std::string& method, const std::string& cnn_model, bool emit_llr_delta,
-                         int n_threads) {
-  const pipeline::RunModel m = run_model(model_spec(model, config, method, cnn_model, "float32", {}), true);
+                         int n_threads, const std::string& cnn_precision) {
+  const pipeline::RunModel m = run_model(model_spec(model, config, method, cnn_model, "float32", {}, cnn_precision), true);
   pipeline::DetectStageOptions o;
   o.emit_llr_delta = emit_llr_delta;
   o.n_threads = resolve_threads(n_threads);
@@ -260,9 +260,9 @@ void bind_demux(nb::module_& m) {
       .def_rw("window_batch", &demux::CrfHeadRequest::window_batch)
       .def_rw("given", &demux::CrfHeadRequest::given);
   m.def("demux_files", &demux_files, "inputs"_a, "model"_a, "config"_a, "out_dir"_a, "classifications"_a,
-        "method"_a, "cnn_model"_a, "dtw"_a, "prefix"_a, "n_threads"_a, "crf"_a);
+        "method"_a, "cnn_model"_a, "dtw"_a, "prefix"_a, "n_threads"_a, "crf"_a, "cnn_precision"_a);
   m.def("detect_files", &detect_files, "inputs"_a, "model"_a, "config"_a, "method"_a, "cnn_model"_a,
-        "emit_llr_delta"_a, "n_threads"_a);
+        "emit_llr_delta"_a, "n_threads"_a, "cnn_precision"_a);
   m.def("fingerprint_files", &fingerprint_files, "inputs"_a, "boundaries_csv"_a, "model"_a, "config"_a, "method"_a,
         "emit_dwell"_a, "n_threads"_a);
   m.def("classify_file", &classify_file, "fingerprints"_a, "model"_a, "config"_a, "dtw"_a, "n_threads"_a);

@@ -75,6 +75,43 @@ def test_identical_outputs_for_1_and_2_threads(escpod, wdx4, shared_data, tmp_pa
     assert results[0][1] == results[1][1], "per-barcode files differ between 1 and 2 threads"
 
 
+def _calls(path):
+    with open(path, newline="") as f:
+        return [(r["read_id"], r["barcode"], r["confidence"]) for r in csv.DictReader(f)]
+
+
+def test_bfloat16_cnn_gives_the_float32_calls_and_the_stage_gives_the_fused_boundaries(
+        escpod, wdx4, rna_file, tmp_path):
+    """--cnn-precision bfloat16 (float32 where the CPU lacks AVX512_BF16): on the 180 real RNA004
+    reads every call (label and confidence) is float32's; the detect stage's boundaries are the
+    fused run's, at 1 and 2 threads."""
+    f32, bf16, bf16_t2 = tmp_path / "f32.csv", tmp_path / "bf16.csv", tmp_path / "bf16_t2.csv"
+    run([escpod, "demux", rna_file, "-m", wdx4, "--classifications", f32, "-t", "1"])
+    run([escpod, "demux", rna_file, "-m", wdx4, "--cnn-precision", "bfloat16", "--classifications", bf16, "-t", "1"])
+    run([escpod, "demux", rna_file, "-m", wdx4, "--cnn-precision", "bfloat16", "--classifications", bf16_t2,
+         "-t", "2"])
+    assert len(_calls(f32)) == 180
+    assert _calls(bf16) == _calls(f32)
+    assert bf16.read_text() == bf16_t2.read_text()
+    stage = tmp_path / "b.csv"
+    run([escpod, "demux", "detect", rna_file, "-m", wdx4, "--cnn-precision", "bfloat16", "-o", stage, "-t", "2"])
+    with open(stage, newline="") as f, open(bf16, newline="") as g:
+        detected = {r["read_id"]: r for r in csv.DictReader(f)}
+        fused = list(csv.DictReader(g))
+    passed = [r for r in fused if not r["reason"].startswith("boundary detection failed")]
+    assert passed, "no read passed detection"
+    for r in passed:
+        assert detected[r["read_id"]]["adapter_end"] == r["adapter_end"], r["read_id"]
+
+
+@pytest.mark.parametrize("command", [["demux"], ["demux", "detect", "-o", "b.csv"]])
+def test_cnn_precision_is_refused_where_no_cnn_runs(escpod, wdx4, rna_file, tmp_path, command):
+    r = subprocess.run([escpod, *command, rna_file, "-m", wdx4, "--method", "llr", "--cnn-precision", "bfloat16"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "--cnn-precision" in r.stderr and "no CNN" in r.stderr
+
+
 def test_bad_model_is_a_clear_error_before_any_output(escpod, rna_file, tmp_path):
     bad = tmp_path / "model.json"
     bad.write_text('{"format": "warpdemux", "classes": [1, 2]')

@@ -32,7 +32,7 @@ def test_version_names_the_cpu_and_the_kernels_chosen(escpod):
     lines = dict(line.split(": ", 1) for line in out.splitlines()[1:])
     assert set(lines) == {"cpu", "nn", "demux", "pod5", "libraries"}, out
     assert "AVX2/FMA" in lines["cpu"] and "AMX-BF16" in lines["cpu"]
-    assert "oneDNN" in out and "float32 dense products" in out
+    assert "oneDNN" in out and "float32 dense products" in out and "opt-in bfloat16" in out
     assert re.search(r"DTW float32 on (sse2|avx2|avx512)", out) and re.search(r"svb16 decoder (avx2|ssse3|scalar)", out)
     # The libraries loaded, each by its own report: Arrow is the pinned pyarrow's.
     import pyarrow

@@ -291,3 +291,18 @@ def test_bam_demux_equals_cli(shared_data, escpod_bin, tmp_path):
         "barcode_BC01.bam", "barcode_BC02.bam", "barcode_BC03.bam", "barcode_unclassified.bam"]
     with pytest.raises(Exception, match="one of the two"):
         escpod.demux.bam_demux(bam, output=tmp_path / "z.bam")
+
+
+def test_bfloat16_cnn_equals_cli_and_bad_names_are_value_errors(shared_data, escpod_bin, tmp_path):
+    model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
+    inp = shared_data / "escapepod/drna/yeast_trna_reads.pod5"
+    b_csv, calls_csv = tmp_path / "b.csv", tmp_path / "calls.csv"
+    run = lambda *a: subprocess.run([str(escpod_bin), "demux", *map(str, a)], check=True, capture_output=True)
+    run("detect", inp, "-m", model, "--cnn-precision", "bfloat16", "-o", b_csv)
+    run(inp, "-m", model, "--cnn-precision", "bfloat16", "--classifications", calls_csv)
+    bounds = escpod.demux.detect(inp, model=model, cnn_precision="bfloat16")
+    assert [str(x) for x in bounds["adapter_end"].tolist()] == [r["adapter_end"] for r in _csv(b_csv)]
+    calls = escpod.demux.demux(inp, model=model, cnn_precision="bfloat16")
+    assert calls["barcode"].tolist() == [r["barcode"] for r in _csv(calls_csv)]
+    with pytest.raises(ValueError, match="bfloat17"):
+        escpod.demux.detect(inp, model=model, cnn_precision="bfloat17")

@@ -58,6 +58,13 @@ struct LoadOptions {
   // float32 runs. ESCPOD_NN_BF16=1 turns it on for every model loaded;
   // `describe_plan` marks the steps that use it ("bf16").
   bool bf16_gemm = false;
+  // bfloat16 input and weights with float32 accumulation in the convolutions with many inputs
+  // per output (ic * k > 64: the boundary CNN's 64 -> 64 layers; the layers over the raw signal
+  // and the transposed ones stay float32): ~2x float32 on a core with AVX512_BF16 (Zen 4, Cooper Lake, Sapphire Rapids). The
+  // outputs move within bfloat16 rounding, so off by default. Taken only by the optimised backend
+  // where oneDNN has AVX512_BF16 within its ISA cap; elsewhere float32 runs. `describe_plan` marks
+  // the steps that use it ("bf16").
+  bool bf16_conv = false;
   // float32 dense products (the LSTM's input projections, the MatMul steps without fused
   // activations) on the AMX tile unit, each operand split into three exact bfloat16 terms
   // (src/nn/gemm_amx.hpp): float32 accuracy - within (k + 2) * 2^-24 of the exact product, as an

@@ -271,13 +271,15 @@ Result<DetectorChoice> parse_detector_choice(const std::string& method) {
 }
 
 Result<ModelSpec> resolve_model_spec(const std::filesystem::path& model, demux::HeadOptions head,
-                                     const std::string& method, const std::filesystem::path& cnn_model) {
+                                     const std::string& method, const std::filesystem::path& cnn_model,
+                                     const std::string& cnn_precision) {
   // A bundle's pinned CNN is checked by the detector as it loads it (load_run_model), not here.
   auto crf = std::make_shared<demux::CrfHeadOptions>(head.crf ? *head.crf : demux::CrfHeadOptions{});
   crf->load.verify_boundary_pin = false;
   head.crf = std::move(crf);
   ESCPOD_ASSIGN_OR_RETURN(const DetectorChoice detector, parse_detector_choice(method));
-  return ModelSpec{model, std::move(head), detector, cnn_model};
+  ESCPOD_ASSIGN_OR_RETURN(const CnnPrecision precision, parse_cnn_precision(cnn_precision));
+  return ModelSpec{model, std::move(head), detector, cnn_model, precision};
 }
 
 Result<std::string> describe_demux_model(const ModelSpec& spec) {

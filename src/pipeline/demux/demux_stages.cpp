@@ -177,8 +177,12 @@ Result<RunModel> load_run_model(ModelSpec spec, bool need_detector) {
   }
   ESCPOD_RETURN_IF_ERROR(apply_detector_pin(m.loaded, need_detector, spec, &m.cnn_sha256));
   m.detector = spec.detector;
+  m.cnn_precision = spec.cnn_precision;
   const std::string where = m.loaded.default_settings ? "default settings" : spec.path.string();
   m.settings = stage_settings_from(*m.loaded.signal_processing, where, spec.detector);
+  if (spec.cnn_precision != CnnPrecision::kFloat32 && m.settings.method != DetectMethod::kCnn) {
+    return Status::usage("--cnn-precision: this run uses the LLR detector, which runs no CNN");
+  }
   if (need_detector && m.settings.method == DetectMethod::kCnn) {
     ESCPOD_ASSIGN_OR_RETURN(m.cnn, find_cnn_model(spec.path, spec.cnn_model, m.settings.cnn_model_name));
   }
@@ -219,7 +223,8 @@ Result<std::filesystem::path> find_cnn_model(const std::filesystem::path& model_
 
 
 Result<BoundaryDetector> make_stage_detector(const RunModel& model) {
-  return BoundaryDetector::create(model.settings.config, model.settings.method, model.cnn, model.cnn_sha256);
+  return BoundaryDetector::create(model.settings.config, model.settings.method, model.cnn, model.cnn_sha256,
+                                  model.cnn_precision);
 }
 
 // ---- detect ---------------------------------------------------------------------------------

@@ -58,8 +58,11 @@ BoundaryDetector::~BoundaryDetector() = default;
 namespace {
 
 // The boundary CNN from its file; with a pin, checked against its SHA-256 on the same bytes.
-Result<nn::Model> load_cnn(const std::filesystem::path& onnx, const std::string& expected_sha256) {
-  if (expected_sha256.empty()) return nn::Model::load(onnx);
+Result<nn::Model> load_cnn(const std::filesystem::path& onnx, const std::string& expected_sha256,
+                           CnnPrecision precision) {
+  nn::LoadOptions options;
+  options.bf16_conv = precision == CnnPrecision::kBfloat16;
+  if (expected_sha256.empty()) return nn::Model::load(onnx, options);
   std::ifstream in(onnx, std::ios::binary);
   if (!in) return Status::not_found(onnx.string() + ": cannot open the pinned boundary CNN");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -69,14 +72,21 @@ Result<nn::Model> load_cnn(const std::filesystem::path& onnx, const std::string&
     return Status::corrupt("pinned boundary CNN " + onnx.string() + " has sha256 " + got + ", the bundle pins " +
                            expected_sha256);
   }
-  return nn::Model::load_from_bytes(bytes, onnx.string());
+  return nn::Model::load_from_bytes(bytes, onnx.string(), options);
 }
 
 }  // namespace
 
+Result<CnnPrecision> parse_cnn_precision(const std::string& name) {
+  if (name == "float32") return CnnPrecision::kFloat32;
+  if (name == "bfloat16") return CnnPrecision::kBfloat16;
+  return Status::invalid_argument("CNN precision '" + name + "': expected float32 or bfloat16");
+}
+
 Result<BoundaryDetector> BoundaryDetector::create(const DetectorConfig& cfg, DetectMethod method,
                                                   const std::filesystem::path& cnn_onnx,
-                                                  const std::string& expected_sha256) {
+                                                  const std::string& expected_sha256,
+                                                  CnnPrecision precision) {
   BoundaryDetector d;
   d.m_cfg = cfg;
   d.m_method = method;
@@ -89,7 +99,7 @@ Result<BoundaryDetector> BoundaryDetector::create(const DetectorConfig& cfg, Det
   if (cnn_onnx.empty()) {
     return Status::invalid_argument("boundary detector: the CNN method needs an ONNX model");
   }
-  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load_cnn(cnn_onnx, expected_sha256));
+  ESCPOD_ASSIGN_OR_RETURN(nn::Model model, load_cnn(cnn_onnx, expected_sha256, precision));
   d.m_input_len = cfg.cnn_input_len();
   const std::array<int64_t, 3> shape{1, 1, d.m_input_len};
   ESCPOD_ASSIGN_OR_RETURN(std::vector<int64_t> out_shape, model.output_shape(shape));
@@ -98,6 +108,10 @@ Result<BoundaryDetector> BoundaryDetector::create(const DetectorConfig& cfg, Det
                                     ": boundary CNN must map [B,1,L] to [B,2,L_out]");
   }
   d.m_output_len = out_shape[2];
+  // oneDNN's bfloat16 convolutions sum in an order that depends on the batch's shape, so one read
+  // per network call keeps a read's boundaries independent of its neighbours (detect() ==
+  // detect_batch(), the stages == the fused run); float32 batches are exact either way.
+  d.m_max_batch = precision == CnnPrecision::kFloat32 ? kMaxBatch : 1;
   // A dummy run proves the plan executes.
   nn::Workspace ws(1);
   std::vector<float> in(static_cast<size_t>(d.m_input_len), 0.0f);
@@ -224,8 +238,8 @@ void BoundaryDetector::detect_batch(std::span<const std::span<const float>> pas,
   }
   const auto L = static_cast<size_t>(m_input_len);
   const auto Lo = static_cast<size_t>(m_output_len);
-  for (size_t first = 0; first < pas.size(); first += kMaxBatch) {
-    const size_t nb = std::min(kMaxBatch, pas.size() - first);
+  for (size_t first = 0; first < pas.size(); first += m_max_batch) {
+    const size_t nb = std::min(m_max_batch, pas.size() - first);
     scratch.input.resize(nb * L);
     scratch.output.resize(nb * 2 * Lo);
     for (size_t j = 0; j < nb; ++j) {

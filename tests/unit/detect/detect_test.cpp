@@ -787,30 +787,90 @@ TEST(DetectLlr, LlrOnlyStepSignal) {
 
 // ---- real RNA004 reads -------------------------------------------------------------------------
 
-TEST_F(DetectorFixture, RealReadsSmoke) {
-  auto reader = pod5::FileReader::open(
-      test::shared_data("escapepod/drna/yeast_trna_reads.pod5"));
-  ASSERT_TRUE(reader.is_ok()) << reader.status().to_string();
-  pod5::VbzCodec codec;
-  std::vector<std::vector<float>> pas;
+// The 180 real RNA004 reads of escapepod/drna/yeast_trna_reads.pod5 in pA: whole, and their first
+// `preload` samples.
+struct RealReads {
+  std::vector<std::vector<float>> full, pas;
   std::vector<uint64_t> ns;
-  std::vector<std::vector<float>> full;
+};
+
+RealReads read_real_reads(size_t preload) {
+  RealReads r;
+  auto reader = pod5::FileReader::open(test::shared_data("escapepod/drna/yeast_trna_reads.pod5"));
+  EXPECT_TRUE(reader.is_ok()) << reader.status().to_string();
+  if (!reader.is_ok()) return r;
+  pod5::VbzCodec codec;
   for (size_t bi = 0; bi < (*reader)->n_read_batches(); ++bi) {
     auto batch = (*reader)->read_batch(bi);
-    ASSERT_TRUE(batch.is_ok());
+    EXPECT_TRUE(batch.is_ok());
+    if (!batch.is_ok()) return r;
     for (size_t i = 0; i < batch->size(); ++i) {
       const uint64_t n = batch->num_samples[i];
       std::vector<int16_t> adc(static_cast<size_t>(n));
-      ASSERT_TRUE((*reader)->read_signal(batch->rows_of(i), adc, codec).is_ok());
+      EXPECT_TRUE((*reader)->read_signal(batch->rows_of(i), adc, codec).is_ok());
       std::vector<float> pa(adc.size());
-      signal::calibrate_to_pa(adc, {batch->calibration_offset[i], batch->calibration_scale[i]},
-                              pa);
-      full.push_back(pa);
-      pa.resize(std::min<size_t>(pa.size(), s_det->preload_samples()));
-      pas.push_back(std::move(pa));
-      ns.push_back(n);
+      signal::calibrate_to_pa(adc, {batch->calibration_offset[i], batch->calibration_scale[i]}, pa);
+      r.full.push_back(pa);
+      pa.resize(std::min<size_t>(pa.size(), preload));
+      r.pas.push_back(std::move(pa));
+      r.ns.push_back(n);
     }
   }
+  return r;
+}
+
+bool same_boundaries(const Boundaries& a, const Boundaries& b) {
+  return a.adapter_start == b.adapter_start && a.adapter_end == b.adapter_end && a.polya_end == b.polya_end &&
+         a.polya_candidates == b.polya_candidates && a.success == b.success && a.fail_reason == b.fail_reason &&
+         a.method == b.method;
+}
+
+// CnnPrecision::kBfloat16. Where the CPU runs bfloat16 convolutions (AVX512_BF16; the plan marks
+// the two 64 -> 64 layers "bf16") the boundaries move on few real reads: 7 of these 180 when this
+// was written, mostly in the poly(A) candidates; 2 in what the tables show (a failed read's
+// reason, one's adapter end by 100 samples); no call changed. detect() still equals
+// detect_batch() (one read per network call). Elsewhere they are float32's exactly.
+TEST_F(DetectorFixture, Bfloat16CnnKeepsTheBoundariesOfAlmostEveryRead) {
+  auto bf16 = BoundaryDetector::create(DetectorConfig{}, DetectMethod::kCnn, cnn_path(), {},
+                                       pipeline::CnnPrecision::kBfloat16);
+  ASSERT_TRUE(bf16.is_ok()) << bf16.status().to_string();
+  nn::LoadOptions options;
+  options.bf16_conv = true;
+  auto model = nn::Model::load(cnn_path(), options);
+  ASSERT_TRUE(model.is_ok());
+  auto plan = model->describe_plan(std::vector<int64_t>{1, 1, 1050});
+  ASSERT_TRUE(plan.is_ok());
+  const auto marked = std::count_if(plan->begin(), plan->end(),
+                                    [](const std::string& l) { return l.find(" bf16") != std::string::npos; });
+  const RealReads r = read_real_reads(s_det->preload_samples());
+  ASSERT_EQ(r.pas.size(), 180u);
+  auto scratch = s_det->make_scratch();
+  auto bf16_scratch = bf16->make_scratch();
+  std::vector<Boundaries> one(r.pas.size());
+  int moved = 0;
+  for (size_t i = 0; i < r.pas.size(); ++i) {
+    one[i] = bf16->detect(r.pas[i], r.ns[i], bf16_scratch);
+    moved += same_boundaries(one[i], s_det->detect(r.pas[i], r.ns[i], scratch)) ? 0 : 1;
+  }
+  std::vector<std::span<const float>> spans(r.pas.begin(), r.pas.end());
+  std::vector<Boundaries> batched(r.pas.size());
+  bf16->detect_batch(spans, r.ns, bf16_scratch, batched);
+  for (size_t i = 0; i < r.pas.size(); ++i) EXPECT_TRUE(same_boundaries(batched[i], one[i])) << "read " << i;
+  std::printf("bfloat16 CNN: %d of %zu reads' boundaries differ from float32's (%ld layers bf16)\n", moved,
+              r.pas.size(), static_cast<long>(marked));
+  if (marked == 0) {
+    EXPECT_EQ(moved, 0) << "without bfloat16 kernels the detector must be float32's";
+  } else {
+    EXPECT_EQ(marked, 2);
+    EXPECT_LE(moved, 14);
+  }
+}
+
+TEST_F(DetectorFixture, RealReadsSmoke) {
+  const RealReads r = read_real_reads(s_det->preload_samples());
+  const auto& pas = r.pas;
+  const auto& ns = r.ns;
+  const auto& full = r.full;
   ASSERT_GT(pas.size(), 0u);
   auto scratch = s_det->make_scratch();
   std::vector<Boundaries> one(pas.size());

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <random>
 #include <thread>
 
 #include "escpod/nn/model.hpp"
@@ -519,6 +520,45 @@ TEST(NnRun, Bf16GemmsStayNearFloat32OrFallBack) {
   }
 }
 
+// The opt-in bfloat16 convolutions (LoadOptions::bf16_conv) on the boundary CNN. Where the CPU
+// runs them (AVX512_BF16, ISA not capped: the plan marks the two 64 -> 64 layers "bf16"; the
+// layer over the signal and the transposed one stay float32) the scores move by bfloat16 rounding
+// only: on a noisy two-level window mean |difference| 7.0e-3 and max 4.8e-2 when this was
+// written; the bounds are ~4x those. Elsewhere the scores are float32's.
+TEST(NnRun, Bf16ConvsStayNearFloat32OrFallBack) {
+  const auto path = test::shared_data("warpdemux/adapted_cnn_rna004_130bps@v0.2.4.onnx");
+  LoadOptions options;
+  options.bf16_conv = true;
+  auto f32 = Model::load(path);
+  auto bf16 = Model::load(path, options);
+  ASSERT_TRUE(f32.is_ok() && bf16.is_ok());
+  const std::vector<int64_t> shape{3, 1, 1050};
+  auto plan = bf16->describe_plan(shape);
+  ASSERT_TRUE(plan.is_ok());
+  const auto marked = std::count_if(plan->begin(), plan->end(),
+                                    [](const std::string& l) { return l.find(" bf16") != std::string::npos; });
+  std::vector<float> input(3 * 1050);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (size_t i = 0; i < input.size(); ++i) input[i] = (i / 350 % 2 ? 1.5f : -0.5f) + 0.3f * g(rng);
+  auto out_shape = f32->output_shape(shape);
+  ASSERT_TRUE(out_shape.is_ok());
+  std::vector<float> want(static_cast<size_t>(3 * 2 * (*out_shape)[2])), got(want.size());
+  Workspace ws_f32, ws_bf16;
+  ASSERT_TRUE(f32->run(ws_f32, input, shape, want).is_ok());
+  ASSERT_TRUE(bf16->run(ws_bf16, input, shape, got).is_ok());
+  if (marked == 0) {
+    EXPECT_EQ(got, want) << "without bfloat16 convolutions the plan must be float32's";
+    return;
+  }
+  EXPECT_EQ(marked, 2);
+  const auto [mean, worst] = mean_and_max_abs_difference(got, want);
+  std::printf("boundary CNN bf16 vs float32: mean |d| %.3g, max |d| %.3g\n", mean, worst);
+  EXPECT_GT(worst, 0.0) << "the bf16 path did not run";
+  EXPECT_LT(mean, 3e-2);
+  EXPECT_LT(worst, 2e-1);
+}
+
 // Float32 products on the AMX tile unit (LoadOptions::amx_f32, on by default). Where the CPU has
 // it (ISA not capped below AMX) the plan marks the five LSTM input projections "Wx amx-f32", the
 // linear layer and the third convolution (16 -> 96 or 128 channels) "amx-f32", and the scores stay
@@ -897,6 +937,65 @@ TEST(SmallConv, EqualsPlainConvolution) {
         }
         ASSERT_EQ(y.back(), -9.0f) << "wrote past the output";
       }
+    }
+  }
+}
+
+// The transposed convolution's direct kernel (SmallDeconv: oc * k <= 16) against ONNX
+// ConvTranspose's definition y[o][t] = b[o] + sum over s * stride + kk = t + pad_l of
+// x[c][s] w[c][o][kk], in double; channels-first and channels-last input and output.
+TEST(SmallDeconv, EqualsPlainTransposedConvolution) {
+  using nn::detail::SmallConvGeometry;
+  const auto fn = nn::detail::small_deconv_fn(nn::detail::simd_level());
+  if (fn == nullptr) GTEST_SKIP() << "the direct kernel needs AVX-512 (oneDNN runs these convolutions here)";
+  struct DeconvCase {
+    int64_t n, ic, oc, iw, k, stride, pad_l, pad_r;
+  };
+  for (const DeconvCase cs : {DeconvCase{2, 64, 2, 350, 7, 3, 3, 3}, DeconvCase{1, 16, 1, 13, 5, 2, 0, 0},
+                              DeconvCase{3, 5, 4, 9, 4, 1, 1, 2}, DeconvCase{1, 32, 2, 20, 8, 4, 0, 5}}) {
+    const int64_t ow = (cs.iw - 1) * cs.stride + cs.k - cs.pad_l - cs.pad_r;
+    std::vector<float> x(static_cast<size_t>(cs.n * cs.ic * cs.iw)), w(static_cast<size_t>(cs.ic * cs.oc * cs.k)),
+        bias(static_cast<size_t>(cs.oc));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3f * static_cast<float>(i)) * 3.0f;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.7f * static_cast<float>(i));
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>(i) - 0.4f;
+    std::vector<float> packed(static_cast<size_t>(cs.ic * 16), 0.0f);
+    for (int64_t c = 0; c < cs.ic; ++c) {
+      for (int64_t j = 0; j < cs.oc * cs.k; ++j) packed[static_cast<size_t>(c * 16 + j)] = w[static_cast<size_t>(c * cs.oc * cs.k + j)];
+    }
+    std::vector<float> taps(static_cast<size_t>(cs.iw * 16));
+    for (bool nwc : {false, true}) {
+      std::vector<float> xin = x;  // [n][ic][iw] -> [n][iw][ic]
+      if (nwc) {
+        for (int64_t b = 0; b < cs.n; ++b)
+          for (int64_t c = 0; c < cs.ic; ++c)
+            for (int64_t i = 0; i < cs.iw; ++i)
+              xin[static_cast<size_t>((b * cs.iw + i) * cs.ic + c)] = x[static_cast<size_t>((b * cs.ic + c) * cs.iw + i)];
+      }
+      std::vector<float> y(static_cast<size_t>(cs.n * ow * cs.oc) + 1, -9.0f);
+      const SmallConvGeometry g{cs.n, cs.ic, cs.oc, cs.iw, ow, cs.k, cs.stride, cs.pad_l, nwc};
+      fn(g, xin.data(), packed.data(), bias.data(), y.data(), nwc, taps.data());
+      for (int64_t b = 0; b < cs.n; ++b) {
+        for (int64_t o = 0; o < cs.oc; ++o) {
+          for (int64_t t = 0; t < ow; ++t) {
+            double v = bias[static_cast<size_t>(o)];
+            for (int64_t c = 0; c < cs.ic; ++c) {
+              for (int64_t s = 0; s < cs.iw; ++s) {
+                const int64_t kk = t + cs.pad_l - s * cs.stride;
+                if (kk >= 0 && kk < cs.k) {
+                  v += static_cast<double>(w[static_cast<size_t>((c * cs.oc + o) * cs.k + kk)]) *
+                       x[static_cast<size_t>((b * cs.ic + c) * cs.iw + s)];
+                }
+              }
+            }
+            const size_t at = static_cast<size_t>(nwc ? (b * ow + t) * cs.oc + o : (b * cs.oc + o) * ow + t);
+            ASSERT_NEAR(y[at], v, 2e-5 * std::max(1.0, std::abs(v)))
+                << "ic " << cs.ic << " oc " << cs.oc << " stride " << cs.stride << " nwc " << nwc << " n " << b
+                << " t " << t << " o " << o;
+          }
+        }
+      }
+      ASSERT_EQ(y.back(), -9.0f) << "wrote past the output";
     }
   }
 }

@@ -25,6 +25,7 @@
 #include "escpod/demux/dtw.hpp"
 #include "escpod/demux/head.hpp"
 #include "escpod/demux/model_file.hpp"
+#include "escpod/pipeline/detect/boundary_detector.hpp"  // CnnPrecision
 #include "escpod/pipeline/tables/barcode_labels.hpp"  // label_name, kNoiseLabel
 #include "escpod/pod5/file_writer.hpp"
 
@@ -47,15 +48,17 @@ struct ModelSpec {
   demux::HeadOptions head;
   DetectorChoice detector = DetectorChoice::kModelDefault;
   std::filesystem::path cnn_model;  // boundary CNN (ONNX); empty: found beside the model
+  CnnPrecision cnn_precision = CnnPrecision::kFloat32;  // the CNN's arithmetic (CNN detector only)
 };
 
 // A run's ModelSpec from what a user gives (the CLI's flags, the Python arguments), the same for
-// every entry point: `method` ("cnn", "llr", or "" for the model's default; else a usage error)
-// and `cnn_model` as given; head.crf null: the CRF head's defaults. An empty `model` is a spec
+// every entry point: `method` ("cnn", "llr", or "" for the model's default; else a usage error),
+// `cnn_model` as given and `cnn_precision` (parse_cnn_precision's names); head.crf null: the CRF head's defaults. An empty `model` is a spec
 // without one (`demux fingerprint` without --model: the RNA004 settings). Reads no file: the model's
 // own rules (a CRF bundle's pinned detector) are applied when it is loaded (load_run_model).
 Result<ModelSpec> resolve_model_spec(const std::filesystem::path& model, demux::HeadOptions head,
-                                     const std::string& method, const std::filesystem::path& cnn_model);
+                                     const std::string& method, const std::filesystem::path& cnn_model,
+                                     const std::string& cnn_precision = "float32");
 
 struct DemuxOptions {
   ModelSpec model;

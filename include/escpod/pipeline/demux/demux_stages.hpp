@@ -66,6 +66,7 @@ struct RunModel {
   std::filesystem::path cnn;  // the CNN's ONNX file when settings.method is kCnn and `need_detector`
   std::string cnn_sha256;     // a CRF bundle's pin on that file (the detector checks it), or empty
   DetectorChoice detector = DetectorChoice::kModelDefault;  // the run's choice, the model's rules applied
+  CnnPrecision cnn_precision = CnnPrecision::kFloat32;      // the spec's, for the detector's CNN
   const demux::Head& head() const { return *loaded.head; }  // precondition: a model was given
 };
 
@@ -75,7 +76,8 @@ struct RunModel {
 // needs a method when a detector runs); a SeqTagger folder, which pins none, runs LLR, or the CNN
 // when spec.cnn_model names a file. `need_detector`: find the CNN file (kNotFound says where it
 // looked) when the detector uses it; `demux classify` and `basecall` read boundaries, --info runs
-// nothing. Errors: load_head's, a model without signal-processing settings, the pin's.
+// nothing. Errors: load_head's, a model without signal-processing settings, the pin's, kUsage for
+// a bfloat16 CNN precision with the LLR detector (it runs no CNN).
 Result<RunModel> load_run_model(ModelSpec spec, bool need_detector = true);
 
 // The boundary detector the model's settings describe (with its CNN file).

@@ -57,6 +57,17 @@ struct Boundaries {
 // for the whole read, and on a prefix they cost more than the CNN's answer is worth.
 enum class DetectRetries { kAsConfigured, kPrimaryOnly };
 
+// The boundary CNN's arithmetic. kBfloat16: its convolutions take bfloat16 inputs and weights
+// with float32 accumulation (nn::LoadOptions::bf16_conv) where the CPU has AVX512_BF16 (Zen 4,
+// Cooper Lake, Sapphire Rapids), ~2x the float32 CNN; elsewhere float32 runs. Opt-in: the
+// boundaries can move by a few samples on some reads (bench/RESULTS.md, issue 34, states the
+// agreement measured on real reads), so calls are not guaranteed byte-identical to float32's.
+enum class CnnPrecision { kFloat32, kBfloat16 };
+
+// "float32" or "bfloat16" (the CLI's --cnn-precision, Python's cnn_precision); else
+// kInvalidArgument.
+Result<CnnPrecision> parse_cnn_precision(const std::string& name);
+
 enum class DetectMethod {
   kCnn,  // ADAPTed: CNN primary, validation, with the LLR fallbacks as configured
   kLlr,  // escapepod's LLR-only detector (§3.6) on the whole read; no validation
@@ -78,13 +89,15 @@ class BoundaryDetector {
   // kCnn needs the ONNX file of the boundary CNN (input [B,1,L], output [B,2,L_out]; verified by
   // a shape probe here) and cfg.cnn_detect; kLlr ignores `cnn_onnx` (may be empty).
   // `expected_sha256` (a CRF bundle's pin; empty: none): the file's bytes must have this SHA-256,
-  // checked on the bytes the model is loaded from (the file is read once).
+  // checked on the bytes the model is loaded from (the file is read once). `precision`: the
+  // CNN's arithmetic (kLlr ignores it).
   // Errors: the model's load errors, kInvalidArgument for a model of the wrong shape or an empty
   // path with kCnn, kUnsupported for a configuration without the CNN under kCnn, kCorrupt for a
   // file whose SHA-256 is not the pinned one.
   static Result<BoundaryDetector> create(const DetectorConfig& cfg, DetectMethod method,
                                          const std::filesystem::path& cnn_onnx,
-                                         const std::string& expected_sha256 = {});
+                                         const std::string& expected_sha256 = {},
+                                         CnnPrecision precision = CnnPrecision::kFloat32);
 
   BoundaryDetector(BoundaryDetector&&) noexcept;
   BoundaryDetector& operator=(BoundaryDetector&&) noexcept;
@@ -107,7 +120,7 @@ class BoundaryDetector {
                     DetectRetries retries = DetectRetries::kAsConfigured) const;
 
   // Same for several reads (pas[i], num_samples[i] -> out[i]); the CNN runs on up to 32 reads per
-  // call. Results are identical to detect() read by read. Sizes must match (asserted).
+  // call (one with CnnPrecision::kBfloat16). Results are identical to detect() read by read. Sizes must match (asserted).
   void detect_batch(std::span<const std::span<const float>> pas,
                     std::span<const uint64_t> num_samples, Scratch& scratch,
                     std::span<Boundaries> out,
@@ -130,6 +143,7 @@ class BoundaryDetector {
   std::shared_ptr<const nn::Model> m_model;
   int64_t m_input_len = 0;
   int64_t m_output_len = 0;
+  size_t m_max_batch = 1;  // reads per network call
 };
 
 }  // namespace escpod::pipeline
