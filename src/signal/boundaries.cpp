@@ -40,16 +40,17 @@ std::span<const float> clamp_slice(std::span<const float> sig, int64_t a, int64_
   return sig.subspan(static_cast<size_t>(a), static_cast<size_t>(b - a));
 }
 
-// Medians over the complete trailing windows of `w` values (bottleneck move_mean / move_var with
-// min_count = window, then nanmedian). NaN when no window is complete. Values are computed in
-// double and rounded to float32 (bottleneck returns float32 for float32 input).
-float moving_stat_median(std::span<const float> seg, int64_t window, bool variance,
-                         std::vector<float>& vals, std::vector<float>& work) {
+// The statistic over each complete trailing window of `window` values (bottleneck move_mean /
+// move_var with min_count = window), into vals: none when no window is complete. Values are
+// computed in double and rounded to float32 (bottleneck returns float32 for float32 input). Each
+// value depends only on the samples up to its window's end, so the values of a prefix of `seg`
+// are a prefix of these.
+void moving_stat_values(std::span<const float> seg, int64_t window, bool variance, std::vector<float>& vals) {
   const auto n = static_cast<int64_t>(seg.size());
-  if (window <= 0 || n < window) return kNanF;
+  vals.clear();
+  if (window <= 0 || n < window) return;
   const double ref = seg[0];
   double s1 = 0.0, s2 = 0.0;
-  vals.clear();
   const double inv = 1.0 / to_d(window);
   for (int64_t i = 0; i < n; ++i) {
     const double x = static_cast<double>(seg[static_cast<size_t>(i)]) - ref;
@@ -71,7 +72,6 @@ float moving_stat_median(std::span<const float> seg, int64_t window, bool varian
       vals.push_back(static_cast<float>(v));
     }
   }
-  return median_f32(vals, work);
 }
 
 double mean_d(std::span<const float> x) {
@@ -380,10 +380,36 @@ double median_shift(std::span<const float> sig, int64_t adapter_end, const Bound
   return static_cast<double>(after - before);
 }
 
-// mvs_polya_check with the read's median shift, computed on first use into *shift.
-MvsResult mvs_polya_check_sharing_shift(std::span<const float> sig, int64_t adapter_end, int64_t polya_end,
-                                        const BoundaryConfig& cfg, const Range& mean_range, BoundaryWork& work,
-                                        std::optional<double>& shift) {
+// What the poly(A) candidates of one read (one adapter end) share, each part computed on first
+// use: the median shift, and the moving variances (work.f1) and means (work.f4) over the
+// segment up to the furthest candidate, of which each candidate's are a prefix.
+struct CandidateShared {
+  int64_t furthest = 0;
+  std::optional<double> shift;
+  bool moving_ready = false;
+};
+
+// The median of the moving statistic over seg = sig[adapter_end, ...): a prefix of the shared
+// values (NaN when no window is complete, as nanmedian of nothing).
+double moving_median(std::span<const float> sig, int64_t adapter_end, std::span<const float> seg, bool variance,
+                     const BoundaryConfig& cfg, BoundaryWork& work, CandidateShared& shared) {
+  if (!shared.moving_ready) {
+    const auto full = clamp_slice(sig, adapter_end, shared.furthest);
+    moving_stat_values(full, cfg.pA_var_window, true, work.f1);
+    moving_stat_values(full, cfg.pA_mean_window, false, work.f4);
+    shared.moving_ready = true;
+  }
+  const int64_t window = variance ? cfg.pA_var_window : cfg.pA_mean_window;
+  const std::vector<float>& values = variance ? work.f1 : work.f4;
+  const auto n = static_cast<int64_t>(seg.size());
+  const size_t count = window <= 0 || n < window ? 0 : static_cast<size_t>(n - window + 1);
+  return static_cast<double>(median_or_nan(std::span<const float>(values.data(), count), work.f3));
+}
+
+// mvs_polya_check with what the read's candidates share.
+MvsResult mvs_polya_check_sharing(std::span<const float> sig, int64_t adapter_end, int64_t polya_end,
+                                  const BoundaryConfig& cfg, const Range& mean_range, BoundaryWork& work,
+                                  CandidateShared& shared) {
   MvsResult res;
   const auto n = static_cast<int64_t>(sig.size());
   if (polya_end == 0 || adapter_end == 0 || polya_end < adapter_end ||
@@ -397,12 +423,12 @@ MvsResult mvs_polya_check_sharing_shift(std::span<const float> sig, int64_t adap
   if (span_len <= cfg.pA_var_window + 2) {
     var = var_d(seg);
   } else {
-    var = moving_stat_median(seg, cfg.pA_var_window, true, work.f2, work.f3);
+    var = moving_median(sig, adapter_end, seg, true, cfg, work, shared);
   }
   if (span_len <= cfg.pA_mean_window + 2) {
     mean = mean_d(seg);
   } else {
-    mean = moving_stat_median(seg, cfg.pA_mean_window, false, work.f2, work.f3);
+    mean = moving_median(sig, adapter_end, seg, false, cfg, work, shared);
   }
   res.mean = mean;
   res.var = var;
@@ -421,8 +447,8 @@ MvsResult mvs_polya_check_sharing_shift(std::span<const float> sig, int64_t adap
   } else {
     res.range_ok = !seg.empty();
   }
-  if (!shift) shift = median_shift(sig, adapter_end, cfg, work);
-  res.med_shift = *shift;
+  if (!shared.shift) shared.shift = median_shift(sig, adapter_end, cfg, work);
+  res.med_shift = *shared.shift;
   res.mean_ok = mean_range.contains(res.mean);
   res.var_ok = cfg.pA_var_range.contains(res.var);
   res.shift_ok = cfg.median_shift_range.contains(res.med_shift);
@@ -435,11 +461,19 @@ MvsResult mvs_polya_check_sharing_shift(std::span<const float> sig, int64_t adap
 
 MvsResult mvs_polya_check(std::span<const float> sig, int64_t adapter_end, int64_t polya_end,
                           const BoundaryConfig& cfg, const Range& mean_range, BoundaryWork& work) {
-  std::optional<double> shift;
-  return mvs_polya_check_sharing_shift(sig, adapter_end, polya_end, cfg, mean_range, work, shift);
+  CandidateShared shared;
+  shared.furthest = polya_end;
+  return mvs_polya_check_sharing(sig, adapter_end, polya_end, cfg, mean_range, work, shared);
 }
 
 namespace {
+
+// Whether any value is NaN; one pass without an early exit, which the compiler vectorises.
+bool contains_nan(std::span<const float> x) {
+  bool nan = false;
+  for (float v : x) nan |= v != v;
+  return nan;
+}
 
 // "MVS polya check failed: ..." naming the checks `r` failed.
 std::string mvs_fail_reason(const MvsResult& r) {
@@ -473,10 +507,14 @@ bool check_polya_candidates(std::span<const float> sig, int64_t adapter_end,
                             std::span<const int64_t> polya_candidates, const BoundaryConfig& cfg,
                             const Range& mean_range, BoundaryWork& work, Validation& v) {
   bool success = true;
-  std::optional<double> shift;
+  CandidateShared shared;
   for (int64_t c : polya_candidates) {
     if (c == 0) break;
-    const MvsResult r = mvs_polya_check_sharing_shift(sig, adapter_end, c, cfg, mean_range, work, shift);
+    shared.furthest = std::max(shared.furthest, c);
+  }
+  for (int64_t c : polya_candidates) {
+    if (c == 0) break;
+    const MvsResult r = mvs_polya_check_sharing(sig, adapter_end, c, cfg, mean_range, work, shared);
     if (!r.pass) {
       success = false;
       v.fail_reason = mvs_fail_reason(r);
@@ -495,12 +533,10 @@ Validation validate_boundaries(std::span<const float> sig, int64_t adapter_end,
                                std::span<const int64_t> polya_candidates,
                                const BoundaryConfig& cfg, BoundaryWork& work) {
   Validation v;
-  for (float x : sig) {
-    if (std::isnan(x)) {
-      v.exception = true;
-      v.fail_reason = "Validate boundaries failed: Signal contains nan values";
-      return v;
-    }
+  if (contains_nan(sig)) {
+    v.exception = true;
+    v.fail_reason = "Validate boundaries failed: Signal contains nan values";
+    return v;
   }
   v.adapter_start = 0;
   v.adapter_end = adapter_end;

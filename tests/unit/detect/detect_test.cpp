@@ -467,6 +467,40 @@ TEST(DetectValidate, MvsReasons) {
   }
 }
 
+// A read's poly(A) candidates share the moving statistics and the median shift (computed once,
+// over the furthest candidate's segment); every answer must be the one each candidate gives alone:
+// success when the first passes, else the reason of the last that fails.
+TEST(DetectValidate, CandidatesSharingTheirWorkGiveEachOnesOwnAnswer) {
+  Noise n(11);
+  std::vector<float> r;
+  segment(r, 3000, 80.0, 5.0, n);
+  segment(r, 1500, 112.0, 1.5, n);
+  segment(r, 400, 95.0, 9.0, n);
+  segment(r, 6000, 85.0, 8.0, n);
+  const std::vector<std::vector<int64_t>> lists{{4500, 3200, 6000, 20000, 3002}, {3200, 4500, 0, 0, 0},
+                                                {6000, 4500, 4600, 3150, 11000}, {4500, 4490, 0, 0, 0}};
+  for (const auto& cands : lists) {
+    const signal::Validation together = validate(r, 3000, cands);
+    bool first_passes = false;
+    std::string last_reason;
+    for (size_t i = 0; i < cands.size() && cands[i] != 0; ++i) {
+      const signal::Validation alone = validate(r, 3000, {cands[i]});
+      if (i == 0) first_passes = alone.success;
+      if (!alone.success) last_reason = alone.fail_reason;
+    }
+    SCOPED_TRACE("first candidate " + std::to_string(cands[0]));
+    EXPECT_EQ(together.success, first_passes);
+    if (first_passes) {
+      EXPECT_EQ(together.polya_end, cands[0]);
+    } else {
+      EXPECT_EQ(together.fail_reason, last_reason);
+    }
+  }
+  // The lists above reach both answers and several reasons.
+  EXPECT_TRUE(validate(r, 3000, {4500}).success);
+  EXPECT_NE(validate(r, 3000, {3200}).fail_reason, validate(r, 3000, {6000}).fail_reason);
+}
+
 TEST(DetectValidate, OnlyTheFirstCandidateCanPass) {
   const auto g = good_read(3000, 4500, 20000);
   // c_0 passes: success with c_0 even though c_1 would fail.
