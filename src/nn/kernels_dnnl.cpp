@@ -244,7 +244,7 @@ class SmallConv final : public Step {
 };
 
 // Transposed convolutions with few outputs per input position (oc * k <= 16), no post-op: the
-// direct kernel of small_deconv_fn (AVX-512), ~3x oneDNN's at the boundary CNN's last layer
+// direct kernel of small_deconv_fn (AVX-512), 2.6x oneDNN's at the boundary CNN's last layer
 // (64 -> 2 channels, k 7, stride 3; bench: `escpod model bench --profile`).
 class SmallDeconv final : public Step {
  public:
