@@ -762,13 +762,12 @@ std::unique_ptr<Step> make_guarded(const Params& p, std::string* error) {
 }  // namespace
 
 bool conv_takes_bf16(const ConvParams& p) {
-  return !p.transposed && p.ic * p.k > SmallConv::kMaxTaps && !SmallConv::handles(p);
+  return !p.transposed && p.ic * p.k > SmallConv::kMaxTaps;  // never SmallConv's: it takes ic * k <= kMaxTaps
 }
 
 std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) {
   if (SmallConv::handles(p)) return std::make_unique<SmallConv>(p);
   if (SmallDeconv::handles(p)) return std::make_unique<SmallDeconv>(p);
-  if (p.bf16) return make_guarded<DnnlConv>(p, error);
   return p.amx_f32 ? make_guarded<AmxConv>(p, error) : make_guarded<DnnlConv>(p, error);
 }
 std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error) {
