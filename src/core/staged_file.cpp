@@ -137,10 +137,10 @@ Result<FsyncMode> parse_fsync_mode(std::string_view text) {
 
 Result<StagedFile> StagedFile::create(const std::filesystem::path& final_path, bool overwrite) {
   std::error_code ec;
-  if (std::filesystem::exists(final_path, ec) && !overwrite) {
+  const std::filesystem::file_status existing = std::filesystem::status(final_path, ec);
+  if (std::filesystem::exists(existing) && !overwrite) {
     return Status::already_exists(final_path.string() + " exists (use --force to overwrite)");
   }
-  const std::filesystem::file_status existing = std::filesystem::status(final_path, ec);
   if (std::filesystem::is_directory(existing)) {
     return Status::invalid_argument(final_path.string() + " is a directory");
   }
