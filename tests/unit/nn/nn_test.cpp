@@ -876,6 +876,16 @@ TEST(LstmCell, EqualsPlainFormulaAtEveryLevel) {
 // The direct small convolution against the plain formula: channels 1..16, strides 1..3, padding
 // on either side or none, both input layouts, with and without SiLU, outputs short enough that
 // every position is near an edge and long enough for whole register blocks.
+// x [n][ic][iw] as [n][iw][ic].
+std::vector<float> channels_last(const std::vector<float>& x, int64_t n, int64_t ic, int64_t iw) {
+  std::vector<float> out(x.size());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t c = 0; c < ic; ++c)
+      for (int64_t i = 0; i < iw; ++i)
+        out[static_cast<size_t>((b * iw + i) * ic + c)] = x[static_cast<size_t>((b * ic + c) * iw + i)];
+  return out;
+}
+
 TEST(SmallConv, EqualsPlainConvolution) {
   using nn::detail::SmallConvGeometry;
   const auto fn = nn::detail::small_conv_fn(nn::detail::simd_level());
@@ -901,16 +911,7 @@ TEST(SmallConv, EqualsPlainConvolution) {
       }
     }
     for (bool nwc : {false, true}) {
-      std::vector<float> xin = x;  // [n][ic][iw] -> [n][iw][ic]
-      if (nwc) {
-        for (int64_t b = 0; b < cs.n; ++b) {
-          for (int64_t c = 0; c < cs.ic; ++c) {
-            for (int64_t i = 0; i < cs.iw; ++i) {
-              xin[static_cast<size_t>((b * cs.iw + i) * cs.ic + c)] = x[static_cast<size_t>((b * cs.ic + c) * cs.iw + i)];
-            }
-          }
-        }
-      }
+      const std::vector<float> xin = nwc ? channels_last(x, cs.n, cs.ic, cs.iw) : x;
       for (bool silu : {false, true}) {
         std::vector<float> y(static_cast<size_t>(cs.n * ow * cs.oc) + 1, -9.0f);
         const SmallConvGeometry g{cs.n, cs.ic, cs.oc, cs.iw, ow, cs.k, cs.stride, cs.pad_l, nwc};
@@ -965,13 +966,7 @@ TEST(SmallDeconv, EqualsPlainTransposedConvolution) {
     }
     std::vector<float> taps(static_cast<size_t>(cs.iw * 16));
     for (bool nwc : {false, true}) {
-      std::vector<float> xin = x;  // [n][ic][iw] -> [n][iw][ic]
-      if (nwc) {
-        for (int64_t b = 0; b < cs.n; ++b)
-          for (int64_t c = 0; c < cs.ic; ++c)
-            for (int64_t i = 0; i < cs.iw; ++i)
-              xin[static_cast<size_t>((b * cs.iw + i) * cs.ic + c)] = x[static_cast<size_t>((b * cs.ic + c) * cs.iw + i)];
-      }
+      const std::vector<float> xin = nwc ? channels_last(x, cs.n, cs.ic, cs.iw) : x;
       std::vector<float> y(static_cast<size_t>(cs.n * ow * cs.oc) + 1, -9.0f);
       const SmallConvGeometry g{cs.n, cs.ic, cs.oc, cs.iw, ow, cs.k, cs.stride, cs.pad_l, nwc};
       fn(g, xin.data(), packed.data(), bias.data(), y.data(), nwc, taps.data());
