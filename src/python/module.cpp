@@ -11,12 +11,9 @@
 #include <nanobind/stl/vector.h>
 
 #include <tbb/global_control.h>
-#include <tbb/task_group.h>
 #include "escpod/core/executor.hpp"
 #include "escpod/core/parallel.hpp"
 
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,17 +27,17 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "escpod/core/cancel.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/core/status.hpp"
+#include "escpod/pipeline/ops/read_lookup.hpp"
+#include "escpod/pipeline/ops/read_signals.hpp"
 #include "escpod/pod5/arrow_extensions.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/file_writer.hpp"
 #include "escpod/pod5/read_id.hpp"
-#include "escpod/pod5/read_id_map.hpp"
 #include "escpod/pod5/read_index.hpp"
 #include "escpod/pod5/records.hpp"
 #include "escpod/pod5/vbz.hpp"
@@ -54,6 +51,11 @@ using namespace nb::literals;
 
 namespace escpod::python {
 
+using pipeline::ReadLocation;
+using pipeline::ReadLocator;
+using pipeline::ReadSignalList;
+using pipeline::SampleKind;
+using pipeline::SignalChunkStream;
 using pod5::FileReader;
 using pod5::ReadBatch;
 using pod5::ReadId;
@@ -105,6 +107,11 @@ int resolve_threads(int n_threads) {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// The pool a call asked for n_threads (0: every core) runs on.
+Executor& executor_for(int n_threads) { return Executor::for_threads(resolve_threads(n_threads)); }
+
+SampleKind kind_of(bool pa) { return pa ? SampleKind::kPicoamps : SampleKind::kAdc; }
+
 // fn(i) -> Status for every i in [0, n) on the pool of n_threads, with the GIL released and
 // Ctrl-C polled (run_interruptible): items not yet started are skipped once one fails or Ctrl-C
 // is pressed. Raises the first error (KeyboardInterrupt for Ctrl-C).
@@ -137,27 +144,6 @@ struct RawBuffer {
   explicit RawBuffer(size_t n) : data(new T[n]), size(n) {}
   std::span<T> span() { return {data.get(), size}; }
 };
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and pages fault as usual
-#endif
-
-// Maps the pages under [p, p + bytes) in for writing in one call. Fresh memory that decoding is
-// about to fill otherwise takes one page fault per 4 KB page, two threads contending for the
-// page-table locks; populating each read's range first was ~20% cheaper in a probe on the build
-// VM (74 MB written by two threads in 74 KB pieces: 17.7-18.5 ms faulting, 14.1-15.8 ms
-// populating each piece first), and 1,000 random reads of the benchmark set took 56.9 ms against
-// 60.2 ms without it (medians of 20 alternating pairs). A hint: on failure the pages fault in.
-void populate_for_write(void* p, size_t bytes) {
-  static std::atomic<bool> supported{true};
-  if (bytes == 0 || !supported.load(std::memory_order_relaxed)) return;
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) & ~(page - 1);
-  if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) {
-    supported.store(false, std::memory_order_relaxed);
-  }
-}
 
 template <typename T>
 nb::object raw_to_numpy(RawBuffer<T>&& b) {
@@ -246,67 +232,32 @@ nb::dict batch_dict(ReadBatch&& b) {
 }
 
 // An open POD5 file. close() releases the mapping at once (Python's GC may run much later).
-// One read's samples (ADC counts) into `out`, with this thread's codec.
-Status decode_adc(const FileReader& r, std::span<const uint64_t> rows, std::span<int16_t> out) {
-  thread_local pod5::VbzCodec codec;
-  return r.read_signal(rows, out, codec);
-}
-
-// One read's samples in picoamps into `out`: decoded into this thread's ADC scratch (reused, no
-// allocation per read once warm), then calibrated with the one formula of signal/calibration.hpp
-// (equal to pod5's calibrate_signal_array).
-Status decode_pa(const FileReader& r, std::span<const uint64_t> rows, signal::Calibration c, std::span<float> out) {
-  thread_local std::vector<int16_t> adc;
-  adc.resize(out.size());
-  ESCPOD_RETURN_IF_ERROR(decode_adc(r, rows, adc));
-  signal::calibrate_to_pa(adc, c, out);
-  return Status::ok();
-}
-
-// A numpy array of n samples that `decode` fills with the GIL released; raises its error.
-template <typename T, typename Decode>
-nb::object decode_read(uint64_t n, Decode&& decode) {
+// One read's first n samples into a fresh numpy array (T: int16 ADC counts or float32
+// picoamps), decoded with the GIL released with this thread's scratch; raises the error.
+template <typename T>
+nb::object decode_read(const FileReader& r, const U64Array& rows, uint64_t n, signal::Calibration c) {
+  thread_local pipeline::DecodeScratch scratch;
+  constexpr SampleKind kind = std::is_same_v<T, float> ? SampleKind::kPicoamps : SampleKind::kAdc;
   RawBuffer<T> out(n);
   Status s;
   {
     nb::gil_scoped_release release;
-    s = decode(out.span());
+    s = pipeline::decode_read_samples(r, {rows.data(), rows.shape(0)}, c, kind, n,
+                                      reinterpret_cast<std::byte*>(out.data.get()), scratch);
   }
   if (!s.is_ok()) raise_status(s);
   return raw_to_numpy(std::move(out));
 }
 
 // How a File is opened: every reads batch validated up front (a standalone Reader, as pod5), or
-// for random access (a DatasetReader): each batch validated when first decoded, signal batches
-// loaded on first use, and rows read straight from the file (FileReader::read_batch_rows).
-// A random-access open also takes the batch layout that a fresh read-id index (`escpod index`)
-// stores for the file, so that opening reads no batch metadata; a layout that does not describe
-// the file is dropped and the file opened without it (its own errors are then the file's).
-// `index`: the index of the folder holding the file (nullptr: none, or not usable).
+// for random access (a DatasetReader: pipeline::open_for_random_access, with the layout a fresh
+// read-id index stores for the file).
 Result<std::unique_ptr<FileReader>> open_file(const std::string& path, bool validate_all_batches,
                                               const pod5::ReadIndex* index) {
+  if (!validate_all_batches) return pipeline::open_for_random_access(path, index);
   pod5::OpenOptions options;
-  options.validate_all_batches = validate_all_batches;
-  if (validate_all_batches) return FileReader::open(path, options);
-  pod5::BatchLayout layout;
-  const pod5::IndexedFile* entry = index ? index->verified_entry(path) : nullptr;
-  if (Result<pod5::BatchLayout> stored = entry ? pod5::decode_batch_layout(*entry) : Status::not_found("");
-      stored.is_ok()) {
-    layout = std::move(stored).value();
-    options.layout = &layout;
-  }
-  Result<std::unique_ptr<FileReader>> r = FileReader::open(path, options);
-  if (r.is_ok() || options.layout == nullptr) return r;
-  options.layout = nullptr;
+  options.validate_all_batches = true;
   return FileReader::open(path, options);
-}
-
-// The read-id index stored under `root` (ReadIndex::find_root), or nullptr (no root, or a damaged
-// index: not used).
-std::unique_ptr<pod5::ReadIndex> open_index(const std::filesystem::path& root) {
-  if (root.empty()) return nullptr;
-  Result<std::unique_ptr<pod5::ReadIndex>> index = pod5::ReadIndex::open(root);
-  return index.is_ok() ? std::move(index).value() : nullptr;
 }
 
 class File {
@@ -315,7 +266,7 @@ class File {
     Result<std::unique_ptr<FileReader>> r = [&] {
       nb::gil_scoped_release release;
       const std::unique_ptr<pod5::ReadIndex> index =
-          validate_all_batches ? nullptr : open_index(pod5::ReadIndex::find_root(path));
+          validate_all_batches ? nullptr : pipeline::open_usable_index(pod5::ReadIndex::find_root(path));
       return open_file(path, validate_all_batches, index.get());
     }();
     if (!r.is_ok()) raise_status(r.status());
@@ -400,16 +351,12 @@ class File {
 
   // Samples of one read (ADC counts) given its signal rows and sample count.
   nb::object signal(const U64Array& rows, uint64_t n_samples) const {
-    const std::span<const uint64_t> row_span(rows.data(), rows.shape(0));
-    return decode_read<int16_t>(n_samples, [&](std::span<int16_t> out) { return decode_adc(reader(), row_span, out); });
+    return decode_read<int16_t>(reader(), rows, n_samples, {});
   }
 
   // Samples of one read in picoamps (float32), decoded and calibrated in one pass.
   nb::object signal_pa(const U64Array& rows, uint64_t n_samples, float offset, float scale) const {
-    const std::span<const uint64_t> row_span(rows.data(), rows.shape(0));
-    return decode_read<float>(n_samples, [&](std::span<float> out) {
-      return decode_pa(reader(), row_span, {offset, scale}, out);
-    });
+    return decode_read<float>(reader(), rows, n_samples, {offset, scale});
   }
 
   // One stored signal chunk (a signal-table row) as (bytes as stored: VBZ or raw int16, sample
@@ -454,255 +401,86 @@ class File {
   std::shared_ptr<FileReader> m_reader;
 };
 
-// Where one read lies in a set of files.
-struct Location {
-  uint32_t file = 0;
-  uint32_t batch = 0;
-  uint32_t row = 0;
-};
-
-// The signals of a list of reads, given by (file, signal rows, sample count, calibration).
-struct SignalJob {
-  std::vector<std::shared_ptr<FileReader>> files;
-  std::vector<uint32_t> file_of;           // per read
-  std::vector<uint64_t> row_offsets{0};    // per read + 1, into rows
-  std::vector<uint64_t> rows;
-  std::vector<uint64_t> sample_offsets{0}; // per read + 1
-  std::vector<signal::Calibration> calibration;
-
-  size_t size() const { return file_of.size(); }
-
-  void add(uint32_t file, std::span<const uint64_t> read_rows, uint64_t n_samples,
-           signal::Calibration c) {
-    file_of.push_back(file);
-    rows.insert(rows.end(), read_rows.begin(), read_rows.end());
-    row_offsets.push_back(rows.size());
-    sample_offsets.push_back(sample_offsets.back() + n_samples);
-    calibration.push_back(c);
-  }
-
-  // Decodes reads [first, last) on n_threads into fresh memory `out` (float32 picoamps when pa,
-  // else int16), read i at sample sample_offsets[i] - sample_offsets[first]. Each worker maps in
-  // (populate_for_write) and fills the part of `out` its reads take. The error is the first
-  // failing read's; reads not yet started are skipped; Ctrl-C gives KeyboardInterrupt.
-  void decode(size_t first, size_t last, bool pa, int n_threads, void* out) const {
-    parallel_for_interruptible(n_threads, last - first, [&](size_t k) {
-      return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first], true);
-    });
-  }
-
-  // decode() for a short run of reads (one chunk of a stream, a few ms) into a recycled buffer
-  // (its pages mapped already: not populated again), inside the pool of n_threads (the calling
-  // thread one of them), without the helper thread and signal polling of run_interruptible (a
-  // stream is interruptible between chunks). Touches no Python object: runs off the GIL.
-  Status decode_chunk(size_t first, size_t last, bool pa, int n_threads, void* out) const {
-    auto one = [&](size_t k) {
-      return decode_one(first + k, pa, static_cast<std::byte*>(out), sample_offsets[first], false);
-    };
-    if (resolve_threads(n_threads) == 1) {
-      for (size_t k = 0; k < last - first; ++k) ESCPOD_RETURN_IF_ERROR(one(k));
-      return Status::ok();
-    }
-    return parallel_for(Executor::for_threads(resolve_threads(n_threads)), last - first, one);
-  }
-
-  // Every read into one buffer: (buffer, offsets).
-  nb::tuple run(bool pa, int n_threads) {
-    const uint64_t total = sample_offsets.back();
-    RawBuffer<int16_t> adc(pa ? 0 : total);
-    RawBuffer<float> picoamps(pa ? total : 0);
-    decode(0, size(), pa, n_threads, pa ? static_cast<void*>(picoamps.data.get()) : adc.data.get());
-    nb::object buf = pa ? raw_to_numpy(std::move(picoamps)) : raw_to_numpy(std::move(adc));
-    return nb::make_tuple(buf, vector_to_numpy(std::move(sample_offsets)));
-  }
-
- private:
-  Status decode_one(size_t i, bool pa, std::byte* out, uint64_t base, bool populate) const {
-    std::span<const uint64_t> rr(rows.data() + row_offsets[i], row_offsets[i + 1] - row_offsets[i]);
-    const uint64_t lo = sample_offsets[i] - base, len = sample_offsets[i + 1] - sample_offsets[i];
-    const FileReader& r = *files[file_of[i]];
-    if (!pa) {
-      int16_t* dst = reinterpret_cast<int16_t*>(out) + lo;
-      if (populate) populate_for_write(dst, len * sizeof(int16_t));
-      return decode_adc(r, rr, {dst, len});
-    }
-    float* dst = reinterpret_cast<float*>(out) + lo;
-    if (populate) populate_for_write(dst, len * sizeof(float));
-    return decode_pa(r, rr, calibration[i], {dst, len});
-  }
-};
-
-// Output buffers recycled within one signal stream: a chunk's buffer comes back when numpy frees
-// the chunk's arrays and a later chunk reuses it, so streaming a whole file faults in the pages
-// of only the first few chunks. (First touch of fresh memory cost as much CPU as decoding into
-// it on the build VM: ~0.14 s per 384 MB, kernel page faults and memcg accounting.)
-class BufferPool {
- public:
-  struct Buffer {
-    std::unique_ptr<std::byte[]> data;
-    size_t bytes = 0;
-  };
-
-  Buffer take(size_t bytes) {
-    {
-      std::lock_guard lock(m_mutex);
-      for (auto it = m_free.begin(); it != m_free.end(); ++it) {
-        if (it->bytes < bytes) continue;
-        Buffer b = std::move(*it);
-        m_free.erase(it);
-        return b;
-      }
-    }
-    return Buffer{std::unique_ptr<std::byte[]>(new std::byte[bytes]), bytes};
-  }
-
-  // Keeps at most kMaxFree buffers (a consumer holding arrays of two chunks still finds one).
-  void give_back(Buffer b) {
-    std::lock_guard lock(m_mutex);
-    if (m_free.size() < kMaxFree) m_free.push_back(std::move(b));
-  }
-
- private:
-  static constexpr size_t kMaxFree = 3;
-  std::mutex m_mutex;
-  std::vector<Buffer> m_free;
-};
-
-// A numpy array of the first n elements of a pooled buffer, which goes back to the pool when
-// numpy frees the array (and every view of it).
-template <typename T>
-nb::object pooled_to_numpy(std::shared_ptr<BufferPool> pool, BufferPool::Buffer&& buffer, size_t n) {
-  struct Owner {
-    std::shared_ptr<BufferPool> pool;
-    BufferPool::Buffer buffer;
-  };
-  auto* owner = new Owner{std::move(pool), std::move(buffer)};
-  T* data = reinterpret_cast<T*>(owner->buffer.data.get());
-  nb::capsule cap(owner, [](void* p) noexcept {
-    auto* o = static_cast<Owner*>(p);
-    o->pool->give_back(std::move(o->buffer));
-    delete o;
+// Every read of a list decoded into one fresh buffer on n_threads (GIL released, Ctrl-C polled):
+// (buffer, offsets), read i at buffer[offsets[i]:offsets[i + 1]].
+nb::tuple decode_all(const ReadSignalList& reads, bool pa, int n_threads) {
+  const uint64_t total = reads.sample_offsets().back();
+  RawBuffer<int16_t> adc(pa ? 0 : total);
+  RawBuffer<float> picoamps(pa ? total : 0);
+  void* out = pa ? static_cast<void*>(picoamps.data.get()) : static_cast<void*>(adc.data.get());
+  Status s = run_interruptible([&](const std::atomic<bool>&) {
+    return pipeline::decode_reads(reads, 0, reads.size(), kind_of(pa), out, executor_for(n_threads));
   });
+  if (!s.is_ok()) raise_status(s);
+  nb::object buf = pa ? raw_to_numpy(std::move(picoamps)) : raw_to_numpy(std::move(adc));
+  return nb::make_tuple(buf, vector_to_numpy(std::vector<uint64_t>(reads.sample_offsets())));
+}
+
+// A numpy array of the first n elements of a chunk's buffer, which goes back to its stream's
+// pool when numpy frees the array (and every view of it).
+template <typename T>
+nb::object pooled_to_numpy(pipeline::SignalBufferPool::Buffer&& buffer, size_t n) {
+  auto* owner = new pipeline::SignalBufferPool::Buffer(std::move(buffer));
+  T* data = reinterpret_cast<T*>(owner->data());
+  nb::capsule cap(owner, [](void* p) noexcept { delete static_cast<pipeline::SignalBufferPool::Buffer*>(p); });
   return nb::ndarray<nb::numpy, T, nb::ndim<1>>(data, {n}, cap).cast();
 }
 
-// The reads of a SignalJob decoded chunk by chunk (about chunk_samples samples each, at least
-// one read), each chunk on n_threads into a recycled buffer: next() gives (buffer, offsets) of
-// the next chunk, read k of it at buffer[offsets[k]:offsets[k+1]], or None after the last. The
-// chunk after the one returned is decoded while Python uses it (a task in the pool, joined by
-// the next call), so the pool's threads do not wait on the consumer between chunks.
+// The library's chunk stream (pipeline::SignalChunkStream) for Python: next() gives (buffer,
+// offsets) of the next chunk, read k of it at buffer[offsets[k]:offsets[k+1]], or None after the
+// last. Decoding runs ahead while Python uses a chunk; next() waits with the GIL released.
 class SignalStream {
  public:
-  SignalStream(SignalJob&& job, bool pa, int n_threads, uint64_t chunk_samples)
-      : m_job(std::make_shared<const SignalJob>(std::move(job))), m_pa(pa), m_threads(n_threads),
-        m_chunk_samples(std::max<uint64_t>(1, chunk_samples)) {}
-  SignalStream(SignalStream&&) = default;
-  ~SignalStream() {
-    try {
-      join();
-    } catch (...) {  // a decode that threw: nothing left to report it to
-    }
-  }
+  SignalStream(ReadSignalList&& reads, bool pa, int n_threads, uint64_t chunk_samples)
+      : m_stream(std::make_unique<SignalChunkStream>(std::make_shared<const ReadSignalList>(std::move(reads)),
+                                                     kind_of(pa), resolve_threads(n_threads), chunk_samples)),
+        m_pa(pa) {}
 
   nb::object next() {
-    if (!m_pending) {
-      if (m_next >= m_job->size()) return nb::none();
-      start_next();
-    }
+    Result<std::optional<pipeline::SignalChunk>> c = Status::ok();
     {
       nb::gil_scoped_release release;
-      join();
+      c = m_stream->next();
     }
-    std::unique_ptr<Chunk> c = std::move(m_pending);
-    if (!c->status.is_ok()) raise_status(c->status);
-    if (m_next < m_job->size()) start_next();
-    const auto& off = m_job->sample_offsets;
-    const uint64_t n = off[c->last] - off[c->first];
-    std::vector<uint64_t> offsets(off.begin() + static_cast<ptrdiff_t>(c->first),
-                                  off.begin() + static_cast<ptrdiff_t>(c->last) + 1);
-    for (uint64_t& o : offsets) o -= off[c->first];
-    nb::object array = m_pa ? pooled_to_numpy<float>(m_pool, std::move(c->buffer), n)
-                            : pooled_to_numpy<int16_t>(m_pool, std::move(c->buffer), n);
+    if (!c.is_ok()) raise_status(c.status());
+    if (!c->has_value()) return nb::none();
+    pipeline::SignalChunk& chunk = **c;
+    const auto& off = m_stream->reads().sample_offsets();
+    const uint64_t first = off[chunk.first_read];
+    std::vector<uint64_t> offsets(off.begin() + static_cast<ptrdiff_t>(chunk.first_read),
+                                  off.begin() + static_cast<ptrdiff_t>(chunk.end_read) + 1);
+    for (uint64_t& o : offsets) o -= first;
+    const uint64_t n = offsets.back();
+    nb::object array = m_pa ? pooled_to_numpy<float>(std::move(chunk.buffer), n)
+                            : pooled_to_numpy<int16_t>(std::move(chunk.buffer), n);
     return nb::make_tuple(array, vector_to_numpy(std::move(offsets)));
   }
 
-  size_t n_reads() const { return m_job->size(); }
+  size_t n_reads() const { return m_stream->n_reads(); }
 
  private:
-  struct Chunk {
-    size_t first = 0, last = 0;
-    BufferPool::Buffer buffer;
-    Status status;
-  };
-
-  // Takes the reads of the next chunk and starts decoding them in the pool.
-  void start_next() {
-    auto c = std::make_unique<Chunk>();
-    c->first = m_next;
-    c->last = c->first + 1;
-    const auto& off = m_job->sample_offsets;
-    while (c->last < m_job->size() && off[c->last + 1] - off[c->first] <= m_chunk_samples) ++c->last;
-    m_next = c->last;
-    // Every buffer holds at least a full chunk, so any later chunk but an outsized read fits one.
-    const size_t elem = m_pa ? sizeof(float) : sizeof(int16_t);
-    c->buffer = m_pool->take(std::max<uint64_t>(off[c->last] - off[c->first], m_chunk_samples) * elem);
-    Chunk* chunk = c.get();
-    m_pending = std::move(c);
-    if (!m_group) m_group = std::make_unique<tbb::task_group>();
-    executor().execute([&] {
-      m_group->run([job = m_job, chunk, pa = m_pa, threads = m_threads] {
-        chunk->status = job->decode_chunk(chunk->first, chunk->last, pa, threads, chunk->buffer.data.get());
-      });
-    });
-  }
-
-  // Waits for the chunk in flight (the calling thread works on it meanwhile).
-  void join() {
-    if (m_group) executor().execute([&] { m_group->wait(); });
-  }
-
-  Executor& executor() const { return Executor::for_threads(resolve_threads(m_threads)); }
-
-  std::shared_ptr<const SignalJob> m_job;
+  std::unique_ptr<SignalChunkStream> m_stream;
   bool m_pa;
-  int m_threads;
-  uint64_t m_chunk_samples;
-  size_t m_next = 0;
-  std::unique_ptr<Chunk> m_pending;  // started, not yet returned
-  std::unique_ptr<tbb::task_group> m_group;
-  std::shared_ptr<BufferPool> m_pool = std::make_shared<BufferPool>();
 };
 
-// Where read ids are in a set of files. A file covered by a persistent read-id index
-// (`escpod index`, pod5/read_index.hpp) whose entry is verified (size, mtime and footer file
-// identifier match) is looked up there; every other file's read-id column is scanned (ids only,
-// batches in parallel) into a hash map. No other column is decoded to build it: batches are
-// decoded when a signal look-up needs them. Not thread-safe (called with the GIL held).
+// The library's read-id lookup over open files (pipeline::ReadLocator) for Python. Called with
+// the GIL held; the parallel steps run with it released.
 class Index {
  public:
   Index(std::vector<File*> files, int n_threads, bool use_read_index) {
-    for (File* f : files) m_files.push_back(f->shared());
-    m_first_batch.push_back(0);
-    for (const auto& f : m_files) m_first_batch.push_back(m_first_batch.back() + f->n_read_batches());
-    m_batches.resize(m_first_batch.back());
-    m_batch_ids.resize(m_first_batch.back());
-    m_indexed.assign(m_files.size(), false);
-    if (use_read_index) open_read_indexes();
-    scan_ids(n_threads);
+    std::vector<std::shared_ptr<const FileReader>> readers;
+    for (File* f : files) readers.push_back(f->shared());
+    Status s = run_interruptible([&](const std::atomic<bool>&) -> Status {
+      ESCPOD_ASSIGN_OR_RETURN(m_locator, ReadLocator::build(std::move(readers), use_read_index, executor_for(n_threads)));
+      return Status::ok();
+    });
+    if (!s.is_ok()) raise_status(s);
   }
-  Index(const Index&) = delete;  // (vector<unique_ptr> claims to be copyable; nanobind asks)
-  Index& operator=(const Index&) = delete;
 
-  size_t n_reads() const {
-    size_t n = 0;
-    for (const auto& f : m_files) n += f->info().n_reads;
-    return n;
-  }
-  // Ids held more than once: exact over the scanned files; in files a persistent index covers,
-  // only those lookups found so far (complete() says whether every file was scanned).
-  size_t n_duplicates() const { return m_n_duplicates + m_n_duplicates_seen; }
-  bool complete() const { return m_n_indexed == 0; }
-  size_t n_indexed_files() const { return m_n_indexed; }
+  size_t n_reads() const { return m_locator->n_reads(); }
+  size_t n_duplicates() const { return m_locator->n_duplicates(); }
+  bool complete() const { return m_locator->complete(); }
+  size_t n_indexed_files() const { return m_locator->n_indexed_files(); }
 
   // (file, batch, row) arrays, -1 where an id is absent; the first file (in the order given)
   // holding an id wins.
@@ -710,7 +488,7 @@ class Index {
     std::vector<ReadId> v = ids_from_numpy(ids);
     std::vector<int64_t> file(v.size(), -1), batch(v.size(), -1), row(v.size(), -1);
     for (size_t i = 0; i < v.size(); ++i) {
-      const std::optional<Location> loc = locate(v[i]);
+      const std::optional<ReadLocation> loc = locate(v[i]);
       if (!loc) continue;
       file[i] = loc->file;
       batch[i] = loc->batch;
@@ -725,235 +503,61 @@ class Index {
   nb::object find(const std::string& text) {
     Result<ReadId> id = ReadId::parse(text);
     if (!id.is_ok()) raise_status(id.status());
-    const std::optional<Location> loc = locate(*id);
+    const std::optional<ReadLocation> loc = locate(*id);
     if (!loc) return nb::none();
     return nb::make_tuple(loc->file, loc->batch, loc->row);
   }
 
-  // Signals of the reads `ids` (all must be present): (buffer, offsets) as SignalJob::run.
-  nb::tuple signals(const IdArray& ids, bool pa, int n_threads) { return job_of(ids, n_threads).run(pa, n_threads); }
+  // Signals of the reads `ids` (all must be present): (buffer, offsets) as decode_all.
+  nb::tuple signals(const IdArray& ids, bool pa, int n_threads) { return decode_all(list_of(ids, n_threads), pa, n_threads); }
 
   // The same reads as a stream of chunks (SignalStream): memory bounded by a few chunks.
   SignalStream signal_stream(const IdArray& ids, bool pa, int n_threads, uint64_t chunk_samples) {
-    return SignalStream(job_of(ids, n_threads), pa, n_threads, chunk_samples);
+    return SignalStream(list_of(ids, n_threads), pa, n_threads, chunk_samples);
   }
 
  private:
-  struct Persistent {
-    std::unique_ptr<pod5::ReadIndex> index;
-    std::unordered_map<uint32_t, uint32_t> file_of_slot;
-  };
-
-  // Files under a folder holding a usable index, with a verified entry, are looked up there. A
-  // damaged or missing index is not used (its files are scanned).
-  void open_read_indexes() {
-    std::map<std::filesystem::path, size_t> by_root;  // root -> m_persistent index
-    for (uint32_t fi = 0; fi < m_files.size(); ++fi) {
-      const std::filesystem::path& path = m_files[fi]->path();
-      const std::filesystem::path root = pod5::ReadIndex::find_root(path);
-      if (root.empty()) continue;
-      auto it = by_root.find(root);
-      if (it == by_root.end()) {
-        Result<std::unique_ptr<pod5::ReadIndex>> opened = pod5::ReadIndex::open(root);
-        it = by_root.emplace(root, opened.is_ok() ? m_persistent.size() : SIZE_MAX).first;
-        if (opened.is_ok()) m_persistent.push_back({std::move(opened).value(), {}});
-      }
-      if (it->second == SIZE_MAX) continue;
-      Persistent& p = m_persistent[it->second];
-      const pod5::IndexedFile* entry = p.index->verified_entry(path);
-      if (!entry || entry->n_batches != m_files[fi]->n_read_batches()) continue;
-      p.file_of_slot.emplace(entry->slot, fi);
-      m_indexed[fi] = true;
-      ++m_n_indexed;
-    }
+  std::optional<ReadLocation> locate(const ReadId& id) {
+    Result<std::optional<ReadLocation>> loc = m_locator->locate(id);
+    if (!loc.is_ok()) raise_status(loc.status());
+    return *loc;
   }
 
-  // The read ids of every batch of the files not indexed, in parallel, into the hash map.
-  void scan_ids(int n_threads) {
-    std::vector<size_t> todo;  // global batch numbers
-    for (size_t fi = 0; fi < m_files.size(); ++fi) {
-      if (m_indexed[fi]) continue;
-      for (size_t g = m_first_batch[fi]; g < m_first_batch[fi + 1]; ++g) todo.push_back(g);
-    }
-    parallel_for_interruptible(n_threads, todo.size(), [&](size_t k) -> Status {
-      const auto [fi, bi] = file_batch(todo[k]);
-      ESCPOD_ASSIGN_OR_RETURN(m_batch_ids[todo[k]], m_files[fi]->read_batch_ids(bi));
+  // The reads `ids` in the order given, located and their rows read on n_threads; KeyError naming
+  // the first absent id.
+  ReadSignalList list_of(const IdArray& ids, int n_threads) {
+    const std::vector<ReadId> v = ids_from_numpy(ids);
+    std::vector<std::optional<ReadLocation>> found;
+    Status s = run_interruptible([&](const std::atomic<bool>&) -> Status {
+      ESCPOD_ASSIGN_OR_RETURN(found, m_locator->locate_all(v, executor_for(n_threads)));
       return Status::ok();
     });
-    size_t total = 0;
-    for (size_t g : todo) total += m_batch_ids[g].size();
-    m_map.reserve(total);
-    for (size_t g : todo) {
-      const auto [fi, bi] = file_batch(g);
-      const auto& ids = m_batch_ids[g];
-      for (size_t r = 0; r < ids.size(); ++r) {
-        if (!m_map.try_emplace(ids[r], Location{fi, bi, static_cast<uint32_t>(r)}).second) ++m_n_duplicates;
-      }
-    }
-  }
-
-  std::pair<uint32_t, uint32_t> file_batch(size_t g) const {
-    const auto fi = static_cast<uint32_t>(
-        std::upper_bound(m_first_batch.begin(), m_first_batch.end(), g) - m_first_batch.begin() - 1);
-    return {fi, static_cast<uint32_t>(g - m_first_batch[fi])};
-  }
-
-  // Where `id` is held: the best place (the first file in the order given) and how many places
-  // hold it, from the scanned files' map and each persistent index. Rows an index names are not
-  // checked here (*unchecked: whether one is in a file whose rows cannot be read alone, which
-  // locate() then checks). Reads only: safe on several threads, each with its own `hits`.
-  struct Found {
-    std::optional<Location> best;
-    size_t n_places = 0;
-    bool unchecked = false;
-  };
-  template <typename OnIndexedRow>
-  Status find_places(const ReadId& id, std::vector<pod5::IndexHit>& hits, Found* out,
-                     OnIndexedRow&& on_indexed_row) const {
-    *out = Found{};
-    if (const Location* scanned = m_map.find(id)) {
-      out->best = *scanned;
-      ++out->n_places;
-    }
-    for (const Persistent& p : m_persistent) {
-      hits.clear();
-      ESCPOD_RETURN_IF_ERROR(p.index->lookup(id, &hits));
-      for (const pod5::IndexHit& h : hits) {
-        auto f = p.file_of_slot.find(h.slot);
-        if (f == p.file_of_slot.end()) continue;
-        const Location loc{f->second, h.batch, h.row};
-        on_indexed_row(loc);
-        out->unchecked |= !m_files[loc.file]->reads_rows_from_file();
-        ++out->n_places;
-        if (!out->best || loc.file < out->best->file) out->best = loc;
-      }
-    }
-    return Status::ok();
-  }
-
-  // The first place `id` is held, in file order: the scanned files' map, then each persistent
-  // index; a row an index names is checked against the id it holds (an index that does not
-  // describe its file raises, naming it, rather than answer with another read).
-  std::optional<Location> locate(const ReadId& id) {
-    Found found;
-    Status s = find_places(id, m_hits, &found, [&](const Location& loc) { check_indexed_row(loc, id); });
     if (!s.is_ok()) raise_status(s);
-    count_places(found);
-    return found.best;
-  }
-
-  void count_places(const Found& found) {
-    if (found.n_places > 1 && m_persistent.size() > 0) ++m_n_duplicates_seen;
-  }
-
-  // The reads `ids` (all must be present; KeyError naming the first absent) as a SignalJob, in
-  // the order given: located on n_threads, each row read alone where its file allows.
-  SignalJob job_of(const IdArray& ids, int n_threads) {
-    std::vector<ReadId> v = ids_from_numpy(ids);
-    SignalJob job;
-    job.files = m_files;
-    job.file_of.reserve(v.size());
-    const std::vector<Location> where = locate_all(v, n_threads);
-    std::vector<ReadBatch> rows = read_rows(where, n_threads);
+    std::vector<ReadLocation> where(v.size());
     for (size_t i = 0; i < v.size(); ++i) {
-      if (rows[i].size() && rows[i].read_id[0] != v[i]) check_indexed_row(where[i], v[i]);  // raises
-      const ReadBatch& b = rows[i].size() ? rows[i] : batch(where[i].file, where[i].batch);
-      const size_t r = rows[i].size() ? 0 : where[i].row;
-      job.add(where[i].file, b.rows_of(r), b.num_samples[r], {b.calibration_offset[r], b.calibration_scale[r]});
-    }
-    return job;
-  }
-
-  // locate() for many ids, the index look-ups on n_threads: rows in files that cannot read rows
-  // alone are checked here, the others are left to the caller, who reads each row alone and
-  // compares its id (check_indexed_row on a mismatch). KeyError naming the first absent id.
-  std::vector<Location> locate_all(const std::vector<ReadId>& ids, int n_threads) {
-    std::vector<Found> found(ids.size());
-    parallel_for_interruptible(n_threads, ids.size(), [&](size_t i) {
-      thread_local std::vector<pod5::IndexHit> hits;
-      return find_places(ids[i], hits, &found[i], [](const Location&) {});
-    });
-    std::vector<Location> where(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (found[i].unchecked) found[i].best = locate(ids[i]);  // counts its places itself
-      else count_places(found[i]);
-      if (!found[i].best) {
-        PyErr_SetString(PyExc_KeyError, ("read " + ids[i].to_string() + " is in none of the files").c_str());
+      if (!found[i]) {
+        PyErr_SetString(PyExc_KeyError, ("read " + v[i].to_string() + " is in none of the files").c_str());
         throw nb::python_error();
       }
-      where[i] = *found[i].best;
+      where[i] = *found[i];
     }
-    return where;
-  }
-
-  void check_indexed_row(const Location& loc, const ReadId& id) {
-    const FileReader& f = *m_files[loc.file];
-    const size_t g = m_first_batch[loc.file] + loc.batch;
-    if (loc.batch >= f.n_read_batches() || loc.row >= f.batch_rows(loc.batch)) {
-      raise_status(Status::corrupt(f.path().string() + ": the read-id index names reads batch " +
-                                   std::to_string(loc.batch) + " row " + std::to_string(loc.row) +
-                                   ", which the file does not have (run `escpod index` again)"));
-    }
-    if (m_batch_ids[g].empty()) {
-      Result<std::vector<ReadId>> ids = f.read_batch_ids(loc.batch);
-      if (!ids.is_ok()) raise_status(ids.status());
-      m_batch_ids[g] = std::move(ids).value();
-    }
-    if (m_batch_ids[g][loc.row] != id) {
-      raise_status(Status::corrupt(f.path().string() + ": the read-id index places read " + id.to_string() +
-                                   " at reads batch " + std::to_string(loc.batch) + " row " +
-                                   std::to_string(loc.row) + ", which holds " +
-                                   m_batch_ids[g][loc.row].to_string() + " (run `escpod index` again)"));
-    }
-  }
-
-  // The rows at `where`, each read alone from its file, in parallel, for files that read rows
-  // straight from the file (random-access opens) and whose batch is not decoded already; the
-  // others are left empty (the caller takes them from the decoded batch). Reading one row costs
-  // a few small preads; decoding its whole batch ~1,000 rows' worth of columns.
-  std::vector<ReadBatch> read_rows(const std::vector<Location>& where, int n_threads) {
-    std::vector<ReadBatch> rows(where.size());
-    auto from_file = [&](const Location& w) {
-      return m_files[w.file]->reads_rows_from_file() && !m_batches[m_first_batch[w.file] + w.batch];
-    };
-    if (std::none_of(where.begin(), where.end(), from_file)) return rows;
-    parallel_for_interruptible(n_threads, where.size(), [&](size_t i) -> Status {
-      if (!from_file(where[i])) return Status::ok();
-      ESCPOD_ASSIGN_OR_RETURN(rows[i], m_files[where[i].file]->read_signal_ref(where[i].batch, where[i].row));
+    std::optional<ReadSignalList> list;
+    s = run_interruptible([&](const std::atomic<bool>&) -> Status {
+      ESCPOD_ASSIGN_OR_RETURN(list, m_locator->signals_at(v, where, executor_for(n_threads)));
       return Status::ok();
     });
-    return rows;
+    if (!s.is_ok()) raise_status(s);
+    return std::move(*list);
   }
 
-  const ReadBatch& batch(uint32_t file, uint32_t batch_idx) {
-    const size_t g = m_first_batch[file] + batch_idx;
-    if (!m_batches[g]) {
-      Result<ReadBatch> b = m_files[file]->read_batch(batch_idx);
-      if (!b.is_ok()) raise_status(b.status());
-      m_batches[g] = std::make_unique<const ReadBatch>(std::move(b).value());
-    }
-    return *m_batches[g];
-  }
-
-  std::vector<std::shared_ptr<FileReader>> m_files;
-  std::vector<size_t> m_first_batch;                     // per file + 1: global batch numbers
-  std::vector<std::unique_ptr<const ReadBatch>> m_batches;  // decoded on demand
-  std::vector<std::vector<ReadId>> m_batch_ids;          // per global batch (scanned or checked)
-  std::vector<bool> m_indexed;                           // per file: a persistent index covers it
-  size_t m_n_indexed = 0;
-  std::vector<Persistent> m_persistent;
-  std::vector<pod5::IndexHit> m_hits;                    // lookup scratch
-  pod5::ReadIdMap<Location> m_map;  // the scanned files' ids
-  size_t m_n_duplicates = 0;       // in the scanned files
-  size_t m_n_duplicates_seen = 0;  // ids found in more than one place by lookups using an index
+  std::unique_ptr<ReadLocator> m_locator;
 };
 
-// The reads of one file given batch and row arrays.
-SignalJob file_job(File& f, const I64Array& batches, const I64Array& rows) {
+// The reads of one file given batch and row arrays (IndexError for one out of range).
+ReadSignalList file_list(File& f, const I64Array& batches, const I64Array& rows) {
   const FileReader& r = f.reader();
   if (batches.shape(0) != rows.shape(0)) throw nb::value_error("batches and rows differ in length");
-  SignalJob job;
-  job.files = {f.shared()};
+  ReadSignalList list({f.shared()});
   std::vector<std::unique_ptr<ReadBatch>> cache(r.n_read_batches());
   for (size_t i = 0; i < rows.shape(0); ++i) {
     const int64_t bi = batches.data()[i], ri = rows.data()[i];
@@ -965,25 +569,24 @@ SignalJob file_job(File& f, const I64Array& batches, const I64Array& rows) {
     }
     const ReadBatch& b = *cache[bi];
     if (ri < 0 || static_cast<size_t>(ri) >= b.size()) throw nb::index_error("row index out of range");
-    job.add(0, b.rows_of(ri), b.num_samples[ri], {b.calibration_offset[ri], b.calibration_scale[ri]});
+    list.add_row(0, b, static_cast<size_t>(ri));
   }
-  return job;
+  return list;
 }
 
 // Every read of a file in file order; their ids into `ids` when given.
-SignalJob all_job(File& f, std::vector<ReadId>* ids) {
+ReadSignalList all_list(File& f, std::vector<ReadId>* ids) {
   const FileReader& r = f.reader();
-  SignalJob job;
-  job.files = {f.shared()};
+  ReadSignalList list({f.shared()});
   for (size_t bi = 0; bi < r.n_read_batches(); ++bi) {
     Result<ReadBatch> b = r.read_batch(bi);
     if (!b.is_ok()) raise_status(b.status());
     for (size_t i = 0; i < b->size(); ++i) {
-      job.add(0, b->rows_of(i), b->num_samples[i], {b->calibration_offset[i], b->calibration_scale[i]});
+      list.add_row(0, *b, i);
       if (ids) ids->push_back(b->read_id[i]);
     }
   }
-  return job;
+  return list;
 }
 
 // Opens `paths` for random access (open_file) on n_threads: a list of Files in the order given.
@@ -995,7 +598,7 @@ nb::list open_files(const std::vector<std::string>& paths, int n_threads) {
   for (size_t i = 0; i < paths.size(); ++i) {
     const std::filesystem::path root = pod5::ReadIndex::find_root(paths[i]);
     auto it = index_of_root.find(root);
-    if (it == index_of_root.end()) it = index_of_root.emplace(root, open_index(root)).first;
+    if (it == index_of_root.end()) it = index_of_root.emplace(root, pipeline::open_usable_index(root)).first;
     index[i] = it->second.get();
   }
   std::vector<std::unique_ptr<FileReader>> readers(paths.size());
@@ -1010,13 +613,13 @@ nb::list open_files(const std::vector<std::string>& paths, int n_threads) {
 
 // Signals of reads of one file given batch and row arrays: (buffer, offsets).
 nb::tuple file_signals(File& f, const I64Array& batches, const I64Array& rows, bool pa, int n_threads) {
-  return file_job(f, batches, rows).run(pa, n_threads);
+  return decode_all(file_list(f, batches, rows), pa, n_threads);
 }
 
 // Every read of a file: (buffer, offsets, read ids) in file order.
 nb::tuple all_signals(File& f, bool pa, int n_threads) {
   std::vector<ReadId> ids;
-  nb::tuple t = all_job(f, &ids).run(pa, n_threads);
+  nb::tuple t = decode_all(all_list(f, &ids), pa, n_threads);
   return nb::make_tuple(t[0], t[1], ids_to_numpy(std::move(ids)));
 }
 
@@ -1282,11 +885,11 @@ NB_MODULE(_core, m) {
       .def("next", &SignalStream::next)
       .def_prop_ro("n_reads", &SignalStream::n_reads);
   m.def("all_signal_stream", [](File& f, bool pa, int n_threads, uint64_t chunk_samples) {
-    return SignalStream(all_job(f, nullptr), pa, n_threads, chunk_samples);
+    return SignalStream(all_list(f, nullptr), pa, n_threads, chunk_samples);
   }, "file"_a, "pa"_a, "n_threads"_a, "chunk_samples"_a);
   m.def("file_signal_stream", [](File& f, const I64Array& batches, const I64Array& rows, bool pa, int n_threads,
                                  uint64_t chunk_samples) {
-    return SignalStream(file_job(f, batches, rows), pa, n_threads, chunk_samples);
+    return SignalStream(file_list(f, batches, rows), pa, n_threads, chunk_samples);
   }, "file"_a, "batches"_a, "rows"_a, "pa"_a, "n_threads"_a, "chunk_samples"_a);
   m.def("pack_ids", &pack_ids, "texts"_a, "invalid_ok"_a = false);
   m.def("vbz_compress", &vbz_compress, "samples"_a);

@@ -246,3 +246,19 @@ def test_dataset_persistent_index_stale_file_scanned(shared_data, tmp_path, escp
             rec = ds.get_read(first_ids[0])
         assert str(rec.read_id) == first_ids[0] and ds.get_path(first_ids[0]).parent.name == "d0"
         assert ds.has_duplicate()
+
+
+def test_dataset_damaged_index_is_said_and_scanned(shared_data, tmp_path, escpod_bin, capfd):
+    """A read-id index that cannot be opened is not used: the files are scanned, reads are found
+    all the same, and the library says why on stderr (before, it was dropped without a word)."""
+    files = _indexed_copy(shared_data, tmp_path, escpod_bin)
+    manifest = tmp_path / ".escpod-index" / "manifest"
+    manifest.write_bytes(b"not a manifest\n")
+    with pod5.Reader(files[0]) as r:
+        rid = str(r.read_ids[3])
+        signal = next(rec.signal_pa for rec in r if str(rec.read_id) == rid)
+    with escpod.DatasetReader(tmp_path, recursive=True) as ds:
+        ds.index_read_ids()
+        assert ds._index.n_indexed_files == 0 and ds._index.complete
+        assert np.array_equal(ds.get_signals([rid])[0], signal)
+    assert "read-id index not used" in capfd.readouterr().err

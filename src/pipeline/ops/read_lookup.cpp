@@ -5,7 +5,11 @@
 #include <optional>
 #include <unordered_map>
 
+#include <tbb/enumerable_thread_specific.h>
+
 #include "escpod/core/log.hpp"
+#include "escpod/core/parallel.hpp"
+#include "escpod/core/staged_file.hpp"
 #include "escpod/pod5/read_index.hpp"
 #include "pipeline/ops/read_stream.hpp"
 
@@ -32,11 +36,7 @@ std::vector<IndexedInput> find_index_entries(const std::vector<fs::path>& inputs
     if (r == root_of_dir.end()) r = root_of_dir.emplace(dir, pod5::ReadIndex::find_root(inputs[i])).first;
     if (r->second.empty()) continue;
     auto it = indexes.find(r->second);
-    if (it == indexes.end()) {
-      auto opened = pod5::ReadIndex::open(r->second);
-      if (!opened.is_ok()) log::warn("read-id index not used (its files are scanned): {}", opened.status().message());
-      it = indexes.emplace(r->second, opened.is_ok() ? std::move(opened).value() : nullptr).first;
-    }
+    if (it == indexes.end()) it = indexes.emplace(r->second, open_usable_index(r->second)).first;
     if (!it->second) continue;
     const pod5::IndexedFile* entry = it->second->fresh_entry(inputs[i]);
     if (!entry) {
@@ -224,6 +224,249 @@ Result<std::vector<FoundRead>> find_reads(const std::vector<fs::path>& inputs,
     }
   }
   return out;
+}
+
+std::unique_ptr<pod5::ReadIndex> open_usable_index(const fs::path& root) {
+  if (root.empty()) return nullptr;
+  Result<std::unique_ptr<pod5::ReadIndex>> index = pod5::ReadIndex::open(root);
+  if (index.is_ok()) return std::move(index).value();
+  log::warn("read-id index not used (its files are scanned): {}", index.status().message());
+  return nullptr;
+}
+
+Result<std::unique_ptr<pod5::FileReader>> open_for_random_access(const fs::path& path, const pod5::ReadIndex* index) {
+  pod5::OpenOptions options;
+  options.validate_all_batches = false;
+  pod5::BatchLayout layout;
+  const pod5::IndexedFile* entry = index ? index->verified_entry(path) : nullptr;
+  if (Result<pod5::BatchLayout> stored = entry ? pod5::decode_batch_layout(*entry) : Status::not_found("");
+      stored.is_ok()) {
+    layout = std::move(stored).value();
+    options.layout = &layout;
+  }
+  Result<std::unique_ptr<pod5::FileReader>> r = pod5::FileReader::open(path, options);
+  if (r.is_ok() || options.layout == nullptr) return r;
+  options.layout = nullptr;
+  return pod5::FileReader::open(path, options);
+}
+
+// ---- ReadLocator ----------------------------------------------------------------------------
+
+// Where an id is held: the best place (the first file in the order given) and how many places
+// hold it. `unchecked`: a row an index names in a file whose rows cannot be read alone was not
+// checked against the id (locate() then checks it).
+struct ReadLocator::Found {
+  std::optional<ReadLocation> best;
+  size_t n_places = 0;
+  bool unchecked = false;
+};
+
+ReadLocator::ReadLocator(std::vector<std::shared_ptr<const pod5::FileReader>> files) : m_files(std::move(files)) {
+  m_first_batch.push_back(0);
+  for (const auto& f : m_files) m_first_batch.push_back(m_first_batch.back() + f->n_read_batches());
+  m_batches.resize(m_first_batch.back());
+  m_batch_ids.resize(m_first_batch.back());
+  m_indexed.assign(m_files.size(), false);
+}
+
+Result<std::unique_ptr<ReadLocator>> ReadLocator::build(std::vector<std::shared_ptr<const pod5::FileReader>> files,
+                                                        bool use_index, Executor& executor) {
+  std::unique_ptr<ReadLocator> locator(new ReadLocator(std::move(files)));
+  if (use_index) locator->open_read_indexes();
+  ESCPOD_RETURN_IF_ERROR(locator->scan_ids(executor));
+  return locator;
+}
+
+size_t ReadLocator::n_reads() const {
+  size_t n = 0;
+  for (const auto& f : m_files) n += f->info().n_reads;
+  return n;
+}
+
+// Files under a folder holding a usable index, with a verified entry, are looked up there.
+void ReadLocator::open_read_indexes() {
+  std::map<fs::path, size_t> by_root;  // root -> m_persistent position (SIZE_MAX: unusable)
+  for (uint32_t fi = 0; fi < m_files.size(); ++fi) {
+    const fs::path& path = m_files[fi]->path();
+    const fs::path root = pod5::ReadIndex::find_root(path);
+    if (root.empty()) continue;
+    auto it = by_root.find(root);
+    if (it == by_root.end()) {
+      std::unique_ptr<pod5::ReadIndex> opened = open_usable_index(root);
+      it = by_root.emplace(root, opened ? m_persistent.size() : SIZE_MAX).first;
+      if (opened) m_persistent.push_back({std::move(opened), {}});
+    }
+    if (it->second == SIZE_MAX) continue;
+    Persistent& p = m_persistent[it->second];
+    const pod5::IndexedFile* entry = p.index->verified_entry(path);
+    if (!entry || entry->n_batches != m_files[fi]->n_read_batches()) {
+      log::debug("read-id index {}: {} is not indexed or changed since; scanning it", root.string(), path.string());
+      continue;
+    }
+    p.file_of_slot.emplace(entry->slot, fi);
+    m_indexed[fi] = true;
+    ++m_n_indexed;
+  }
+}
+
+// The read ids of every batch of the files not indexed, in parallel, into the hash map.
+Status ReadLocator::scan_ids(Executor& executor) {
+  std::vector<size_t> todo;  // global batch numbers
+  for (size_t fi = 0; fi < m_files.size(); ++fi) {
+    if (m_indexed[fi]) continue;
+    for (size_t g = m_first_batch[fi]; g < m_first_batch[fi + 1]; ++g) todo.push_back(g);
+  }
+  ESCPOD_RETURN_IF_ERROR(parallel_for(executor, todo.size(), [&](size_t k) -> Status {
+    if (interrupted()) return Status::cancelled("interrupted");
+    const auto [fi, bi] = file_batch(todo[k]);
+    ESCPOD_ASSIGN_OR_RETURN(m_batch_ids[todo[k]], m_files[fi]->read_batch_ids(bi));
+    return Status::ok();
+  }));
+  size_t total = 0;
+  for (size_t g : todo) total += m_batch_ids[g].size();
+  m_map.reserve(total);
+  for (size_t g : todo) {
+    const auto [fi, bi] = file_batch(g);
+    const auto& ids = m_batch_ids[g];
+    for (size_t r = 0; r < ids.size(); ++r) {
+      if (!m_map.try_emplace(ids[r], ReadLocation{fi, bi, static_cast<uint32_t>(r)}).second) ++m_n_duplicates;
+    }
+  }
+  return Status::ok();
+}
+
+std::pair<uint32_t, uint32_t> ReadLocator::file_batch(size_t g) const {
+  const auto fi = static_cast<uint32_t>(
+      std::upper_bound(m_first_batch.begin(), m_first_batch.end(), g) - m_first_batch.begin() - 1);
+  return {fi, static_cast<uint32_t>(g - m_first_batch[fi])};
+}
+
+// Every place holding `id`: the scanned files' map, then each index. With check_rows, each row an
+// index names is checked against the id (reading its batch's ids); without, only `unchecked` is
+// set for rows in files that cannot read a row alone (reads only: safe on several threads, each
+// with its own `hits`).
+Status ReadLocator::find_places(const pod5::ReadId& id, std::vector<pod5::IndexHit>& hits, bool check_rows,
+                                Found* out) {
+  *out = Found{};
+  if (const ReadLocation* scanned = m_map.find(id)) {
+    out->best = *scanned;
+    ++out->n_places;
+  }
+  for (const Persistent& p : m_persistent) {
+    hits.clear();
+    ESCPOD_RETURN_IF_ERROR(p.index->lookup(id, &hits));
+    for (const pod5::IndexHit& h : hits) {
+      auto f = p.file_of_slot.find(h.slot);
+      if (f == p.file_of_slot.end()) continue;
+      const ReadLocation loc{f->second, h.batch, h.row};
+      if (check_rows) ESCPOD_RETURN_IF_ERROR(check_indexed_row(loc, id));
+      out->unchecked |= !m_files[loc.file]->reads_rows_from_file();
+      ++out->n_places;
+      if (!out->best || loc.file < out->best->file) out->best = loc;
+    }
+  }
+  if (check_rows) out->unchecked = false;
+  return Status::ok();
+}
+
+void ReadLocator::count_places(const Found& found) {
+  if (found.n_places > 1 && !m_persistent.empty()) ++m_n_duplicates_seen;
+}
+
+Result<std::optional<ReadLocation>> ReadLocator::locate(const pod5::ReadId& id) {
+  Found found;
+  ESCPOD_RETURN_IF_ERROR(find_places(id, m_hits, /*check_rows=*/true, &found));
+  count_places(found);
+  return found.best;
+}
+
+// Rows named by an index in files that cannot read a row alone are checked here (serially, with
+// the batch ids cached); the others are left to signals_at, which reads each row anyway.
+Result<std::vector<std::optional<ReadLocation>>> ReadLocator::locate_all(std::span<const pod5::ReadId> ids,
+                                                                         Executor& executor) {
+  std::vector<Found> found(ids.size());
+  tbb::enumerable_thread_specific<std::vector<pod5::IndexHit>> hits;
+  ESCPOD_RETURN_IF_ERROR(parallel_for(executor, ids.size(), [&](size_t i) -> Status {
+    if (interrupted()) return Status::cancelled("interrupted");
+    return find_places(ids[i], hits.local(), /*check_rows=*/false, &found[i]);
+  }));
+  std::vector<std::optional<ReadLocation>> where(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (found[i].unchecked) {
+      ESCPOD_ASSIGN_OR_RETURN(where[i], locate(ids[i]));  // counts its places itself
+      continue;
+    }
+    count_places(found[i]);
+    where[i] = found[i].best;
+  }
+  return where;
+}
+
+Status ReadLocator::check_indexed_row(const ReadLocation& loc, const pod5::ReadId& id) {
+  const pod5::FileReader& f = *m_files[loc.file];
+  if (loc.batch >= f.n_read_batches() || loc.row >= f.batch_rows(loc.batch)) {
+    return Status::corrupt(f.path().string() + ": the read-id index names reads batch " + std::to_string(loc.batch) +
+                           " row " + std::to_string(loc.row) + ", which the file does not have (run `escpod index` again)");
+  }
+  std::vector<pod5::ReadId>& ids = m_batch_ids[m_first_batch[loc.file] + loc.batch];
+  if (ids.empty()) {
+    ESCPOD_ASSIGN_OR_RETURN(ids, f.read_batch_ids(loc.batch));
+  }
+  if (ids[loc.row] == id) return Status::ok();
+  return Status::corrupt(f.path().string() + ": the read-id index places read " + id.to_string() + " at reads batch " +
+                         std::to_string(loc.batch) + " row " + std::to_string(loc.row) + ", which holds " +
+                         ids[loc.row].to_string() + " (run `escpod index` again)");
+}
+
+// The rows at `where` read alone from their files, in parallel, for files that read rows straight
+// from the file and whose batch is not decoded already; the others are left empty. Reading one
+// row costs a few small preads; decoding its whole batch ~1,000 rows' worth of columns.
+Result<std::vector<pod5::ReadBatch>> ReadLocator::read_rows_alone(std::span<const ReadLocation> where,
+                                                                  Executor& executor) {
+  std::vector<pod5::ReadBatch> rows(where.size());
+  auto alone = [&](const ReadLocation& w) {
+    return m_files[w.file]->reads_rows_from_file() && !m_batches[m_first_batch[w.file] + w.batch];
+  };
+  if (std::none_of(where.begin(), where.end(), alone)) return rows;
+  ESCPOD_RETURN_IF_ERROR(parallel_for(executor, where.size(), [&](size_t i) -> Status {
+    if (interrupted()) return Status::cancelled("interrupted");
+    if (!alone(where[i])) return Status::ok();
+    ESCPOD_ASSIGN_OR_RETURN(rows[i], m_files[where[i].file]->read_signal_ref(where[i].batch, where[i].row));
+    return Status::ok();
+  }));
+  return rows;
+}
+
+Result<const pod5::ReadBatch*> ReadLocator::batch(uint32_t file, uint32_t batch_idx) {
+  std::unique_ptr<const pod5::ReadBatch>& b = m_batches[m_first_batch[file] + batch_idx];
+  if (!b) {
+    ESCPOD_ASSIGN_OR_RETURN(pod5::ReadBatch decoded, m_files[file]->read_batch(batch_idx));
+    b = std::make_unique<const pod5::ReadBatch>(std::move(decoded));
+  }
+  return b.get();
+}
+
+Result<ReadSignalList> ReadLocator::signals_at(std::span<const pod5::ReadId> ids, std::span<const ReadLocation> where,
+                                               Executor& executor) {
+  for (size_t i = 0; i < where.size(); ++i) {  // an index's row past its file's end: say so first
+    const pod5::FileReader& f = *m_files[where[i].file];
+    if (where[i].batch >= f.n_read_batches() || where[i].row >= f.batch_rows(where[i].batch)) {
+      return check_indexed_row(where[i], ids[i]);
+    }
+  }
+  ESCPOD_ASSIGN_OR_RETURN(std::vector<pod5::ReadBatch> rows, read_rows_alone(where, executor));
+  ReadSignalList list(m_files);
+  for (size_t i = 0; i < where.size(); ++i) {
+    const pod5::ReadBatch* b = &rows[i];
+    size_t r = 0;
+    if (b->size() == 0) {
+      ESCPOD_ASSIGN_OR_RETURN(b, batch(where[i].file, where[i].batch));
+      r = where[i].row;
+    }
+    if (b->read_id[r] != ids[i]) ESCPOD_RETURN_IF_ERROR(check_indexed_row(where[i], ids[i]));
+    list.add_row(where[i].file, *b, r);
+  }
+  return list;
 }
 
 }  // namespace escpod::pipeline

@@ -679,5 +679,73 @@ TEST(ReadIndex, LookupOpensOnlyFilesHoldingIdsAndSurvivesWrongLayouts) {
   }
 }
 
+// ---- ReadLocator: lookups over files already open -------------------------------------------
+
+std::vector<std::shared_ptr<const FileReader>> open_all(const std::vector<fs::path>& paths) {
+  std::vector<std::shared_ptr<const FileReader>> out;
+  for (const auto& p : paths) {
+    auto r = FileReader::open(p);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    if (r.is_ok()) out.push_back(std::move(r).value());
+  }
+  return out;
+}
+
+// The places a ReadLocator gives, with and without the index, are find_reads' (the first file in
+// the order given), for every read and for ids in no file; duplicates are counted (a file given
+// twice holds every one of its ids twice); signals_at lists each read's own signal rows.
+TEST(ReadIndex, LocatorAnswersAsFindReadsWithAndWithoutIndex) {
+  const fs::path root = test::scratch_dir("locator");
+  copy_in(root, {"warpdemux/sample/small_pod5_1.pod5", "pod5/multi_fast5_zip_v1.pod5", "pod5/multi_fast5_zip_v3.pod5"});
+  const std::vector<fs::path> inputs = {root / "pod5/multi_fast5_zip_v3.pod5", root / "warpdemux/sample/small_pod5_1.pod5",
+                                        root / "pod5/multi_fast5_zip_v1.pod5", root / "pod5/multi_fast5_zip_v3.pod5"};
+  std::vector<ReadId> ids;
+  size_t n_places = 0, n_held_twice = 0;  // in `inputs`, the v3 file counted twice
+  for (const auto& [id, places] : scan(root)) {
+    ids.push_back(id);
+    size_t n = places.size();
+    for (const auto& place : places) n += std::get<0>(place) == "pod5/multi_fast5_zip_v3.pod5";
+    n_places += n;
+    n_held_twice += n > 1;
+  }
+  ids.push_back(ReadId::random());
+  std::vector<ReadId> missing;
+  auto truth = pipeline::find_reads(inputs, ids, false, &missing);
+  ASSERT_TRUE(truth.is_ok()) << truth.status().to_string();
+  ASSERT_EQ(missing.size(), 1u);
+  for (bool indexed : {false, true}) {
+    SCOPED_TRACE(indexed ? "through the index" : "scanned");
+    if (indexed) build(root);
+    auto locator = pipeline::ReadLocator::build(open_all(inputs), indexed, Executor::for_threads(2));
+    ASSERT_TRUE(locator.is_ok()) << locator.status().to_string();
+    pipeline::ReadLocator& loc = **locator;
+    EXPECT_EQ(loc.n_indexed_files(), indexed ? 4u : 0u);
+    EXPECT_EQ(loc.complete(), !indexed);
+    auto all = loc.locate_all(ids, Executor::for_threads(2));
+    ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+    ASSERT_FALSE(all->back().has_value());
+    std::vector<pipeline::ReadLocation> where;
+    for (size_t i = 0; i + 1 < ids.size(); ++i) {
+      ASSERT_TRUE((*all)[i].has_value()) << ids[i].to_string();
+      const pipeline::ReadLocation& w = *(*all)[i];
+      EXPECT_EQ(loc.files()[w.file]->path(), (*truth)[i].file->path());
+      auto one = loc.locate(ids[i]);
+      ASSERT_TRUE(one.is_ok() && one->has_value());
+      EXPECT_EQ(std::tie(w.file, w.batch, w.row), std::tie((**one).file, (**one).batch, (**one).row));
+      where.push_back(w);
+    }
+    // Scanned: every place but each id's first, exactly. Through the index: the ids in more than
+    // one place among those looked up (locate_all, then locate: twice each).
+    EXPECT_EQ(loc.n_duplicates(), indexed ? 2 * n_held_twice : n_places - (ids.size() - 1));
+    auto list = loc.signals_at(std::span(ids).first(where.size()), where, Executor::for_threads(2));
+    ASSERT_TRUE(list.is_ok()) << list.status().to_string();
+    ASSERT_EQ(list->size(), where.size());
+    for (size_t i = 0; i < where.size(); ++i) {
+      const auto& offsets = list->sample_offsets();
+      ASSERT_EQ(offsets[i + 1] - offsets[i], (*truth)[i].batch.num_samples[0]) << ids[i].to_string();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace escpod::pod5
