@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "escpod/core/log.hpp"
+
 #include "nn/gemm_amx.hpp"
 #include "nn/gemm_bf16.hpp"
 #include "nn/graph.hpp"
@@ -182,6 +184,11 @@ Result<Model> Model::load(const std::filesystem::path& path, const LoadOptions& 
 
 Result<Model> Model::load_from_bytes(std::string_view bytes, std::string_view label, const LoadOptions& options) {
   ESCPOD_ASSIGN_OR_RETURN(detail::Graph graph, detail::parse_onnx(bytes, label));
+  // The float32 fallback gives float32's results, but a user who asked for the speed is told.
+  if (options.bf16_conv && !detail::bf16_conv_available()) {
+    log::warn("{}: bfloat16 convolutions were asked for, but this CPU (within its ISA cap) has no AVX512_BF16: "
+              "they run in float32", label);
+  }
   return detail::make_model(std::move(graph), options);
 }
 

@@ -104,6 +104,19 @@ def test_bfloat16_cnn_gives_the_float32_calls_and_the_stage_gives_the_fused_boun
         assert detected[r["read_id"]]["adapter_end"] == r["adapter_end"], r["read_id"]
 
 
+def test_bfloat16_cnn_without_avx512_bf16_says_it_runs_float32(escpod, wdx4, rna_file, tmp_path):
+    """Where the CPU, or its ISA cap (here AVX2), has no AVX512_BF16, --cnn-precision bfloat16
+    runs float32 and says so; where it has one, nothing is said."""
+    def demux_bf16(env):
+        return run([escpod, "demux", rna_file, "-m", wdx4, "--cnn-precision", "bfloat16",
+                    "--classifications", tmp_path / "c.csv", "-f", "-t", "1"], env=env)
+    capped = demux_bf16(dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2"))
+    assert "no AVX512_BF16" in capped.stderr and "run in float32" in capped.stderr, capped.stderr
+    has_bf16 = "convolutions AVX512_BF16" in run([escpod, "--version"]).stdout
+    plain = demux_bf16(os.environ)
+    assert ("no AVX512_BF16" in plain.stderr) == (not has_bf16), plain.stderr
+
+
 @pytest.mark.parametrize("command", [["demux"], ["demux", "detect", "-o", "b.csv"]])
 def test_cnn_precision_is_refused_where_no_cnn_runs(escpod, wdx4, rna_file, tmp_path, command):
     r = subprocess.run([escpod, *command, rna_file, "-m", wdx4, "--method", "llr", "--cnn-precision", "bfloat16"],
