@@ -1,5 +1,6 @@
-// Selecting the reads of a boundaries table while streaming POD5 inputs: shared by the stages
-// that start from a boundaries CSV (fingerprint, CRF basecall). Internal.
+// Selecting the reads of a boundaries table while streaming POD5 inputs, and their rows as the
+// per-read steps (read_featurize.hpp) take boundaries: shared by the stages that start from a
+// boundaries CSV (fingerprint, CRF basecall). Internal.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,16 @@
 #include "escpod/pod5/read_id.hpp"
 
 namespace escpod::pipeline::detail {
+
+// A row's boundaries as the detector would have given them: found (read_boundaries_csv drops rows
+// with adapter_end <= adapter_start), no poly(A) end, no method.
+inline Boundaries row_boundaries(const BoundaryRow& row) {
+  Boundaries b;
+  b.adapter_start = row.adapter_start;
+  b.adapter_end = row.adapter_end;
+  b.success = true;
+  return b;
+}
 
 // Read id -> row of a BoundariesTable, and which rows the inputs reached. Later rows of a read id
 // win (one answer per read).

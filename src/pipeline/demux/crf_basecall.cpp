@@ -9,9 +9,9 @@
 
 #include "escpod/demux/crf_model.hpp"
 #include "escpod/demux/head.hpp"
-#include "escpod/signal/calibration.hpp"
 #include "pipeline/demux/boundary_rows.hpp"
 #include "pipeline/demux/classifications_csv.hpp"
+#include "pipeline/demux/read_featurize.hpp"
 #include "pipeline/ops/csv_text.hpp"
 #include "pipeline/ops/read_stream.hpp"
 
@@ -28,56 +28,38 @@ struct Out {
 };
 
 struct Scratch {
-  pod5::VbzCodec codec;
-  std::vector<std::vector<int16_t>> adc;  // per read of a block
-  std::vector<std::vector<float>> pa;
+  detail::DecodeScratch decode;
+  std::vector<std::vector<float>> pa;         // per read of a block: one classify() reads them all
   std::vector<demux::PreparedRead> prepared;  // the block's reads with signal, in order
   std::vector<size_t> task_of;                // their positions in the block
   std::vector<demux::Classification> calls;
   std::unique_ptr<demux::HeadScratch> head;
 };
 
-// Decodes what the head reads of one read into slot `slot` of w and describes it in *r; false
+// The fused run's decode step (the samples the head reads, not the detector's prefix) into `pa`,
+// and what the head reads (prepare_for_head) from the table's boundaries into *r; false
 // (t.out.reason says why) when the read has no signal the head can use.
-bool prepare_read(const demux::Head& head, const BoundaryRow& br, ReadTask<Out>& t, Scratch& w, size_t slot,
-                  demux::PreparedRead* r) {
-  const pod5::ReadBatch& b = *t.batch;
-  const uint64_t n = b.num_samples[t.row];
-  if (n == 0 || b.rows_of(t.row).empty()) {
-    t.out.reason = "read has no signal";
-    return false;
-  }
+bool prepare_read(const demux::Head& head, const demux::HeadInput& input, const BoundaryRow& br,
+                  ReadTask<Out>& t, detail::DecodeScratch& decode, std::vector<float>& pa, demux::PreparedRead* r) {
   const auto need = static_cast<uint64_t>(std::max<int64_t>(0, demux::crf_samples_needed(head, br.adapter_end)));
-  const size_t take = static_cast<size_t>(std::min(n, need));
-  std::vector<int16_t>& adc = w.adc[slot];
-  adc.resize(take);
-  if (Status s = t.file->read_signal(b.rows_of(t.row), adc, w.codec); !s.is_ok()) {
-    t.out.reason = "signal could not be decoded: " + s.message();
+  if (!detail::decode_read_prefix(*t.file, *t.batch, t.row, static_cast<size_t>(need), decode, pa, t.out.reason)) {
     return false;
   }
-  std::vector<float>& pa = w.pa[slot];
-  pa.resize(take);
-  signal::calibrate_to_pa(adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, pa);
-  r->pa = pa;
-  r->num_samples = n;
-  r->adapter_start = br.adapter_start;
-  r->adapter_end = br.adapter_end;
+  *r = detail::prepare_for_head(input, pa, t.batch->num_samples[t.row], detail::row_boundaries(br), {});
   return true;
 }
 
 // Calls a block's reads with one classify(), so that reads share encoder calls where the head
 // batches windows of several reads (CrfHeadOptions::max_window_batch).
 void call_block(const demux::Head& head, const BoundariesTable& boundaries, ReadBlock<Out>& block, Scratch& w) {
-  if (w.adc.size() < block.reads.size()) {
-    w.adc.resize(block.reads.size());
-    w.pa.resize(block.reads.size());
-  }
+  if (w.pa.size() < block.reads.size()) w.pa.resize(block.reads.size());
+  const demux::HeadInput input = head.input();
   w.prepared.clear();
   w.task_of.clear();
   for (size_t i = 0; i < block.reads.size(); ++i) {
     ReadTask<Out>& t = block.reads[i];
     demux::PreparedRead r;
-    if (prepare_read(head, boundaries.rows[t.tag], t, w, i, &r)) {
+    if (prepare_read(head, input, boundaries.rows[t.tag], t, w.decode, w.pa[i], &r)) {
       w.prepared.push_back(r);
       w.task_of.push_back(i);
     }

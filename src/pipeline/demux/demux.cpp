@@ -21,7 +21,6 @@
 #include "escpod/pipeline/ops/pod5_copy.hpp"
 #include "escpod/pod5/file_reader.hpp"
 #include "escpod/pod5/sidecar.hpp"
-#include "escpod/signal/calibration.hpp"
 #include "escpod/signal/fingerprint.hpp"
 #include "escpod/pipeline/tables/report.hpp"
 #include "pipeline/demux/classifications_csv.hpp"
@@ -65,8 +64,7 @@ struct ReadSlot {
 };
 
 struct WorkerScratch {
-  pod5::VbzCodec codec;
-  std::vector<int16_t> adc;
+  detail::DecodeScratch decode;
   detail::FeaturizeScratch featurize;
   std::unique_ptr<demux::HeadScratch> head;
   // The head batch being filled: slots[i] backs prepared[i], the read of tasks[i].
@@ -86,8 +84,9 @@ WorkerScratch make_worker_scratch(const BoundaryDetector& detector, size_t batch
   return w;
 }
 
-// Decode, detect, fingerprint (when `want_fingerprint`) into `slot`: true when the read is ready;
-// otherwise t.out.reason says why not.
+// The shared per-read steps (read_featurize.hpp) into `slot`: decode the detector's prefix, detect,
+// fingerprint (when `want_fingerprint`). True when the read is ready; otherwise t.out.reason says
+// why not.
 bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintParams& params,
                     bool want_fingerprint, ReadTask& t, WorkerScratch& w, ReadSlot& slot);
 
@@ -126,23 +125,13 @@ void add_read(const Engine& e, ReadTask& t, WorkerScratch& w) {
 bool featurize_read(const BoundaryDetector& detector, const signal::FingerprintParams& params,
                     bool want_fingerprint, ReadTask& t, WorkerScratch& w, ReadSlot& slot) {
   const pod5::ReadBatch& b = *t.batch;
-  const uint64_t n = b.num_samples[t.row];
-  if (n == 0 || b.rows_of(t.row).empty()) {
-    t.out.reason = "read has no signal";
+  if (!detail::decode_read_prefix(*t.file, b, t.row, detector.preload_samples(), w.decode, slot.pa,
+                                  t.out.reason)) {
     return false;
   }
-  const size_t take = static_cast<size_t>(std::min<uint64_t>(n, detector.preload_samples()));
-  w.adc.resize(take);
-  Status s = t.file->read_signal(b.rows_of(t.row), w.adc, w.codec);
-  if (!s.is_ok()) {
-    t.out.reason = "signal could not be decoded: " + s.message();
-    return false;
-  }
-  t.out.n_decoded = take;
-  slot.pa.resize(take);
-  signal::calibrate_to_pa(w.adc, {b.calibration_offset[t.row], b.calibration_scale[t.row]}, slot.pa);
-  return detail::featurize_signal(detector, params, want_fingerprint, slot.pa, n, w.featurize,
-                                  t.out.bounds, slot.features, t.out.reason);
+  t.out.n_decoded = slot.pa.size();
+  return detail::featurize_signal(detector, params, want_fingerprint, slot.pa, b.num_samples[t.row],
+                                  w.featurize, t.out.bounds, slot.features, t.out.reason);
 }
 
 // The serial end of the pipeline: CSV rows and per-label writers, in input order.

@@ -19,10 +19,9 @@
 #include "escpod/core/log.hpp"
 #include "escpod/core/staged_file.hpp"
 #include "escpod/pod5/file_reader.hpp"
-#include "escpod/pod5/vbz.hpp"
-#include "escpod/signal/calibration.hpp"
 #include "pipeline/demux/boundary_rows.hpp"
 #include "pipeline/demux/classifications_csv.hpp"
+#include "pipeline/demux/read_featurize.hpp"
 #include "pipeline/ops/csv_text.hpp"
 #include "pipeline/ops/read_stream.hpp"
 
@@ -61,27 +60,6 @@ void append_id(std::string& out, const pod5::ReadId& id) {
   char text[36];
   id.format_to(text);
   out.append(text, 36);
-}
-
-struct SignalScratch {
-  pod5::VbzCodec codec;
-  std::vector<int16_t> adc;
-  std::vector<float> pa;
-};
-
-// Decodes and calibrates the first min(num_samples, preload) samples of a read into s.pa.
-// Returns the reason on failure (empty on success), worded as the fused pipeline words it.
-std::string decode_prefix(const pod5::FileReader& file, const pod5::ReadBatch& b, size_t row,
-                          size_t preload, SignalScratch& s) {
-  const uint64_t n = b.num_samples[row];
-  if (n == 0 || b.rows_of(row).empty()) return "read has no signal";
-  const size_t take = static_cast<size_t>(std::min<uint64_t>(n, preload));
-  s.adc.resize(take);
-  Status st = file.read_signal(b.rows_of(row), s.adc, s.codec);
-  if (!st.is_ok()) return "signal could not be decoded: " + st.message();
-  s.pa.resize(take);
-  signal::calibrate_to_pa(s.adc, {b.calibration_offset[row], b.calibration_scale[row]}, s.pa);
-  return {};
 }
 
 // Failure reasons for the counts: a decode error's details (after "decoded: ") are dropped.
@@ -261,7 +239,8 @@ struct DetectOut {
 };
 
 struct DetectScratch {
-  std::vector<SignalScratch> signal;  // one per read of a block
+  detail::DecodeScratch decode;
+  std::vector<std::vector<float>> pa;  // one per read of a block: detect_batch reads them together
   BoundaryDetector::Scratch detector;
   BoundaryDetector::Scratch llr;
   std::vector<std::span<const float>> pas;
@@ -270,21 +249,23 @@ struct DetectScratch {
   std::vector<Boundaries> found;
 };
 
-// Decodes a block's reads and detects their boundaries in one batch (the CNN evaluates up to 32
-// reads per call; detect_batch gives detect()'s answers read by read). The LLR detector, with
-// emit_llr_delta, reads `preload` samples (the whole read); the main detector its own prefix.
+// The fused run's decode and detect steps (read_featurize.hpp) on a block's reads, the detector
+// run on the block in one batch (the CNN evaluates up to 32 reads per call; detect_batch gives
+// detect()'s answers read by read). The LLR detector, with emit_llr_delta, reads `preload`
+// samples (the whole read); the main detector its own prefix, as in the fused run.
 void detect_block(const DetectStageDetectors& d, size_t preload, ReadBlock<DetectOut>& block, DetectScratch& w) {
   const size_t n = block.reads.size();
   const size_t main_preload = d.main.preload_samples();
-  if (w.signal.size() < n) w.signal.resize(n);
+  if (w.pa.size() < n) w.pa.resize(n);
   w.pas.clear();
   w.lengths.clear();
   w.which.clear();
   for (size_t i = 0; i < n; ++i) {
     ReadTask<DetectOut>& t = block.reads[i];
-    t.out.reason = decode_prefix(*t.file, *t.batch, t.row, preload, w.signal[i]);
-    if (!t.out.reason.empty()) continue;
-    const std::span<const float> pa(w.signal[i].pa);
+    if (!detail::decode_read_prefix(*t.file, *t.batch, t.row, preload, w.decode, w.pa[i], t.out.reason)) {
+      continue;
+    }
+    const std::span<const float> pa(w.pa[i]);
     w.pas.push_back(pa.first(std::min(pa.size(), main_preload)));
     if (d.llr) t.out.llr = d.llr->detect(pa, t.batch->num_samples[t.row], w.llr);
     w.lengths.push_back(t.batch->num_samples[t.row]);
@@ -295,7 +276,7 @@ void detect_block(const DetectStageDetectors& d, size_t preload, ReadBlock<Detec
   for (size_t k = 0; k < w.which.size(); ++k) {
     ReadTask<DetectOut>& t = block.reads[w.which[k]];
     t.out.bounds = std::move(w.found[k]);
-    if (!t.out.bounds.success) t.out.reason = "boundary detection failed: " + t.out.bounds.fail_reason;
+    detail::boundaries_found(t.out.bounds, t.out.reason);  // a failed read's reason
   }
 }
 
@@ -446,25 +427,18 @@ Status fingerprint_from_boundaries(const std::vector<std::filesystem::path>& inp
     std::string reason;
   };
   struct Scratch {
-    SignalScratch signal;
+    detail::DecodeScratch decode;
+    std::vector<float> pa;
     signal::FingerprintScratch fingerprint;
   };
+  // The fused run's decode and fingerprint steps, the boundaries the table's.
   auto fingerprint_one = [&](ReadTask<Out>& t, Scratch& w) {
-    const pod5::ReadBatch& b = *t.batch;
-    const BoundaryRow& br = boundaries.rows[t.tag];
-    t.out.reason = decode_prefix(*t.file, b, t.row, settings.preload_samples, w.signal);
-    if (!t.out.reason.empty()) return;
-    const signal::SampleRange window = signal::barcode_window(
-        static_cast<size_t>(br.adapter_start), static_cast<size_t>(br.adapter_end),
-        w.signal.pa.size(), params);
-    t.out.features.resize(n_fp);
-    const auto err = signal::barcode_fingerprint(
-        std::span<const float>(w.signal.pa).subspan(window.begin, window.size()), params,
-        w.fingerprint, t.out.features);
-    if (err != signal::FingerprintError::kNone) {
-      t.out.reason = "no fingerprint: " + std::string(signal::fingerprint_error_reason(err));
+    if (!detail::decode_read_prefix(*t.file, *t.batch, t.row, settings.preload_samples, w.decode, w.pa,
+                                    t.out.reason)) {
       return;
     }
+    const Boundaries bounds = detail::row_boundaries(boundaries.rows[t.tag]);
+    if (!detail::fingerprint_signal(params, w.pa, bounds, w.fingerprint, t.out.features, t.out.reason)) return;
     if (options.emit_dwell) {
       // The fingerprint is the last n_fp events; their lengths are the last n_fp dwells.
       const auto& dw = w.fingerprint.dwells;
