@@ -1,8 +1,8 @@
 #include "pipeline/demux/read_featurize.hpp"
 
 #include <algorithm>
+#include <cstddef>
 
-#include "escpod/signal/calibration.hpp"
 
 namespace escpod::pipeline::detail {
 
@@ -15,15 +15,14 @@ bool decode_read_prefix(const pod5::FileReader& file, const pod5::ReadBatch& bat
     return false;
   }
   const size_t take = static_cast<size_t>(std::min<uint64_t>(n, max_samples));
-  scratch.adc.resize(take);
-  const Status s = file.read_signal(batch.rows_of(row), scratch.adc, scratch.codec);
+  pa.resize(take);
+  const Status s = decode_read_samples(file, batch.rows_of(row),
+                                       {batch.calibration_offset[row], batch.calibration_scale[row]},
+                                       SampleKind::kPicoamps, take, reinterpret_cast<std::byte*>(pa.data()), scratch);
   if (!s.is_ok()) {
     reason.assign("signal could not be decoded: ").append(s.message());
     return false;
   }
-  pa.resize(take);
-  signal::calibrate_to_pa(scratch.adc, {batch.calibration_offset[row], batch.calibration_scale[row]},
-                          pa);
   return true;
 }
 

@@ -18,19 +18,15 @@
 #include "escpod/demux/head.hpp"
 #include "escpod/pipeline/detect/boundary_detector.hpp"
 #include "escpod/pod5/file_reader.hpp"
-#include "escpod/pod5/vbz.hpp"
+#include "escpod/pipeline/ops/read_signals.hpp"
 #include "escpod/signal/fingerprint.hpp"
 
 namespace escpod::pipeline::detail {
 
-// Per-worker buffers of decode_read_prefix.
-struct DecodeScratch {
-  pod5::VbzCodec codec;
-  std::vector<int16_t> adc;
-};
+using pipeline::DecodeScratch;  // per-worker buffers of decode_read_prefix
 
 // Decodes the first min(num_samples, max_samples) samples of row `row` of `batch` (a batch of
-// `file`) and calibrates them to pA (signal::calibrate_to_pa) into `pa`, resized to that count.
+// `file`) and calibrates them to pA (pipeline::decode_read_samples) into `pa`, resized to that count.
 // True on success, `reason` untouched; otherwise `reason` says why: "read has no signal" (no
 // samples or no signal rows) or "signal could not be decoded: <the reader's error>". Thread-safe
 // for distinct scratch buffers; allocation-free once `scratch` and `pa` have held as many samples.
