@@ -18,11 +18,12 @@ NumPy runs once per geometry at batch 1 (it is ~30x slower; its time is for scal
 With several batch sizes (`--batch 1,4,8,16`) every round runs each engine at each B in turn, and
 a second table gives ours at each B against onnxruntime's best per-window time at any B.
 `--variant NAME=VALUE` adds ours with that environment variable set (e.g. ESCPOD_NN_LSTM_INT8=1)
-as a third engine in the same rounds, with its own rows.
+as a third engine in the same rounds, with its own rows; `--precision P` instead adds ours with
+`model bench --precision P` (the encoder as `demux --encoder-precision P` runs it).
 
     .venv/bin/python bench/tools/crf_encoder_bench.py --escpod build/src/cli/escpod \
         [--rounds 5] [--seconds 2] [--batch 1,4,8,16] [--geometries bundle3000,bundle2000,b04] \
-        [--variant NAME=VALUE] [--markdown OUT.md]
+        [--variant NAME=VALUE | --precision bf16] [--markdown OUT.md]
 """
 import os
 
@@ -47,10 +48,11 @@ import crf_reference  # noqa: E402
 import make_crf_bundle  # noqa: E402
 
 
-def ours_ms(escpod, model, length, seconds, batch, env=None):
+def ours_ms(escpod, model, length, seconds, batch, env=None, extra=()):
     """(wall ms, thread CPU ms) per window: a call of `batch` windows, divided by `batch`."""
     out = subprocess.run([escpod, "model", "bench", model, "--length", str(length), "--batch", str(batch), "-t", "1",
-                          "--seconds", str(seconds)], capture_output=True, text=True, check=True, env=env).stdout
+                          "--seconds", str(seconds), *extra], capture_output=True, text=True, check=True,
+                         env=env).stdout
     return (float(re.search(r" ms_per_call=([0-9.]+)", out).group(1)) / batch,
             float(re.search(r"cpu_ms_per_call=([0-9.]+)", out).group(1)) / batch)
 
@@ -115,10 +117,12 @@ def measure(a, model, length, has_onnx):
     """{batch: ([ours (wall, cpu)] per round, [onnxruntime ...], [ours with --variant ...])}, engines
     alternating per batch."""
     sess = ort_session(os.path.join(model, "crf_encoder.onnx")) if has_onnx else None
-    variant_env = None
+    variant_env, variant_args = None, ()
     if a.variant:
         name, value = a.variant.split("=", 1)
         variant_env = dict(os.environ, **{name: value})
+    elif a.precision:
+        variant_env, variant_args = dict(os.environ), ("--precision", a.precision)
     times = {b: ([], [], []) for b in a.batch}
     for _ in range(a.rounds):
         for b in a.batch:
@@ -126,7 +130,7 @@ def measure(a, model, length, has_onnx):
             if sess:
                 times[b][1].append(ort_ms(sess, length, a.seconds, b))
             if variant_env:
-                times[b][2].append(ours_ms(a.escpod, model, length, a.seconds, b, variant_env))
+                times[b][2].append(ours_ms(a.escpod, model, length, a.seconds, b, variant_env, variant_args))
     return times
 
 
@@ -165,8 +169,12 @@ def main():
                     help="comma-separated subset of " + ",".join(GEOMETRIES))
     ap.add_argument("--variant", help="NAME=VALUE: also time ours with this environment variable set, in the "
                     "same rounds (e.g. ESCPOD_NN_LSTM_INT8=1)")
+    ap.add_argument("--precision", help="also time ours with `model bench --precision P` (as --encoder-precision "
+                    "P runs the encoder), in the same rounds; not with --variant")
     ap.add_argument("--markdown")
     a = ap.parse_args()
+    if a.variant and a.precision:
+        ap.error("--variant and --precision each add the one variant: give one")
     if any(b < 1 for b in a.batch) or any(g not in GEOMETRIES for g in a.geometries):
         ap.error(f"--batch takes positive integers, --geometries names from {','.join(GEOMETRIES)}")
     rows = []
@@ -186,9 +194,10 @@ def main():
             per_b = {b: (med(o, 0), med(o, 1), med(t, 0), med(t, 1)) for b, (o, t, _) in times.items()}
             rows.append((label, per_b, ref))
             print(rows[-1], flush=True)
-            if a.variant:
+            if a.variant or a.precision:
                 per_b = {b: (med(v, 0), med(v, 1), med(t, 0), med(t, 1)) for b, (_, t, v) in times.items()}
-                rows.append((f"{label}, ours with {a.variant}", per_b, ref))
+                what = a.variant or f"--precision {a.precision}"
+                rows.append((f"{label}, ours with {what}", per_b, ref))
                 print(rows[-1], flush=True)
     text = tables(rows, a.batch)
     print(text)

@@ -5,12 +5,13 @@ SeqTagger models.
 
 Per model: `demux basecall` on LLR boundaries (the same windows for both runs) with every gate
 opened (--min-baseq 0 --min-mean-post 0, so every read at the head gets its nearest reference),
-once in float32 and once with int8; compared per read: the decoded sequence, the nearest reference
-(`barcode`), the best / runner-up distances, and |baseq difference|. A second table does the same
+once in float32 and once with the variant; compared per read: the decoded sequence, the nearest
+reference (`barcode`), the best / runner-up distances (edit_dist, second_dist), and the difference
+of the call's quality (baseq with the beam decoder, else mean_post). A second table does the same
 with the default gates: the final calls (`barcode`, classified or `unclassified`).
 
     .venv/bin/python bench/tools/crf_int8_agreement.py --escpod build/src/cli/escpod \\
-        [--shared ../shared/data] [--env ESCPOD_NN_LSTM_INT8=1[,NAME=VALUE...]]
+        [--shared ../shared/data] [--env ESCPOD_NN_LSTM_INT8=1[,NAME=VALUE...] | --encoder-precision bf16]
 """
 import argparse
 import csv
@@ -30,10 +31,10 @@ def rows(path):
         return {r["read_id"]: r for r in csv.DictReader(f)}
 
 
-def basecall(a, reads, bounds, model, out, env, open_gates):
+def basecall(a, reads, bounds, model, out, env, open_gates, extra=()):
     gates = ["--min-baseq", "0", "--min-mean-post", "0"] if open_gates else []
     run([a.escpod, "demux", "basecall", *reads, "--boundaries", bounds, "--model",
-         os.path.join(a.shared, "seqtagger", model), *gates, "-o", out, "-q"], env=env)
+         os.path.join(a.shared, "seqtagger", model), *gates, "-o", out, "-q", *extra], env=env)
     return rows(out)
 
 
@@ -44,39 +45,43 @@ def main():
     ap.add_argument("--shared", default=os.path.normpath(os.path.join(here, "..", "..", "..", "shared", "data")))
     ap.add_argument("--env", default="ESCPOD_NN_LSTM_INT8=1",
                     help="NAME=VALUE[,NAME=VALUE...] selecting the variant")
+    ap.add_argument("--encoder-precision", help="the variant is `--encoder-precision P` instead of --env")
     a = ap.parse_args()
-    variant = dict(kv.split("=", 1) for kv in a.env.split(","))
+    variant = {} if a.encoder_precision else dict(kv.split("=", 1) for kv in a.env.split(","))
+    extra = ("--encoder-precision", a.encoder_precision) if a.encoder_precision else ()
     reads = [os.path.join(a.shared, "escapepod/drna/yeast_trna_reads.pod5"),
              os.path.join(a.shared, "escapepod/charging/trna_reads.pod5")]
     wdx = os.path.join(a.shared, "warpdemux/WDX4_rna004_v1_0.json")
     base_env = {k: v for k, v in os.environ.items() if k not in variant}
     variant_env = dict(base_env, **variant)
     open_lines = ["| model | reads called | same sequence | same nearest reference | same best / runner-up distance "
-                  "| max abs baseq diff | median abs baseq diff |", "|---|---|---|---|---|---|---|"]
+                  "| max abs quality diff | median abs quality diff |", "|---|---|---|---|---|---|---|"]
     gated_lines = ["| model | rows | same final call (default gates) | classified f32 / variant |", "|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         bounds = os.path.join(tmp, "b.csv")
         run([a.escpod, "demux", "detect", *reads, "--method", "llr", "--model", wdx, "-o", bounds, "-q"])
         for m in MODELS:
             x = basecall(a, reads, bounds, m, os.path.join(tmp, f"{m}.f32.csv"), base_env, True)
-            y = basecall(a, reads, bounds, m, os.path.join(tmp, f"{m}.var.csv"), variant_env, True)
+            y = basecall(a, reads, bounds, m, os.path.join(tmp, f"{m}.var.csv"), variant_env, True, extra)
             assert x.keys() == y.keys()
             called = [k for k in x if x[k]["decoded_seq"]]
             same_seq = sum(x[k]["decoded_seq"] == y[k]["decoded_seq"] for k in called)
             same_ref = sum(x[k]["barcode"] == y[k]["barcode"] for k in called)
-            same_dist = sum((x[k]["best_dist"], x[k]["second_best_dist"]) ==
-                            (y[k]["best_dist"], y[k]["second_best_dist"]) for k in called)
-            dq = sorted(abs(float(x[k]["baseq"]) - float(y[k]["baseq"])) for k in called)
+            same_dist = sum((x[k]["edit_dist"], x[k]["second_dist"]) ==
+                            (y[k]["edit_dist"], y[k]["second_dist"]) for k in called)
+            q = "baseq" if "baseq" in x[called[0]] else "mean_post"  # baseq with the beam decoder
+            dq = sorted(abs(float(x[k][q]) - float(y[k][q])) for k in called)
             open_lines.append(f"| {m} | {len(called)} | {same_seq} | {same_ref} | {same_dist} | {max(dq):.2f} | "
                               f"{dq[len(dq) // 2]:.2f} |")
             gx = basecall(a, reads, bounds, m, os.path.join(tmp, f"{m}.f32g.csv"), base_env, False)
-            gy = basecall(a, reads, bounds, m, os.path.join(tmp, f"{m}.varg.csv"), variant_env, False)
+            gy = basecall(a, reads, bounds, m, os.path.join(tmp, f"{m}.varg.csv"), variant_env, False, extra)
             same = sum(gx[k]["barcode"] == gy[k]["barcode"] for k in gx)
             ncx = sum(r["barcode"] != "unclassified" for r in gx.values())
             ncy = sum(r["barcode"] != "unclassified" for r in gy.values())
             gated_lines.append(f"| {m} | {len(gx)} | {same} | {ncx} / {ncy} |")
             print(open_lines[-1], gated_lines[-1], flush=True)
-    print(f"variant: {a.env}, gates open (--min-baseq 0 --min-mean-post 0):")
+    what = f"--encoder-precision {a.encoder_precision}" if a.encoder_precision else a.env
+    print(f"variant: {what}, gates open (--min-baseq 0 --min-mean-post 0):")
     print("\n".join(open_lines))
     print("\ndefault gates:")
     print("\n".join(gated_lines))

@@ -78,6 +78,8 @@ Result<std::shared_ptr<const nn::Model>> load(const ModelOptions& o) {
   }
   nn::LoadOptions lo;
   lo.backend = o.reference ? nn::Backend::kReference : nn::Backend::kOptimised;
+  // The same for an ONNX file (bf16: its convolutions as `demux --cnn-precision bfloat16` runs
+  // the boundary CNN's) and a CRF folder's encoder.
   ESCPOD_RETURN_IF_ERROR(demux::parse_encoder_precision(o.precision, lo));
   std::error_code ec;
   if (std::filesystem::is_directory(o.model, ec)) {  // the encoder as `demux --encoder-precision` runs it
@@ -86,8 +88,6 @@ Result<std::shared_ptr<const nn::Model>> load(const ModelOptions& o) {
     ESCPOD_ASSIGN_OR_RETURN(demux::CrfModel crf, demux::load_crf_model(o.model, co));
     return crf.encoder;
   }
-  // An ONNX file's convolutions too (the boundary CNN's, as `demux --cnn-precision bfloat16`).
-  lo.bf16_conv = o.precision == "bf16";
   ESCPOD_ASSIGN_OR_RETURN(nn::Model model, nn::Model::load(o.model, lo));
   return std::shared_ptr<const nn::Model>(std::make_shared<nn::Model>(std::move(model)));
 }
@@ -300,8 +300,8 @@ void add_model_flags(CLI::App* sub, ModelOptions& o) {
   sub->add_option("--precision", o.precision,
                   "f32 (default; on CPUs with AMX the dense products run on the tile unit as exact bfloat16 "
                   "splits, within float32 rounding: marked amx-f32), f32-fma (float32 on the vector units "
-                  "only), bf16 (LSTM input projections and linear layers in bfloat16 on CPUs with AMX; an "
-                  "ONNX file's convolutions with many inputs per output on CPUs with AVX512_BF16) or "
+                  "only), bf16 (LSTM input projections, linear layers and convolutions with many inputs per "
+                  "output in bfloat16, on CPUs with AVX512_BF16 or AMX) or "
                   "int8 (LSTM recurrent weights, on CPUs with AVX-512 VNNI); elsewhere f32 runs. "
                   "`info --shape` marks the steps that take it")
       ->check(CLI::IsMember({"f32", "f32-fma", "bf16", "int8"}));

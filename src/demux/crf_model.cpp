@@ -489,6 +489,7 @@ bool is_crf_model_dir(const fs::path& dir) { return probe_crf_model_dir(dir).has
 
 Status parse_encoder_precision(std::string_view name, nn::LoadOptions& encoder) {
   encoder.bf16_gemm = name == "bf16";
+  encoder.bf16_conv = name == "bf16";
   encoder.lstm_int8 = name == "int8";
   encoder.amx_f32 = name != "f32-fma";
   if (name == "f32" || name == "f32-fma" || encoder.bf16_gemm || encoder.lstm_int8) return Status::ok();

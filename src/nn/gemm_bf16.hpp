@@ -2,7 +2,8 @@
 // LSTM's input projection (x W^T for a block of time steps) and the MatMul steps (the CRF's
 // linear layer). Operands are rounded to bfloat16 (8 significant bits), products accumulate in
 // float32, and outputs stay float32; on CPUs with AMX oneDNN runs them on the tile unit (~3x the
-// float32 rate of a core, measured in bench/results/crf_encoder.md). The LSTM recurrence stays
+// float32 rate of a core, measured in bench/results/crf_encoder.md), elsewhere with the AVX512_BF16
+// dot products (~2x the float32 rate, bench/RESULTS.md Session 20). The LSTM recurrence stays
 // float32: rounding there would compound over the time steps. Outputs move (not within float32
 // tolerance), so the path is off by default and its effect on calls is measured.
 // Likewise opt-in bfloat16 convolutions (nn::LoadOptions::bf16_conv) for the convolutions with
@@ -14,8 +15,9 @@
 
 namespace escpod::nn::detail {
 
-// oneDNN runs bfloat16 matmuls on AMX here (AMX-BF16 within its ISA cap), and the conversion
-// kernel below has its AVX-512 BF16 form. Decided once.
+// oneDNN runs bfloat16 matmuls on AMX or with the AVX512_BF16 dot products here (its ISA, within
+// the cap, is avx512_core_amx or avx512_core_bf16), and the conversion kernel below has its
+// AVX-512 BF16 form. Decided once.
 bool bf16_gemm_available();
 
 // oneDNN runs bfloat16 convolutions with the AVX512_BF16 dot products here (its ISA, within the

@@ -331,7 +331,8 @@ std::string kernel_report() {
       detail::amx_f32_available() ? "AMX tile unit, exact bfloat16 splits (f32-fma keeps FMA)"
                                   : std::string("FMA (") + level + "; no AMX tile unit here)",
       detail::bf16_conv_available() ? "AVX512_BF16" : "float32 (no AVX512_BF16 within the ISA cap)",
-      detail::bf16_gemm_available() ? "AMX" : "float32 (no AMX within the ISA cap)");
+      detail::bf16_gemm_available() ? (detail::amx_f32_available() ? "AMX" : "AVX512_BF16")
+                                    : "float32 (no AVX512_BF16 within the ISA cap)");
 }
 
 }  // namespace escpod::nn

@@ -92,15 +92,16 @@ struct CrfModel {
 
 struct CrfLoadOptions {
   // How the encoder is built and run: backend, and the opt-in reduced-precision paths
-  // (nn::LoadOptions::bf16_gemm, lstm_int8; `parse_encoder_precision`).
+  // (nn::LoadOptions::bf16_gemm, bf16_conv, lstm_int8; `parse_encoder_precision`).
   nn::LoadOptions encoder;
   // Check a bundle's pinned boundary CNN against its sha256 (off when the user supplies their
   // own CNN with --cnn-model: the pin is then unused).
   bool verify_boundary_pin = true;
 };
 
-// "f32" (the default: everything float32), "bf16" (bf16_gemm) or "int8" (lstm_int8) into
-// `encoder`; invalid_argument naming the choices otherwise.
+// "f32" (the default: everything float32; amx_f32 where the CPU has AMX), "f32-fma" (no amx_f32),
+// "bf16" (bf16_gemm and bf16_conv: the dense products and the convolutions with many inputs per
+// output) or "int8" (lstm_int8) into `encoder`; invalid_argument naming the choices otherwise.
 Status parse_encoder_precision(std::string_view name, nn::LoadOptions& encoder);
 
 // A folder that looks like a CRF model folder of either kind: config.toml (SeqTagger/bonito), or

@@ -467,11 +467,11 @@ TEST(Npy, RoundTrip) {
   EXPECT_EQ(write_npy(dir / "b.npy", shape, std::vector<float>(3)).code(), StatusCode::kInvalidArgument);
 }
 
-// The opt-in bfloat16 GEMMs (LoadOptions::bf16_gemm). Where the CPU runs them (AMX, ISA not
-// capped: the plan marks the five LSTM input projections "Wx bf16" and the linear layer "bf16")
-// the scores move by the rounding of the GEMM operands only: mean |difference| 1.4e-4 / 1.1e-4
-// (h96 / h128) and max 1.1e-3 / 7.4e-4 when this was written (int8's: 1.1e-3 and 7.4e-3); the
-// bounds are ~4x those.
+// The opt-in bfloat16 GEMMs (LoadOptions::bf16_gemm). Where the CPU runs them (AMX or AVX512_BF16,
+// ISA not capped: the plan marks the five LSTM input projections "Wx bf16" and the linear layer
+// "bf16") the scores move by the rounding of the GEMM operands only: mean |difference| 1.4e-4 /
+// 1.1e-4 (h96 / h128) and max 1.1e-3 / 7.6e-4 on both (int8's: 1.1e-3 and 7.4e-3); the bounds
+// are ~4x those.
 // Elsewhere the plan is float32's and so are the scores, exactly.
 TEST(NnRun, Bf16GemmsStayNearFloat32OrFallBack) {
   for (const char* name : {"crf_h96_s10", "crf_h128_s5"}) {
