@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cassert>
 #include <cstdint>
 #include <cmath>
@@ -33,7 +34,7 @@ T median_inplace(std::vector<T>& work) {
 
 // Exact order statistics of n float32 values by one bucketing pass (the hot path of the boundary
 // checks: medians, MADs and percentiles of thousands of samples per read). Values are binned by
-// the monotone map bin(v) = min(int((v - min) * scale), kBins - 1): v < w implies
+// the monotone map bin(v) = min(int((v - min) * scale), n_bins - 1): v < w implies
 // bin(v) <= bin(w), so the value of rank r lies in the bin where the cumulative count passes r,
 // and only that bin's values are ordered. The result is the exact element std::nth_element would
 // place at r (zeros of either sign compare equal there and here). Below kMinBucketed values, or
@@ -42,8 +43,13 @@ T median_inplace(std::vector<T>& work) {
 // The passes run four values at a time with SSE2 (part of every x86-64 CPU, so there is no
 // dispatch); elsewhere one at a time.
 constexpr size_t kMinBucketed = 256;
-constexpr int kBins = 1024;
+constexpr size_t kMaxBins = 1024;
 constexpr size_t kBlock = 512;  // values binned per block (on the stack)
+
+// Bins for n values: about four values each, 64 to kMaxBins. The histograms are cleared and
+// summed bin by bin, so for the shorter spans (the poly(A) checks' ~1,000 samples) 1,024 bins
+// cost about as much as binning the values.
+size_t bins_for(size_t n) { return std::clamp<size_t>(std::bit_ceil(n / 4), 64, kMaxBins); }
 
 // The values selected from: the samples themselves, or their absolute deviations from m (for the
 // MAD, computed on the fly: fabs(x - m) clears the sign bit of x - m, as the SSE2 path does).
@@ -108,16 +114,18 @@ Extent extent_of(size_t n, const Source& src) {
   return e;
 }
 
-// The monotone bin map of the values [lo, hi].
+// The monotone bin map of the values [lo, hi] onto n_bins bins.
 struct BinMap {
-  float lo, scale;
-  int bin(float v) const {
-    return static_cast<int>(std::min((v - lo) * scale, static_cast<float>(kBins - 1)));
-  }
+  float lo, scale, top;  // top: n_bins - 1
+  size_t n_bins;
+  BinMap(float lo_, float hi_, size_t n_bins_)
+      : lo(lo_), scale(static_cast<float>(n_bins_) / (hi_ - lo_)), top(static_cast<float>(n_bins_ - 1)),
+        n_bins(n_bins_) {}
+  int bin(float v) const { return static_cast<int>(std::min((v - lo) * scale, top)); }
 #ifdef __SSE2__
   __m128i bin4(__m128 v) const {
     const __m128 t = _mm_mul_ps(_mm_sub_ps(v, _mm_set1_ps(lo)), _mm_set1_ps(scale));
-    return _mm_cvttps_epi32(_mm_min_ps(t, _mm_set1_ps(static_cast<float>(kBins - 1))));
+    return _mm_cvttps_epi32(_mm_min_ps(t, _mm_set1_ps(top)));
   }
 #endif
 };
@@ -133,12 +141,13 @@ void bin_block(size_t first, size_t count, const Source& src, const BinMap& map,
   for (; j < count; ++j) out[j] = map.bin(src.at(first + j));
 }
 
-// Exclusive prefix counts of the bins: start[b] is the rank of bin b's first value, start[kBins]
-// = n. Four interleaved histograms, since neighbouring samples often share a bin and one counter
-// would serialise on its own increment.
+// Exclusive prefix counts of the bins: start[b] is the rank of bin b's first value,
+// start[map.n_bins] = n. Four interleaved histograms, since neighbouring samples often share a bin
+// and one counter would serialise on its own increment; only their first n_bins are cleared.
 template <typename Source>
-void bin_starts(size_t n, const Source& src, const BinMap& map, std::array<uint32_t, kBins + 1>& start) {
-  std::array<std::array<uint32_t, kBins>, 4> counts{};
+void bin_starts(size_t n, const Source& src, const BinMap& map, std::array<uint32_t, kMaxBins + 1>& start) {
+  std::array<std::array<uint32_t, kMaxBins>, 4> counts;
+  for (auto& c : counts) std::fill_n(c.begin(), map.n_bins, 0u);
   std::array<int32_t, kBlock> bins;
   for (size_t first = 0; first < n; first += kBlock) {
     const size_t count = std::min(kBlock, n - first);
@@ -149,7 +158,7 @@ void bin_starts(size_t n, const Source& src, const BinMap& map, std::array<uint3
     for (; j < count; ++j) ++counts[0][static_cast<size_t>(bins[j])];
   }
   start[0] = 0;
-  for (size_t b = 0; b < kBins; ++b)
+  for (size_t b = 0; b < map.n_bins; ++b)
     start[b + 1] = start[b] + counts[0][b] + counts[1][b] + counts[2][b] + counts[3][b];
 }
 
@@ -184,14 +193,14 @@ bool select_ranks_bucketed(size_t n, const Source& src, std::span<const size_t> 
     for (float& o : out) o = e.lo;
     return true;
   }
-  const BinMap map{e.lo, static_cast<float>(kBins) / (e.hi - e.lo)};
+  const BinMap map(e.lo, e.hi, bins_for(n));
   if (!std::isfinite(map.scale)) return false;
-  std::array<uint32_t, kBins + 1> start;
+  std::array<uint32_t, kMaxBins + 1> start;
   bin_starts(n, src, map, start);
   int gathered_bin = -1;
   for (size_t k = 0; k < ranks.size(); ++k) {
     const size_t r = ranks[k];
-    const int b = static_cast<int>(std::upper_bound(start.begin() + 1, start.end(), r) - start.begin()) - 1;
+    const int b = static_cast<int>(std::upper_bound(start.begin() + 1, start.begin() + static_cast<std::ptrdiff_t>(map.n_bins) + 1, r) - start.begin()) - 1;
     const size_t first = start[static_cast<size_t>(b)];
     if (b != gathered_bin) {
       gather_bin(n, src, map, b, start[static_cast<size_t>(b) + 1] - first, gather);

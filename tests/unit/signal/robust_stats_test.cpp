@@ -132,7 +132,7 @@ std::vector<float> signal_like(std::mt19937& rng, size_t n, int kind) {
 TEST(RobustStats, SelectionsEqualTheNthElementReference) {
   std::mt19937 rng(20261207);
   std::vector<float> work;
-  const size_t sizes[] = {1, 2, 3, 255, 256, 257, 1000, 1001, 4096, 11500};
+  const size_t sizes[] = {1, 2, 3, 255, 256, 257, 300, 1000, 1001, 2000, 4096, 11500};  // 64 to 1,024 bins
   for (size_t n : sizes) {
     for (int kind = 0; kind < 4; ++kind) {
       SCOPED_TRACE("n=" + std::to_string(n) + " kind=" + std::to_string(kind));
