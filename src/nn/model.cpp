@@ -325,7 +325,7 @@ std::string kernel_report() {
   return fmt::format(
       "nn: oneDNN {} ISA {}; LSTM cell, CRF blank pad, small convolutions: {}\n"
       "nn: float32 dense products (LSTM projections, linear, channels-last convolutions): {}\n"
-      "nn: opt-in bfloat16 (--cnn-precision bfloat16 convolutions; --encoder-precision bf16 dense products): "
+      "nn: opt-in bfloat16 (--cnn-precision bfloat16, --encoder-precision bf16): "
       "convolutions {}, dense products {}\n",
       detail::dnnl_version_text(), detail::dnnl_isa_name(), level,
       detail::amx_f32_available() ? "AMX tile unit, exact bfloat16 splits (f32-fma keeps FMA)"
