@@ -12,22 +12,10 @@
 
 namespace escpod::nn::detail {
 
-bool bf16_gemm_available() {
+bool bf16_available() {
   static const bool ok = [] {
     const std::string isa = dnnl_isa_name();
-    // AMX, or the AVX512_BF16 dot products: on a Zen 4 core oneDNN 2.6's bfloat16 matmul took the
-    // CRF encoder's linear layer ([800 x 96] x [96 x 1024], tanh fused) from 2.02 to 1.02 ms and
-    // its input projections from ~0.6 to ~0.25 ms per layer (B 4; bench/RESULTS.md, Session 20).
-    // (Session 8 found it slower than sgemm at these shapes on an earlier CPU without AMX.)
     return (isa == "avx512_core_amx" || isa == "avx512_core_bf16") && __builtin_cpu_supports("avx512bf16");
-  }();
-  return ok;
-}
-
-bool bf16_conv_available() {
-  static const bool ok = [] {
-    const std::string isa = dnnl_isa_name();
-    return (isa == "avx512_core_bf16" || isa == "avx512_core_amx") && __builtin_cpu_supports("avx512bf16");
   }();
   return ok;
 }

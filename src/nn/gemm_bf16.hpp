@@ -15,15 +15,14 @@
 
 namespace escpod::nn::detail {
 
-// oneDNN runs bfloat16 matmuls on AMX or with the AVX512_BF16 dot products here (its ISA, within
-// the cap, is avx512_core_amx or avx512_core_bf16), and the conversion kernel below has its
-// AVX-512 BF16 form. Decided once.
-bool bf16_gemm_available();
-
-// oneDNN runs bfloat16 convolutions with the AVX512_BF16 dot products here (its ISA, within the
-// cap, is avx512_core_bf16 or avx512_core_amx): ~2x its float32 convolution at the boundary CNN's
-// 64 -> 64 layers on a Zen 4 core (bench/RESULTS.md, issue 34). Decided once.
-bool bf16_conv_available();
+// oneDNN runs bfloat16 matmuls and convolutions here, on AMX or with the AVX512_BF16 dot products
+// (its ISA, within the cap, is avx512_core_amx or avx512_core_bf16), and the conversion kernel
+// below has its AVX-512 BF16 form. Decided once. On a Zen 4 core: ~2x its float32 convolution at
+// the boundary CNN's 64 -> 64 layers (Session 19); the CRF encoder's linear layer ([800 x 96] x
+// [96 x 1024], tanh fused) 2.02 -> 1.02 ms and its input projections ~0.6 -> ~0.25 ms per layer
+// (B 4, Session 20; bench/RESULTS.md). Session 8 had found the matmul slower than sgemm at these
+// shapes on an earlier CPU without AMX.
+bool bf16_available();
 
 // dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), for i < n. NaNs stay NaNs;
 // denormal inputs become zeros of their sign (as the AVX-512 BF16 instruction treats them).

@@ -184,11 +184,6 @@ Result<Model> Model::load(const std::filesystem::path& path, const LoadOptions& 
 
 Result<Model> Model::load_from_bytes(std::string_view bytes, std::string_view label, const LoadOptions& options) {
   ESCPOD_ASSIGN_OR_RETURN(detail::Graph graph, detail::parse_onnx(bytes, label));
-  // The float32 fallback gives float32's results, but a user who asked for the speed is told.
-  if (options.bf16_conv && !detail::bf16_conv_available()) {
-    log::warn("{}: bfloat16 convolutions were asked for, but this CPU (within its ISA cap) has no AVX512_BF16: "
-              "they run in float32", label);
-  }
   return detail::make_model(std::move(graph), options);
 }
 
@@ -207,6 +202,11 @@ Result<Model> make_model(Graph graph, const LoadOptions& options) {
   impl->options.lstm_int8 = options.lstm_int8 || env_is("ESCPOD_NN_LSTM_INT8", "1");
   impl->options.bf16_gemm = options.bf16_gemm || env_is("ESCPOD_NN_BF16", "1");
   impl->options.amx_f32 = options.amx_f32 && !env_is("ESCPOD_NN_AMX_F32", "0");
+  // The float32 fallback gives float32's results, but a user who asked for the speed is told.
+  if ((impl->options.bf16_conv || impl->options.bf16_gemm) && !bf16_available()) {
+    log::warn("{}: bfloat16 products were asked for, but this CPU (within its ISA cap) has no AVX512_BF16: "
+              "they run in float32", impl->graph.info.source);
+  }
   // When only the batch dimension is free, build the batch-1 plan now: unsupported attributes
   // are then reported at load, not at the first run.
   const ValueInfo& in = impl->graph.info.inputs[0];
@@ -330,9 +330,9 @@ std::string kernel_report() {
       detail::dnnl_version_text(), detail::dnnl_isa_name(), level,
       detail::amx_f32_available() ? "AMX tile unit, exact bfloat16 splits (f32-fma keeps FMA)"
                                   : std::string("FMA (") + level + "; no AMX tile unit here)",
-      detail::bf16_conv_available() ? "AVX512_BF16" : "float32 (no AVX512_BF16 within the ISA cap)",
-      detail::bf16_gemm_available() ? (detail::amx_f32_available() ? "AMX" : "AVX512_BF16")
-                                    : "float32 (no AVX512_BF16 within the ISA cap)");
+      detail::bf16_available() ? "AVX512_BF16" : "float32 (no AVX512_BF16 within the ISA cap)",
+      detail::bf16_available() ? (detail::amx_f32_available() ? "AMX" : "AVX512_BF16")
+                               : "float32 (no AVX512_BF16 within the ISA cap)");
 }
 
 }  // namespace escpod::nn

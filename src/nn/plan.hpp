@@ -102,7 +102,7 @@ struct ConvParams {
   // kernel ignores it.
   bool amx_f32 = false;
   // bfloat16 input and weights, float32 accumulation and output (LoadOptions::bf16_conv): set by
-  // the planner where bf16_conv_available() and conv_takes_bf16(); the reference kernel ignores
+  // the planner where bf16_available() and conv_takes_bf16(); the reference kernel ignores
   // it.
   bool bf16 = false;
 };
@@ -127,7 +127,7 @@ struct MatMulParams {
   std::vector<PostOp> post_ops;
   Loc src, dst;
   // x and w rounded to bfloat16, float32 accumulation (LoadOptions::bf16_gemm; the planner sets
-  // it only where bf16_gemm_available()). The reference kernel ignores it.
+  // it only where bf16_available()). The reference kernel ignores it.
   bool bf16 = false;
   // float32 on the AMX tile unit as split bfloat16 products (LoadOptions::amx_f32; the planner
   // sets it only where amx_f32_available(), not with bf16, and for post-op-free products that

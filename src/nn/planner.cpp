@@ -109,7 +109,7 @@ class StepBuilder {
     p.src_nwc = is_nwc(r.in[0]) || (p.ic == 1 && p.dst_nwc);
     const bool post_ok = p.post_ops.empty() || (p.post_ops.size() == 1 && (p.post_ops[0].kind == PostOp::Kind::kSilu ||
                                                                            p.post_ops[0].kind == PostOp::Kind::kRelu));
-    p.bf16 = m_bf16_conv && !reference() && bf16_conv_available() && conv_takes_bf16(p);
+    p.bf16 = m_bf16_conv && !reference() && bf16_available() && conv_takes_bf16(p);
     p.amx_f32 = !p.bf16 && !p.transposed && p.dilation == 1 && p.src_nwc && p.dst_nwc && post_ok &&
                 amx_f32_ok(p.ic * p.k, p.oc);
     text = fmt::format("{}{} {}->{} k{} s{} d{} p{},{}{}", p.transposed ? "conv_transpose1d" : "conv1d",
@@ -127,7 +127,7 @@ class StepBuilder {
     MatMulParams p = r.mm;
     p.src = loc(r.in[0]);
     p.dst = loc(r.out);
-    p.bf16 = m_bf16 && !reference() && bf16_gemm_available();
+    p.bf16 = m_bf16 && !reference() && bf16_available();
     p.amx_f32 = !p.bf16 && p.post_ops.empty() && amx_f32_ok(p.k, p.n);
     text = fmt::format("matmul{}{} [{}x{}]x[{}x{}]{}", describe_post_ops(p.post_ops),
                        p.blank_pad ? fmt::format("+blank_pad(tanh,{},{})", p.blank_pad->alpha, p.blank_pad->beta) : "",
@@ -142,7 +142,7 @@ class StepBuilder {
     p.src = loc(r.in[0]);
     p.dst = loc(r.out);
     p.int8_recurrent = m_lstm_int8 && !reference() && lstm_int8_available() && lstm_int8_shape_ok(4 * p.h, p.h);
-    p.bf16_input = m_bf16 && !reference() && bf16_gemm_available();
+    p.bf16_input = m_bf16 && !reference() && bf16_available();
     p.amx_f32_input = !p.bf16_input && amx_f32_ok(p.c, 4 * p.h);
     text = fmt::format("lstm{} T{} N{} C{} H{}{}{}", p.reverse ? "(reverse)" : "", p.t, p.n, p.c, p.h,
                        p.int8_recurrent ? " R int8" : "",
