@@ -283,7 +283,8 @@ size_t ReadLocator::n_reads() const {
   return n;
 }
 
-// Files under a folder holding a usable index, with a verified entry, are looked up there.
+// Files under a folder holding a usable index, with a fresh entry naming the open file's
+// identifier (what verified_entry checks, without reading the footer again), are looked up there.
 void ReadLocator::open_read_indexes() {
   std::map<fs::path, size_t> by_root;  // root -> m_persistent position (SIZE_MAX: unusable)
   for (uint32_t fi = 0; fi < m_files.size(); ++fi) {
@@ -298,8 +299,9 @@ void ReadLocator::open_read_indexes() {
     }
     if (it->second == SIZE_MAX) continue;
     Persistent& p = m_persistent[it->second];
-    const pod5::IndexedFile* entry = p.index->verified_entry(path);
-    if (!entry || entry->n_batches != m_files[fi]->n_read_batches()) {
+    const pod5::IndexedFile* entry = p.index->fresh_entry(path);
+    if (!entry || entry->file_identifier != m_files[fi]->info().file_identifier ||
+        entry->n_batches != m_files[fi]->n_read_batches()) {
       log::debug("read-id index {}: {} is not indexed or changed since; scanning it", root.string(), path.string());
       continue;
     }
@@ -342,9 +344,9 @@ std::pair<uint32_t, uint32_t> ReadLocator::file_batch(size_t g) const {
 }
 
 // Every place holding `id`: the scanned files' map, then each index. With check_rows, each row an
-// index names is checked against the id (reading its batch's ids); without, only `unchecked` is
-// set for rows in files that cannot read a row alone (reads only: safe on several threads, each
-// with its own `hits`).
+// index names is checked against the id (reading its batch's ids); without, rows in files that
+// cannot read a row alone set `unchecked` (reads only: safe on several threads, each with its own
+// `hits`).
 Status ReadLocator::find_places(const pod5::ReadId& id, std::vector<pod5::IndexHit>& hits, bool check_rows,
                                 Found* out) {
   *out = Found{};
@@ -359,13 +361,15 @@ Status ReadLocator::find_places(const pod5::ReadId& id, std::vector<pod5::IndexH
       auto f = p.file_of_slot.find(h.slot);
       if (f == p.file_of_slot.end()) continue;
       const ReadLocation loc{f->second, h.batch, h.row};
-      if (check_rows) ESCPOD_RETURN_IF_ERROR(check_indexed_row(loc, id));
-      out->unchecked |= !m_files[loc.file]->reads_rows_from_file();
+      if (check_rows) {
+        ESCPOD_RETURN_IF_ERROR(check_indexed_row(loc, id));
+      } else {
+        out->unchecked |= !m_files[loc.file]->reads_rows_from_file();
+      }
       ++out->n_places;
       if (!out->best || loc.file < out->best->file) out->best = loc;
     }
   }
-  if (check_rows) out->unchecked = false;
   return Status::ok();
 }
 
@@ -402,9 +406,14 @@ Result<std::vector<std::optional<ReadLocation>>> ReadLocator::locate_all(std::sp
   return where;
 }
 
+bool ReadLocator::has_row(const ReadLocation& loc) const {
+  const pod5::FileReader& f = *m_files[loc.file];
+  return loc.batch < f.n_read_batches() && loc.row < f.batch_rows(loc.batch);
+}
+
 Status ReadLocator::check_indexed_row(const ReadLocation& loc, const pod5::ReadId& id) {
   const pod5::FileReader& f = *m_files[loc.file];
-  if (loc.batch >= f.n_read_batches() || loc.row >= f.batch_rows(loc.batch)) {
+  if (!has_row(loc)) {
     return Status::corrupt(f.path().string() + ": the read-id index names reads batch " + std::to_string(loc.batch) +
                            " row " + std::to_string(loc.row) + ", which the file does not have (run `escpod index` again)");
   }
@@ -449,10 +458,7 @@ Result<const pod5::ReadBatch*> ReadLocator::batch(uint32_t file, uint32_t batch_
 Result<ReadSignalList> ReadLocator::signals_at(std::span<const pod5::ReadId> ids, std::span<const ReadLocation> where,
                                                Executor& executor) {
   for (size_t i = 0; i < where.size(); ++i) {  // an index's row past its file's end: say so first
-    const pod5::FileReader& f = *m_files[where[i].file];
-    if (where[i].batch >= f.n_read_batches() || where[i].row >= f.batch_rows(where[i].batch)) {
-      return check_indexed_row(where[i], ids[i]);
-    }
+    if (!has_row(where[i])) return check_indexed_row(where[i], ids[i]);
   }
   ESCPOD_ASSIGN_OR_RETURN(std::vector<pod5::ReadBatch> rows, read_rows_alone(where, executor));
   ReadSignalList list(m_files);

@@ -78,8 +78,8 @@ struct ReadLocation {
 
 // Where read ids are in a set of files already open, built once for many lookups (the Python
 // package's DatasetReader and Reader). With use_index, a file under a folder holding a read-id
-// index (`escpod index`, pod5/read_index.hpp) whose entry is verified (size, mtime and footer file
-// identifier) is looked up there; every other file's read-id column is scanned (ids only, batches
+// index (`escpod index`, pod5/read_index.hpp) whose entry is verified (size, mtime, and the open
+// file's identifier) is looked up there; every other file's read-id column is scanned (ids only, batches
 // in parallel) into a hash map. A damaged index is not used (its files are scanned, with a log
 // line). No other column is decoded to build it: batches are decoded when signals are asked
 // for. Lookups keep caches: one thread at a time.
@@ -125,6 +125,7 @@ class ReadLocator {
   std::pair<uint32_t, uint32_t> file_batch(size_t global_batch) const;
   Status find_places(const pod5::ReadId& id, std::vector<pod5::IndexHit>& hits, bool check_rows, Found* out);
   void count_places(const Found& found);
+  bool has_row(const ReadLocation& loc) const;
   Status check_indexed_row(const ReadLocation& loc, const pod5::ReadId& id);
   Result<std::vector<pod5::ReadBatch>> read_rows_alone(std::span<const ReadLocation> where, Executor& executor);
   Result<const pod5::ReadBatch*> batch(uint32_t file, uint32_t batch_idx);
