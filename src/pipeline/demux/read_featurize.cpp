@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstddef>
 
-
 namespace escpod::pipeline::detail {
 
 bool decode_read_prefix(const pod5::FileReader& file, const pod5::ReadBatch& batch, size_t row,

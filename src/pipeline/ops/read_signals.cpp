@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
+#include <utility>
 
 #include "escpod/core/ordered_stream.hpp"
 #include "escpod/core/parallel.hpp"
@@ -129,9 +131,9 @@ void SignalBufferPool::give_back(std::unique_ptr<std::byte[]> data, size_t bytes
 struct SignalChunkStream::Shared {
   std::mutex mutex;
   std::condition_variable changed;
-  std::deque<SignalChunk> ready;
-  uint64_t asked = 0;      // next() calls so far
-  uint64_t delivered = 0;  // chunks put in `ready`
+  std::optional<SignalChunk> ready;  // one at a time: handed over only when asked for
+  uint64_t asked = 0;                // next() calls so far
+  uint64_t delivered = 0;            // chunks put in `ready`
   bool finished = false;
   bool closing = false;
   Status status;
@@ -165,7 +167,7 @@ class PieceCutter {
         m_piece_samples(piece_samples) {}
 
   bool done() const { return m_next == m_n; }
-  // Reads [m_next, end) of about `budget` samples, never past `limit`: the end.
+  // The end of reads [first, end): about `budget` samples (at least one read), never past `limit`.
   size_t cut(size_t first, uint64_t budget, size_t limit) const {
     size_t end = first + 1;
     while (end < limit && m_offsets[end + 1] - m_offsets[first] <= budget) ++end;
@@ -214,14 +216,8 @@ Result<std::optional<SignalChunk>> SignalChunkStream::next() {
   std::unique_lock lock(m_shared->mutex);
   ++m_shared->asked;
   m_shared->changed.notify_all();
-  m_shared->changed.wait(lock, [&] { return !m_shared->ready.empty() || m_shared->finished || m_reads->size() == 0; });
-  if (!m_shared->ready.empty()) {
-    SignalChunk c = std::move(m_shared->ready.front());
-    m_shared->ready.pop_front();
-    lock.unlock();
-    m_shared->changed.notify_all();
-    return std::optional<SignalChunk>(std::move(c));
-  }
+  m_shared->changed.wait(lock, [&] { return m_shared->ready || m_shared->finished || m_reads->size() == 0; });
+  if (m_shared->ready) return std::exchange(m_shared->ready, std::nullopt);
   if (!m_shared->status.is_ok()) return m_shared->status;
   return std::optional<SignalChunk>();
 }
@@ -281,7 +277,7 @@ void SignalChunkStream::produce() {
           *stop = true;
           return Status::ok();
         }
-        shared.ready.push_back(std::move(chunk->chunk));
+        shared.ready = std::move(chunk->chunk);
         ++shared.delivered;
         lock.unlock();
         shared.changed.notify_all();
