@@ -43,10 +43,13 @@ def main():
     ap.add_argument("--escpod", required=True)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--shared", default=os.path.normpath(os.path.join(here, "..", "..", "..", "shared", "data")))
-    ap.add_argument("--env", default="ESCPOD_NN_LSTM_INT8=1",
-                    help="NAME=VALUE[,NAME=VALUE...] selecting the variant")
+    ap.add_argument("--env", help="NAME=VALUE[,NAME=VALUE...] selecting the variant (default ESCPOD_NN_LSTM_INT8=1)")
     ap.add_argument("--encoder-precision", help="the variant is `--encoder-precision P` instead of --env")
     a = ap.parse_args()
+    if a.env and a.encoder_precision:
+        ap.error("--env and --encoder-precision each select the variant: give one")
+    if not a.encoder_precision and not a.env:
+        a.env = "ESCPOD_NN_LSTM_INT8=1"
     variant = {} if a.encoder_precision else dict(kv.split("=", 1) for kv in a.env.split(","))
     extra = ("--encoder-precision", a.encoder_precision) if a.encoder_precision else ()
     reads = [os.path.join(a.shared, "escapepod/drna/yeast_trna_reads.pod5"),
