@@ -130,56 +130,132 @@ struct BinMap {
 #endif
 };
 
-// Bins of values [first, first + count) into `out` (count <= kBlock).
+// Bins of values [first, first + count) into `out` (bins < kMaxBins fit 16 bits).
 template <typename Source>
-void bin_block(size_t first, size_t count, const Source& src, const BinMap& map, int32_t* out) {
+void bin_block(size_t first, size_t count, const Source& src, const BinMap& map, uint16_t* out) {
   size_t j = 0;
 #ifdef __SSE2__
-  for (; j + 4 <= count; j += 4)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), map.bin4(src.at4(first + j)));
+  for (; j + 8 <= count; j += 8) {
+    const __m128i lo = map.bin4(src.at4(first + j)), hi = map.bin4(src.at4(first + j + 4));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), _mm_packs_epi32(lo, hi));
+  }
 #endif
-  for (; j < count; ++j) out[j] = map.bin(src.at(first + j));
+  for (; j < count; ++j) out[j] = static_cast<uint16_t>(map.bin(src.at(first + j)));
 }
+
+// The bins of the n values, kept from the counting pass for the gathering one when n is at most
+// kMaxKept (32 KiB on the stack): the gather then compares eight bins at once instead of
+// mapping every value again.
+constexpr size_t kMaxKept = 16384;
+using KeptBins = std::array<uint16_t, kMaxKept>;
 
 // Exclusive prefix counts of the bins: start[b] is the rank of bin b's first value,
 // start[map.n_bins] = n. Four interleaved histograms, since neighbouring samples often share a bin
 // and one counter would serialise on its own increment; only their first n_bins are cleared.
+// `kept`: null, or room for the n bins.
 template <typename Source>
-void bin_starts(size_t n, const Source& src, const BinMap& map, std::array<uint32_t, kMaxBins + 1>& start) {
+void bin_starts(size_t n, const Source& src, const BinMap& map, std::array<uint32_t, kMaxBins + 1>& start,
+                uint16_t* kept) {
   std::array<std::array<uint32_t, kMaxBins>, 4> counts;
   for (auto& c : counts) std::fill_n(c.begin(), map.n_bins, 0u);
-  std::array<int32_t, kBlock> bins;
+  std::array<uint16_t, kBlock> block;
   for (size_t first = 0; first < n; first += kBlock) {
     const size_t count = std::min(kBlock, n - first);
-    bin_block(first, count, src, map, bins.data());
+    uint16_t* bins = kept ? kept + first : block.data();
+    bin_block(first, count, src, map, bins);
     size_t j = 0;
     for (; j + 4 <= count; j += 4)
-      for (size_t h = 0; h < 4; ++h) ++counts[h][static_cast<size_t>(bins[j + h])];
-    for (; j < count; ++j) ++counts[0][static_cast<size_t>(bins[j])];
+      for (size_t h = 0; h < 4; ++h) ++counts[h][bins[j + h]];
+    for (; j < count; ++j) ++counts[0][bins[j]];
   }
   start[0] = 0;
   for (size_t b = 0; b < map.n_bins; ++b)
     start[b + 1] = start[b] + counts[0][b] + counts[1][b] + counts[2][b] + counts[3][b];
 }
 
-// The values of bin `b` (count of them) into `gather`. A wanted bin holds a small share of the
-// values: four are compared at once and the rare matches copied one by one.
+// The values of bin `b` (count of them) into `gather`, found from the kept bins when there are
+// any, else by mapping every value again. A wanted bin holds a small share of the values: several
+// are compared at once and the rare matches copied one by one.
 template <typename Source>
-void gather_bin(size_t n, const Source& src, const BinMap& map, int b, size_t count,
+void gather_bin(size_t n, const Source& src, const BinMap& map, const uint16_t* kept, int b, size_t count,
                 std::vector<float>& gather) {
   gather.resize(count);
   size_t m = 0, i = 0;
+  if (kept) {
 #ifdef __SSE2__
-  const __m128i want = _mm_set1_epi32(b);
-  for (; i + 4 <= n; i += 4) {
-    int hit = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(map.bin4(src.at4(i)), want)));
-    for (; hit != 0; hit &= hit - 1) gather[m++] = src.at(i + static_cast<size_t>(__builtin_ctz(hit)));
-  }
+    const __m128i want = _mm_set1_epi16(static_cast<int16_t>(b));
+    for (; i + 8 <= n; i += 8) {
+      const __m128i bins = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kept + i));
+      // Two mask bits per 16-bit lane: keep the low one.
+      unsigned hit = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi16(bins, want))) & 0x5555u;
+      for (; hit != 0; hit &= hit - 1) gather[m++] = src.at(i + static_cast<size_t>(__builtin_ctz(hit)) / 2);
+    }
 #endif
-  for (; i < n; ++i)
-    if (map.bin(src.at(i)) == b) gather[m++] = src.at(i);
+    for (; i < n; ++i)
+      if (kept[i] == b) gather[m++] = src.at(i);
+  } else {
+#ifdef __SSE2__
+    const __m128i want = _mm_set1_epi32(b);
+    for (; i + 4 <= n; i += 4) {
+      int hit = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(map.bin4(src.at4(i)), want)));
+      for (; hit != 0; hit &= hit - 1) gather[m++] = src.at(i + static_cast<size_t>(__builtin_ctz(hit)));
+    }
+#endif
+    for (; i < n; ++i)
+      if (map.bin(src.at(i)) == b) gather[m++] = src.at(i);
+  }
   assert(m == count);
 }
+
+// The n values binned: the bin map, the prefix counts of the bins, and every value's bin when
+// n <= kMaxKept. Built over a finite extent with lo < hi; ok() is false when the map's scale
+// overflows (then the caller takes the reference path).
+template <typename Source>
+class Histogram {
+ public:
+  Histogram(size_t n, const Source& src, const Extent& e)
+      : m_n(n), m_src(src), m_map(e.lo, e.hi, bins_for(n)), m_kept(n <= kMaxKept ? m_kept_bins.data() : nullptr) {
+    if (ok()) bin_starts(n, src, m_map, m_start, m_kept);
+  }
+  bool ok() const { return std::isfinite(m_map.scale); }
+  const BinMap& map() const { return m_map; }
+
+  // The values of the given ranks into out, each ordered within its bin only.
+  void select(std::span<const size_t> ranks, std::span<float> out, std::vector<float>& gather) const {
+    int gathered_bin = -1;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      const size_t r = ranks[k];
+      const auto last = m_start.begin() + static_cast<std::ptrdiff_t>(m_map.n_bins) + 1;
+      const int b = static_cast<int>(std::upper_bound(m_start.begin() + 1, last, r) - m_start.begin()) - 1;
+      const size_t first = m_start[static_cast<size_t>(b)];
+      if (b != gathered_bin) {
+        gather_bin(m_n, m_src, m_map, m_kept, b, m_start[static_cast<size_t>(b) + 1] - first, gather);
+        gathered_bin = b;
+      }
+      const auto at = gather.begin() + static_cast<std::ptrdiff_t>(r - first);
+      std::nth_element(gather.begin(), at, gather.end());
+      out[k] = *at;
+    }
+  }
+
+  // How many values lie in bins [centre - radius, centre + radius] (clipped to the bins; none
+  // for a negative radius).
+  size_t count_around(int centre, int radius) const {
+    if (radius < 0) return 0;
+    const int top = static_cast<int>(m_map.n_bins) - 1;
+    const auto lo = static_cast<size_t>(std::max(centre - radius, 0));
+    const auto hi = static_cast<size_t>(std::min(centre + radius, top));
+    return m_start[hi + 1] - m_start[lo];
+  }
+
+ private:
+  size_t m_n;
+  const Source& m_src;
+  BinMap m_map;
+  std::array<uint32_t, kMaxBins + 1> m_start;
+  KeptBins m_kept_bins;
+  uint16_t* m_kept;
+};
 
 // `known`: bounds of the values already known (lo <= every value <= hi, both finite), which
 // spares the extent pass.
@@ -193,36 +269,88 @@ bool select_ranks_bucketed(size_t n, const Source& src, std::span<const size_t> 
     for (float& o : out) o = e.lo;
     return true;
   }
-  const BinMap map(e.lo, e.hi, bins_for(n));
-  if (!std::isfinite(map.scale)) return false;
-  std::array<uint32_t, kMaxBins + 1> start;
-  bin_starts(n, src, map, start);
-  int gathered_bin = -1;
-  for (size_t k = 0; k < ranks.size(); ++k) {
-    const size_t r = ranks[k];
-    const int b = static_cast<int>(std::upper_bound(start.begin() + 1, start.begin() + static_cast<std::ptrdiff_t>(map.n_bins) + 1, r) - start.begin()) - 1;
-    const size_t first = start[static_cast<size_t>(b)];
-    if (b != gathered_bin) {
-      gather_bin(n, src, map, b, start[static_cast<size_t>(b) + 1] - first, gather);
-      gathered_bin = b;
-    }
-    const auto at = gather.begin() + static_cast<std::ptrdiff_t>(r - first);
-    std::nth_element(gather.begin(), at, gather.end());
-    out[k] = *at;
-  }
+  const Histogram<Source> histogram(n, src, e);
+  if (!histogram.ok()) return false;
+  histogram.select(ranks, out, gather);
   return true;
 }
+
+// The ranks of the median of n values (n >= 1): both middle ranks, the same one twice for odd n.
+std::array<size_t, 2> middle_ranks(size_t n) { return {n / 2, n / 2 - (n % 2 == 0 ? 1 : 0)}; }
+
+// The median from the values of middle_ranks, as median_inplace computes it.
+float middle_value(size_t n, const std::array<float, 2>& at) { return n % 2 == 1 ? at[0] : (at[1] + at[0]) / 2.0f; }
 
 // The median of the n values of `src`, as median_inplace computes it.
 template <typename Source>
 float median_of(size_t n, const Source& src, std::vector<float>& work, const Extent* known = nullptr) {
-  const size_t hi = n / 2;
-  std::array<size_t, 2> ranks{hi, hi - (n % 2 == 0 ? 1 : 0)};
+  const std::array<size_t, 2> ranks = middle_ranks(n);
   std::array<float, 2> at{};
-  if (select_ranks_bucketed(n, src, ranks, at, work, known)) return n % 2 == 1 ? at[0] : (at[1] + at[0]) / 2.0f;
+  if (select_ranks_bucketed(n, src, ranks, at, work, known)) return middle_value(n, at);
   work.resize(n);
   for (size_t i = 0; i < n; ++i) work[i] = src.at(i);
   return median_inplace(work);
+}
+
+// The MAD's middle ranks of |x - m| found from the samples' own histogram, sparing the binning of
+// the deviations. With w the bin width and c the median's bin, a value in bins c +- (R - 1) lies
+// within R w of m, and one outside bins c +- R lies beyond R w. So with R the smallest radius whose
+// bins c +- (R - 1) hold more values than the higher wanted rank, both wanted deviations lie in
+// [(R - 2) w, R w]; one pass counts the deviations below that bracket (widened by half a bin each
+// way for rounding) and gathers those inside. The counts then prove the bracket right, or `false`
+// sends the caller to binning the deviations.
+bool mad_ranks_by_bracket(std::span<const float> x, float m, const Histogram<Samples>& h,
+                          const std::array<size_t, 2>& ranks, std::array<float, 2>& out,
+                          std::vector<float>& gather) {
+  const size_t n = x.size();
+  const size_t r_lo = std::min(ranks[0], ranks[1]), r_hi = std::max(ranks[0], ranks[1]);
+  const int centre = h.map().bin(m);
+  int radius = 1;
+  while (h.count_around(centre, radius - 1) <= r_hi) ++radius;
+  const float width = 1.0f / h.map().scale;
+  const float lo_t = static_cast<float>(std::max(radius - 2.5, 0.0)) * width;
+  const float hi_t = (static_cast<float>(radius) + 0.5f) * width;
+  // At most the values of bins c +- (R + 1) outside c +- (R - 4) can fall inside the bracket; room
+  // for a few more than that, and a miss sends the caller to the full path.
+  const size_t room = h.count_around(centre, radius + 1) - h.count_around(centre, radius - 4) + 64;
+  gather.resize(room);
+  size_t below = 0, inside = 0, i = 0;
+  const auto take = [&](size_t at) {
+    if (inside < room) gather[inside] = std::fabs(x[at] - m);
+    ++inside;
+  };
+#ifdef __SSE2__
+  const AbsDeviations dev{x.data(), m};
+  const __m128 lo4 = _mm_set1_ps(lo_t), hi4 = _mm_set1_ps(hi_t);
+  // Per-lane counts of the deviations below (a true compare is -1 in its lane; n / 4 < 2^32).
+  __m128i below4 = _mm_setzero_si128();
+  for (; i + 4 <= n; i += 4) {
+    const __m128 d = dev.at4(i);
+    const __m128 is_below = _mm_cmplt_ps(d, lo4);
+    below4 = _mm_sub_epi32(below4, _mm_castps_si128(is_below));
+    int hit = _mm_movemask_ps(_mm_andnot_ps(is_below, _mm_cmple_ps(d, hi4)));
+    for (; hit != 0; hit &= hit - 1) take(i + static_cast<size_t>(__builtin_ctz(hit)));
+  }
+  alignas(16) std::array<uint32_t, 4> lanes;
+  _mm_store_si128(reinterpret_cast<__m128i*>(lanes.data()), below4);
+  for (uint32_t c : lanes) below += c;
+#endif
+  for (; i < n; ++i) {
+    const float d = std::fabs(x[i] - m);
+    if (d < lo_t) {
+      ++below;
+    } else if (d <= hi_t) {
+      take(i);
+    }
+  }
+  if (inside > room || below > r_lo || below + inside <= r_hi) return false;
+  gather.resize(inside);
+  for (size_t k = 0; k < 2; ++k) {
+    const auto at = gather.begin() + static_cast<std::ptrdiff_t>(ranks[k] - below);
+    std::nth_element(gather.begin(), at, gather.end());
+    out[k] = *at;
+  }
+  return true;
 }
 
 }  // namespace
@@ -238,6 +366,20 @@ MedianMad median_mad_f32(std::span<const float> values, std::vector<float>& work
   const size_t n = values.size();
   const Samples samples{values.data()};
   const Extent e = n >= kMinBucketed ? extent_of(n, samples) : Extent{0.0f, 0.0f, false};
+  if (e.finite && e.lo < e.hi) {
+    const Histogram<Samples> histogram(n, samples, e);
+    if (histogram.ok()) {
+      const std::array<size_t, 2> ranks = middle_ranks(n);
+      std::array<float, 2> at{};
+      histogram.select(ranks, at, work);
+      out.median = middle_value(n, at);
+      if (mad_ranks_by_bracket(values, out.median, histogram, ranks, at, work)) {
+        out.mad = middle_value(n, at);
+        return out;
+      }
+    }
+  }
+  // Small, constant or non-finite input, or a bracket the rounding defeated: select each in turn.
   out.median = median_of(n, samples, work, e.finite ? &e : nullptr);
   const float m = out.median;
   // Float subtraction is monotone, so no deviation exceeds those of the extremes: the deviations'

@@ -111,8 +111,9 @@ double reference_percentile(std::vector<float> v, double q) {
 }
 
 // Signals like the boundary checks see: ADC steps calibrated to pA (many ties), a level change,
-// spikes; or wide-range noise; or a near-constant run; sizes around the bucketed path's
-// threshold (256) and up to a read prefix.
+// spikes; or wide-range noise; or a near-constant run; a tight cluster among huge outliers; steps
+// of subnormals; sizes around the bucketed path's threshold (256), up to a read prefix and past
+// the 16,384 values whose bins are kept for the gather.
 std::vector<float> signal_like(std::mt19937& rng, size_t n, int kind) {
   std::normal_distribution<double> g(0.0, 1.0);
   std::vector<float> x(n);
@@ -122,6 +123,8 @@ std::vector<float> signal_like(std::mt19937& rng, size_t n, int kind) {
       case 0: v = std::round((i < n / 3 ? 90.0 : 115.0) + 6.0 * g(rng)) * 0.1762 + 3.5; break;
       case 1: v = 1e4 * g(rng); break;
       case 2: v = i % 97 == 0 ? -0.0 : 0.0; break;
+      case 4: v = i % 733 == 0 ? 3e38 * (i % 2 == 0 ? 1.0 : -1.0) : 80.0 + g(rng); break;  // bins ~1e36 wide
+      case 5: v = static_cast<double>(i % 37) * 1e-44; break;  // subnormal steps: the bin scale overflows
       default: v = 80.0 + g(rng) + (i % 501 == 0 ? 900.0 : 0.0); break;
     }
     x[i] = static_cast<float>(v);
@@ -132,9 +135,9 @@ std::vector<float> signal_like(std::mt19937& rng, size_t n, int kind) {
 TEST(RobustStats, SelectionsEqualTheNthElementReference) {
   std::mt19937 rng(20261207);
   std::vector<float> work;
-  const size_t sizes[] = {1, 2, 3, 255, 256, 257, 300, 1000, 1001, 2000, 4096, 11500};  // 64 to 1,024 bins
+  const size_t sizes[] = {1, 2, 3, 255, 256, 257, 300, 1000, 1001, 2000, 4096, 11500, 16384, 16385, 40001};
   for (size_t n : sizes) {
-    for (int kind = 0; kind < 4; ++kind) {
+    for (int kind = 0; kind < 6; ++kind) {
       SCOPED_TRACE("n=" + std::to_string(n) + " kind=" + std::to_string(kind));
       const auto x = signal_like(rng, n, kind);
       const MedianMad got = median_mad_f32(x, work), want = reference_median_mad(x);
