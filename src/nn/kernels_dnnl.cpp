@@ -167,7 +167,8 @@ Buffer plain_copy(const float* data, size_t n) {
 }
 
 // With ConvParams::bf16 the input and the weights are bfloat16 (the input rounded per call, see
-// DnnlStep); accumulation and the output stay float32.
+// DnnlStep, unless its producer stored it so: src_bf16); accumulation is float32, and so is the
+// output unless dst_bf16 (oneDNN rounds it to nearest even after the post-ops).
 class DnnlConv final : public DnnlStep {
  public:
   explicit DnnlConv(const ConvParams& p) {
@@ -175,8 +176,8 @@ class DnnlConv final : public DnnlStep {
     m_dst = p.dst;
     const dt in = p.bf16 ? dt::bf16 : dt::f32;
     m_src_md = dnnl::memory::desc({p.n, p.ic, p.iw}, in, p.src_nwc ? tag::nwc : tag::ncw);
-    m_dst_md = dnnl::memory::desc({p.n, p.oc, p.ow}, dt::f32, p.dst_nwc ? tag::nwc : tag::ncw);
-    if (p.bf16) convert_input_to_bf16(static_cast<std::size_t>(p.n * p.ic * p.iw));
+    m_dst_md = dnnl::memory::desc({p.n, p.oc, p.ow}, p.dst_bf16 ? dt::bf16 : dt::f32, p.dst_nwc ? tag::nwc : tag::ncw);
+    if (p.bf16 && !p.src_bf16) convert_input_to_bf16(static_cast<std::size_t>(p.n * p.ic * p.iw));
     const dnnl::memory::desc w_any({p.oc, p.ic, p.k}, in, tag::any);
     // ONNX weights: Conv [oc][ic][k] (oiw); ConvTranspose [ic][oc][k] (logical oc,ic,k -> bac).
     const dnnl::memory::desc w_user({p.oc, p.ic, p.k}, dt::f32, p.transposed ? tag::bac : tag::oiw);
@@ -206,41 +207,50 @@ class DnnlConv final : public DnnlStep {
   }
 };
 
-// Convolutions with few inputs per output (ic * k <= kMaxTaps) and at most 16 output channels,
+// Convolutions with few inputs per output (ic * k <= kMaxTaps) and at most 64 output channels,
 // channels-last output: the direct kernel of small_conv_fn (AVX-512), faster than oneDNN's
-// blocked convolution at these shapes (bench/results/crf_encoder.md, Session 14). Post-ops: none
-// or one SiLU.
+// blocked convolution at these shapes (bench/results/crf_encoder.md, Session 14; the boundary
+// CNN's first layer, Session 21). Post-ops: none, or one SiLU or ReLU. Above 16 channels where the
+// planner chose the AMX tile unit (amx_f32), that runs instead. With dst_bf16 the output is
+// written in bfloat16 for the bfloat16 convolution that reads it.
 class SmallConv final : public Step {
  public:
   static constexpr int64_t kMaxTaps = 64;
   static bool handles(const ConvParams& p) {
-    const bool post_ok = p.post_ops.empty() || (p.post_ops.size() == 1 && p.post_ops[0].kind == PostOp::Kind::kSilu);
-    return small_conv_fn(simd_level()) != nullptr && !p.transposed && p.dilation == 1 && p.oc <= 16 &&
-           p.ic * p.k <= kMaxTaps && (p.dst_nwc || p.oc == 1) && post_ok;
+    const bool post_ok = p.post_ops.empty() ||
+                         (p.post_ops.size() == 1 && (p.post_ops[0].kind == PostOp::Kind::kSilu ||
+                                                     p.post_ops[0].kind == PostOp::Kind::kRelu));
+    return small_conv_fn(simd_level()) != nullptr && !p.transposed && p.dilation == 1 &&
+           (p.oc <= 16 || (p.oc <= 64 && !p.amx_f32)) && p.ic * p.k <= kMaxTaps && (p.dst_nwc || p.oc == 1) &&
+           post_ok;
   }
-  explicit SmallConv(const ConvParams& p)
-      : m_src(p.src), m_dst(p.dst), m_silu(!p.post_ops.empty()), m_fn(small_conv_fn(simd_level())) {
-    m_g = SmallConvGeometry{p.n, p.ic, p.oc, p.iw, p.ow, p.k, p.stride, p.pad_l, p.src_nwc};
-    m_weights.assign(static_cast<size_t>(p.k * p.ic * 16), 0.0f);
+  explicit SmallConv(const ConvParams& p) : m_src(p.src), m_dst(p.dst), m_post(post_of(p)), m_fn(small_conv_fn(simd_level())) {
+    m_g = SmallConvGeometry{p.n, p.ic, p.oc, p.iw, p.ow, p.k, p.stride, p.pad_l, p.src_nwc, p.dst_bf16};
+    const int64_t lanes = (p.oc + 15) / 16 * 16;
+    m_weights.assign(static_cast<size_t>(p.k * p.ic * lanes), 0.0f);
     for (int64_t o = 0; o < p.oc; ++o) {
       for (int64_t c = 0; c < p.ic; ++c) {
-        for (int64_t kk = 0; kk < p.k; ++kk) m_weights[static_cast<size_t>((kk * p.ic + c) * 16 + o)] = p.weights[(o * p.ic + c) * p.k + kk];
+        for (int64_t kk = 0; kk < p.k; ++kk) m_weights[static_cast<size_t>((kk * p.ic + c) * lanes + o)] = p.weights[(o * p.ic + c) * p.k + kk];
       }
     }
-    m_bias.fill(0.0f);
+    m_bias.assign(static_cast<size_t>(lanes), 0.0f);
     if (p.bias) std::copy(p.bias, p.bias + p.oc, m_bias.begin());
   }
   void run(const ExecContext& ctx, StepState*) const override {
-    m_fn(m_g, resolve(ctx, m_src), m_weights.data(), m_bias.data(), resolve(ctx, m_dst), m_silu);
+    m_fn(m_g, resolve(ctx, m_src), m_weights.data(), m_bias.data(), resolve(ctx, m_dst), m_post);
   }
 
  private:
+  static SmallConvPost post_of(const ConvParams& p) {
+    if (p.post_ops.empty()) return SmallConvPost::kNone;
+    return p.post_ops[0].kind == PostOp::Kind::kSilu ? SmallConvPost::kSilu : SmallConvPost::kRelu;
+  }
   Loc m_src, m_dst;
-  bool m_silu;
+  SmallConvPost m_post;
   SmallConvFn m_fn;
   SmallConvGeometry m_g;
-  std::vector<float> m_weights;  // [k][ic][16]
-  std::array<float, 16> m_bias{};
+  std::vector<float> m_weights;  // [k][ic][16 V]
+  std::vector<float> m_bias;     // [16 V]
 };
 
 // Transposed convolutions with few outputs per input position (oc * k <= 16), no post-op: the
@@ -764,6 +774,10 @@ std::unique_ptr<Step> make_guarded(const Params& p, std::string* error) {
 bool conv_takes_bf16(const ConvParams& p) {
   return !p.transposed && p.ic * p.k > SmallConv::kMaxTaps;  // never SmallConv's: it takes ic * k <= kMaxTaps
 }
+
+bool conv_writes_plain_cheaply(const ConvParams& p) { return SmallDeconv::handles(p); }
+
+bool conv_writes_bf16(const ConvParams& p) { return SmallConv::handles(p) || (p.bf16 && !p.transposed); }
 
 std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) {
   if (SmallConv::handles(p)) return std::make_unique<SmallConv>(p);

@@ -105,6 +105,10 @@ struct ConvParams {
   // the planner where bf16_available() and conv_takes_bf16(); the reference kernel ignores
   // it.
   bool bf16 = false;
+  // Activations stored in bfloat16 (the planner's choice, optimised backend only): an output of a
+  // convolution that conv_writes_bf16 whose every reader is a bfloat16 convolution. The producer
+  // rounds as the readers would on reading, so the values are the same and a pass is saved.
+  bool src_bf16 = false, dst_bf16 = false;
 };
 
 // Whether the convolution takes bfloat16 under LoadOptions::bf16_conv: one with many inputs per
@@ -211,6 +215,12 @@ struct PadPlacement {
 // oneDNN implementations (kernels_dnnl.cpp). They return null when oneDNN cannot build the
 // primitive, in which case the planner reports an error.
 std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error);
+// Whether make_dnnl_conv's kernel for `p` writes a plain [N, C, W] output as cheaply as a
+// channels-last one (the direct transposed kernel does; oneDNN's are several times slower).
+bool conv_writes_plain_cheaply(const ConvParams& p);
+// Whether make_dnnl_conv's kernel for `p` (its bf16 and amx_f32 chosen) can write a bfloat16
+// output (ConvParams::dst_bf16): the direct kernel, and oneDNN's bfloat16 convolutions.
+bool conv_writes_bf16(const ConvParams& p);
 std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error);
 std::unique_ptr<Step> make_dnnl_lstm(const LstmParams& p, std::string* error);
 // The per-worker oneDNN stream (opaque), its handle for ExecContext, and the engine-wide ISA cap.

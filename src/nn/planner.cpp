@@ -37,6 +37,7 @@ class StepBuilder {
       : m_g(g), m_backend(options.backend), m_lstm_int8(options.lstm_int8), m_bf16(options.bf16_gemm), m_bf16_conv(options.bf16_conv), m_amx_f32(options.amx_f32), m_ir(ir), m_arena(arena), m_plan(plan) {}
 
   Status run() {
+    choose_bf16_storage();
     for (const RtNode* r : m_arena.order) {
       if (r->kind == RtKind::kAlias) continue;
       if (r->kind == RtKind::kConcat) {
@@ -101,7 +102,9 @@ class StepBuilder {
     return nullptr;
   }
 
-  std::unique_ptr<Step> conv_step(const RtNode& r, std::string& text, std::string& error) const {
+  // The convolution's parameters with the planner's choices: layouts, precision, and (once
+  // choose_bf16_storage has run) which of its activations are stored in bfloat16.
+  ConvParams conv_params(const RtNode& r) const {
     ConvParams p = r.conv;
     p.src = loc(r.in[0]);
     p.dst = loc(r.out);
@@ -112,10 +115,45 @@ class StepBuilder {
     p.bf16 = m_bf16_conv && !reference() && bf16_available() && conv_takes_bf16(p);
     p.amx_f32 = !p.bf16 && !p.transposed && p.dilation == 1 && p.src_nwc && p.dst_nwc && post_ok &&
                 amx_f32_ok(p.ic * p.k, p.oc);
-    text = fmt::format("{}{} {}->{} k{} s{} d{} p{},{}{}", p.transposed ? "conv_transpose1d" : "conv1d",
+    p.src_bf16 = stored_bf16(r.in[0]);
+    p.dst_bf16 = stored_bf16(r.out);
+    return p;
+  }
+
+  bool stored_bf16(int v) const {
+    return !m_bf16_stored.empty() && m_bf16_stored[static_cast<size_t>(m_arena.root[static_cast<size_t>(v)])];
+  }
+
+  // Marks the activations stored in bfloat16 (ConvParams::dst_bf16): a convolution's output, not
+  // shared with another value nor the graph output, whose writer can round it (conv_writes_bf16)
+  // and whose every reader is a bfloat16 convolution taking it as its input.
+  void choose_bf16_storage() {
+    std::vector<int> readers(m_ir.values.size(), 0), bf16_readers(m_ir.values.size(), 0);
+    for (const RtNode* r : m_arena.order) {
+      for (size_t i = 0; i < r->in.size(); ++i) {
+        if (r->in[i] < 0) continue;
+        const auto root = static_cast<size_t>(m_arena.root[static_cast<size_t>(r->in[i])]);
+        ++readers[root];
+        if (i == 0 && r->kind == RtKind::kConv && conv_params(*r).bf16) ++bf16_readers[root];
+      }
+    }
+    std::vector<bool> stored(m_ir.values.size(), false);
+    const auto output_root = m_arena.root[static_cast<size_t>(m_ir.output)];
+    for (const RtNode* r : m_arena.order) {
+      if (r->kind != RtKind::kConv || reference()) continue;
+      const auto v = static_cast<size_t>(r->out);
+      if (m_arena.root[v] != r->out || r->out == output_root || readers[v] == 0 || readers[v] != bf16_readers[v]) continue;
+      stored[v] = conv_writes_bf16(conv_params(*r));
+    }
+    m_bf16_stored = std::move(stored);
+  }
+
+  std::unique_ptr<Step> conv_step(const RtNode& r, std::string& text, std::string& error) const {
+    const ConvParams p = conv_params(r);
+    text = fmt::format("{}{} {}->{} k{} s{} d{} p{},{}{}{}", p.transposed ? "conv_transpose1d" : "conv1d",
                        describe_post_ops(p.post_ops), shape_str(m_ir.shape_of(r.in[0])),
                        shape_str(m_ir.shape_of(r.out)), p.k, p.stride, p.dilation, p.pad_l, p.pad_r,
-                       p.bf16 ? " bf16" : p.amx_f32 ? " amx-f32" : "");
+                       p.bf16 ? " bf16" : p.amx_f32 ? " amx-f32" : "", p.dst_bf16 ? " (bf16 out)" : "");
     const double flops = 2.0 * static_cast<double>(p.n) * static_cast<double>(p.oc) * static_cast<double>(p.ic) * static_cast<double>(p.k) *
                          static_cast<double>(p.transposed ? p.iw : p.ow);
     std::unique_ptr<Step> step = reference() ? make_ref_conv(p) : make_dnnl_conv(p, &error);
@@ -214,6 +252,7 @@ class StepBuilder {
   const PlanIr& m_ir;
   const ArenaAssignment& m_arena;
   Plan& m_plan;
+  std::vector<bool> m_bf16_stored;  // per value root: stored in bfloat16 (choose_bf16_storage)
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Layout assignment (planner_ir.hpp). Channels-last activations (optimised backend): every
-// convolution writes [N, W, C], the layout oneDNN's direct (brgemm) kernels want; convolutions
-// and strided copies read either layout, and any other consumer (or the graph output) gets a
-// converting copy inserted. A 1-channel input is the same bytes in both layouts.
+// convolution writes [N, W, C], the layout oneDNN's direct (brgemm) kernels want, except one
+// writing the graph output with a kernel as fast either way (conv_writes_plain_cheaply).
+// Convolutions and strided copies read either layout, and any other consumer (or a graph output
+// in [N, W, C]) gets a converting copy inserted. A 1-channel input is the same bytes in both
+// layouts.
 #include <algorithm>
 #include <vector>
 
@@ -30,7 +32,7 @@ class LayoutPass {
         if (is_nwc(v) && r.kind != RtKind::kConv && !copy_reads_any_layout(r)) v = nwc_to_plain(v);
         if (!is_nwc(v) && r.kind == RtKind::kConv && r.conv.ic > 1) v = plain_to_nwc(v);
       }
-      if (r.kind == RtKind::kConv) m_ir.nwc[static_cast<size_t>(r.out)] = true;
+      if (r.kind == RtKind::kConv && !writes_output_plain(r)) m_ir.nwc[static_cast<size_t>(r.out)] = true;
       m_out.push_back(std::move(r));
     }
     if (is_nwc(m_ir.output)) m_ir.output = nwc_to_plain(m_ir.output);
@@ -39,6 +41,12 @@ class LayoutPass {
 
  private:
   bool is_nwc(int v) const { return m_ir.nwc[static_cast<size_t>(v)]; }
+
+  // A convolution writing the graph output writes it plain where its kernel does so as cheaply,
+  // sparing the converting copy (a pass over the output) that would follow.
+  bool writes_output_plain(const RtNode& r) const {
+    return r.out == m_ir.output && conv_writes_plain_cheaply(r.conv);
+  }
 
   // Element-wise nodes over same-shape operands do not care about layout: when all their runtime
   // inputs are channels-last, so is their output.

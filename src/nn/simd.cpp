@@ -380,68 +380,157 @@ __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void silu
 __attribute__((target("avx2,fma"))) void silu_avx2(float* y, int64_t n) { silu_in_place<8>(y, n); }
 void silu_sse2(float* y, int64_t n) { silu_in_place<4>(y, n); }
 
-// One output position near an edge (taps outside the input skipped).
-__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void small_conv_edge(
-    const SmallConvGeometry& g, const float* xn, const float* weights, vf<16> acc, float* yn, int64_t t,
-    __mmask16 lanes) {
+#define ESCPOD_AVX512_TARGET __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
+
+// The lanes of the last of a row's vectors that hold channels (oc not a multiple of 16).
+inline __mmask16 last_vector_lanes(int64_t oc) {
+  const int64_t rem = oc - (oc - 1) / 16 * 16;
+  return static_cast<__mmask16>((1u << rem) - 1u);
+}
+
+// Vector v of output position t's row: float32 lanes masked to the channels, or rounded to
+// bfloat16 (vcvtneps2bf16, as convert_to_bf16 rounds; the planner asks for it only where the CPU
+// has the instruction).
+[[gnu::always_inline]] ESCPOD_AVX512_TARGET inline void store_row_vector(const SmallConvGeometry& g, void* yn, int64_t t,
+                                                                         int64_t v, vf<16> acc, __mmask16 lanes) {
+  const int64_t at = t * g.oc + v * 16;
+  if (!g.dst_bf16) {
+    _mm512_mask_storeu_ps(static_cast<float*>(yn) + at, lanes, reinterpret_cast<__m512>(acc));
+    return;
+  }
+  __m256i h;
+  asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(acc));
+  _mm256_mask_storeu_epi16(static_cast<uint16_t*>(yn) + at, lanes, h);
+}
+
+// acc + w x. One vector of channels (the CRF encoders' first layers) keeps the separate multiply
+// and add its scores were validated with; wider rows fuse them (half the instructions, one
+// rounding).
+template <int V>
+[[gnu::always_inline]] ESCPOD_AVX512_TARGET inline vf<16> multiply_add(vf<16> acc, vf<16> w, float x) {
+  if constexpr (V == 1) {
+    return acc + w * x;
+  } else {
+    return reinterpret_cast<vf<16>>(_mm512_fmadd_ps(reinterpret_cast<__m512>(w), _mm512_set1_ps(x), reinterpret_cast<__m512>(acc)));
+  }
+}
+
+// The post-operation on U vectors in registers.
+template <int U>
+[[gnu::always_inline]] ESCPOD_AVX512_TARGET inline void post_in_registers(vf<16> (&acc)[U], SmallConvPost post) {
+  if (post == SmallConvPost::kRelu) {
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) acc[u] = avx512_max(acc[u], vf<16>{});
+  } else if (post == SmallConvPost::kSilu) {
+    vf<16> e[U];
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) e[u] = -acc[u];
+    vexp_n<16, U>(e);
+#pragma GCC unroll 16
+    for (int u = 0; u < U; ++u) acc[u] *= vrecip<16>(1.0f + e[u]);
+  }
+}
+
+// Whether the post-operation runs on the registers before the store, or afterwards over the
+// float32 output: with fewer than 16 channels most lanes of a register are padding, and a pass
+// over the packed output is cheaper.
+bool post_after_store(const SmallConvGeometry& g, SmallConvPost post) {
+  return post != SmallConvPost::kNone && g.oc % 16 != 0 && !g.dst_bf16;
+}
+
+// One output position near an edge (taps outside the input skipped), V vectors of channels.
+template <int V>
+ESCPOD_AVX512_TARGET void small_conv_edge(const SmallConvGeometry& g, const float* xn, const float* weights,
+                                          const float* bias, void* yn, int64_t t, SmallConvPost post) {
   const int64_t c_step = g.src_nwc ? 1 : g.iw, pos_step = g.src_nwc ? g.ic : 1;
+  vf<16> acc[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) acc[v] = load<16>(bias + 16 * v);
   for (int64_t kk = 0; kk < g.k; ++kk) {
     const int64_t pos = t * g.stride + kk - g.pad_l;
     if (pos < 0 || pos >= g.iw) continue;
-    for (int64_t c = 0; c < g.ic; ++c) acc += load<16>(weights + (kk * g.ic + c) * 16) * xn[c * c_step + pos * pos_step];
+    for (int64_t c = 0; c < g.ic; ++c) {
+      const float xv = xn[c * c_step + pos * pos_step];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[v] = multiply_add<V>(acc[v], load<16>(weights + (kk * g.ic + c) * 16 * V + 16 * v), xv);
+    }
   }
-  _mm512_mask_storeu_ps(yn + t * g.oc, lanes, reinterpret_cast<__m512>(acc));
+  if (!post_after_store(g, post)) post_in_registers<V>(acc, post);
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) store_row_vector(g, yn, t, v, acc[v], v == V - 1 ? last_vector_lanes(g.oc) : 0xffff);
 }
 
-__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void small_conv_avx512(
-    const SmallConvGeometry& g, const float* x, const float* weights, const float* bias, float* y, bool silu) {
-  constexpr int64_t kBlock = 8;  // output positions per register block (independent accumulators)
-  const __mmask16 lanes = static_cast<__mmask16>((1u << g.oc) - 1u);
-  const vf<16> b = load<16>(bias);
+// P output positions from t on, all of whose taps fall inside the input (independent accumulators:
+// P * V of them).
+template <int V, int P>
+[[gnu::always_inline]] ESCPOD_AVX512_TARGET inline void small_conv_block(const SmallConvGeometry& g, const float* xn,
+                                                                         const float* weights, const float* bias,
+                                                                         void* yn, int64_t t, SmallConvPost post) {
+  const int64_t c_step = g.src_nwc ? 1 : g.iw, pos_step = g.src_nwc ? g.ic : 1;
+  vf<16> acc[P * V];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[p * V + v] = load<16>(bias + 16 * v);
+  }
+  const float* x0 = xn + (t * g.stride - g.pad_l) * pos_step;
+  for (int64_t kk = 0; kk < g.k; ++kk) {
+    for (int64_t c = 0; c < g.ic; ++c) {
+      vf<16> w[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) w[v] = load<16>(weights + (kk * g.ic + c) * 16 * V + 16 * v);
+      const float* xc = x0 + kk * pos_step + c * c_step;
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) {
+        const float xv = xc[p * g.stride * pos_step];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[p * V + v] = multiply_add<V>(acc[p * V + v], w[v], xv);
+      }
+    }
+  }
+  if (!post_after_store(g, post)) post_in_registers<P * V>(acc, post);
+  const __mmask16 last = last_vector_lanes(g.oc);
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) store_row_vector(g, yn, t + p, v, acc[p * V + v], v == V - 1 ? last : 0xffff);
+  }
+}
+
+// The convolution of SmallConvFn with V = ceil(oc / 16) vectors of channels, P positions per block.
+template <int V, int P>
+ESCPOD_AVX512_TARGET void small_conv_channels(const SmallConvGeometry& g, const float* x, const float* weights,
+                                              const float* bias, void* y, SmallConvPost post) {
   // Output positions whose k taps all fall inside the input: [interior_lo, interior_hi).
   const int64_t interior_lo = std::min(g.ow, (g.pad_l + g.stride - 1) / g.stride);
   const int64_t last = g.iw - g.k + g.pad_l;
   const int64_t interior_hi = last < 0 ? interior_lo : std::clamp(last / g.stride + 1, interior_lo, g.ow);
+  const int64_t elem_bytes = g.dst_bf16 ? 2 : 4;
   for (int64_t n = 0; n < g.n; ++n) {
     const float* xn = x + n * g.ic * g.iw;
-    float* yn = y + n * g.ow * g.oc;
-    const int64_t c_step = g.src_nwc ? 1 : g.iw, pos_step = g.src_nwc ? g.ic : 1;
-    // With 16 channels a block's SiLU runs on its registers; otherwise over y afterwards.
-    const bool silu_in_registers = silu && g.oc == 16;
+    void* yn = static_cast<char*>(y) + n * g.ow * g.oc * elem_bytes;
     int64_t t = 0;
-    for (; t < interior_lo; ++t) small_conv_edge(g, xn, weights, b, yn, t, lanes);
-    if (silu_in_registers) silu_in_place<16>(yn, t * g.oc);
-    for (; t + kBlock <= interior_hi; t += kBlock) {
-      vf<16> acc[kBlock];
-#pragma GCC unroll 8
-      for (int64_t p = 0; p < kBlock; ++p) acc[p] = b;
-      const float* x0 = xn + (t * g.stride - g.pad_l) * pos_step;
-      for (int64_t kk = 0; kk < g.k; ++kk) {
-        for (int64_t c = 0; c < g.ic; ++c) {
-          const vf<16> w = load<16>(weights + (kk * g.ic + c) * 16);
-          const float* xc = x0 + kk * pos_step + c * c_step;
-#pragma GCC unroll 8
-          for (int64_t p = 0; p < kBlock; ++p) acc[p] += w * xc[p * g.stride * pos_step];
-        }
+    for (; t < interior_lo; ++t) small_conv_edge<V>(g, xn, weights, bias, yn, t, post);
+    for (; t + P <= interior_hi; t += P) small_conv_block<V, P>(g, xn, weights, bias, yn, t, post);
+    for (; t < g.ow; ++t) small_conv_edge<V>(g, xn, weights, bias, yn, t, post);
+    if (post_after_store(g, post)) {
+      float* yf = static_cast<float*>(yn);
+      if (post == SmallConvPost::kSilu) {
+        silu_in_place<16>(yf, g.ow * g.oc);
+      } else {
+        for (int64_t i = 0; i < g.ow * g.oc; ++i) yf[i] = yf[i] < 0.0f ? 0.0f : yf[i];
       }
-      if (silu_in_registers) {
-        vf<16> e[kBlock];
-#pragma GCC unroll 8
-        for (int64_t p = 0; p < kBlock; ++p) e[p] = -acc[p];
-        vexp_n<16, kBlock>(e);
-#pragma GCC unroll 8
-        for (int64_t p = 0; p < kBlock; ++p) acc[p] *= vrecip<16>(1.0f + e[p]);
-      }
-#pragma GCC unroll 8
-      for (int64_t p = 0; p < kBlock; ++p) _mm512_mask_storeu_ps(yn + (t + p) * g.oc, lanes, reinterpret_cast<__m512>(acc[p]));
     }
-    const int64_t block_end = t;
-    for (; t < g.ow; ++t) small_conv_edge(g, xn, weights, b, yn, t, lanes);
-    if (silu_in_registers) {
-      silu_in_place<16>(yn + block_end * g.oc, (g.ow - block_end) * g.oc);
-    } else if (silu) {
-      silu_in_place<16>(yn, g.ow * g.oc);
-    }
+  }
+}
+
+ESCPOD_AVX512_TARGET void small_conv_avx512(const SmallConvGeometry& g, const float* x, const float* weights,
+                                            const float* bias, void* y, SmallConvPost post) {
+  switch ((g.oc + 15) / 16) {
+    case 1: return small_conv_channels<1, 8>(g, x, weights, bias, y, post);
+    case 2: return small_conv_channels<2, 8>(g, x, weights, bias, y, post);
+    case 3: return small_conv_channels<3, 4>(g, x, weights, bias, y, post);
+    default: return small_conv_channels<4, 4>(g, x, weights, bias, y, post);
   }
 }
 

@@ -34,16 +34,21 @@ using BlankPadTanhFn = void (*)(const float* x, float* y, int64_t rows, float bl
 BlankPadTanhFn blank_pad_tanh_fn(SimdLevel level);
 
 // A direct 1-D convolution for layers with few inputs per output (the CRF encoders' first two:
-// 1 -> 4 and 4 -> 16 channels, k 5), where oneDNN's blocked kernels spend most of their time
-// off the arithmetic. oc <= 16 output channels (one vector), dilation 1, channels-last output
-// y[n][ow][oc]; x is [n][ic][iw] or, with src_nwc, [n][iw][ic]; zero padding. `weights` are
-// packed [k][ic][16] (the oc lanes, zeros beyond oc), `bias` [16]. With `silu`, y = silu(conv).
+// 1 -> 4 and 4 -> 16 channels, k 5; the boundary CNN's first: 1 -> 64, k 7, stride 3), where
+// oneDNN's blocked kernels spend most of their time off the arithmetic. oc <= 64 output channels
+// (up to four vectors), dilation 1, channels-last output y[n][ow][oc]; x is [n][ic][iw] or, with
+// src_nwc, [n][iw][ic]; zero padding. `weights` are packed [k][ic][16 V] (V = ceil(oc / 16)
+// vectors of output lanes, zeros beyond oc), `bias` [16 V]. The post-operation (none, SiLU or
+// ReLU) follows the bias. With dst_bf16 the output is rounded to bfloat16 as convert_to_bf16
+// rounds (y is then uint16_t; only where bf16_available()).
 struct SmallConvGeometry {
   int64_t n = 0, ic = 0, oc = 0, iw = 0, ow = 0, k = 0, stride = 1, pad_l = 0;
   bool src_nwc = false;
+  bool dst_bf16 = false;
 };
+enum class SmallConvPost { kNone, kSilu, kRelu };
 using SmallConvFn = void (*)(const SmallConvGeometry& g, const float* x, const float* weights, const float* bias,
-                             float* y, bool silu);
+                             void* y, SmallConvPost post);
 // The AVX-512 kernel, or null below AVX-512 (callers then use oneDNN).
 SmallConvFn small_conv_fn(SimdLevel level);
 

@@ -82,7 +82,7 @@ void BM_SmallConv(benchmark::State& s) {
   std::vector<float> y(static_cast<size_t>(n * w * oc));
   const escpod::nn::detail::SmallConvGeometry g{n, ic, oc, w, w, k, 1, 2, ic > 1};
   for (auto _ : s) {
-    fn(g, x.data(), weights.data(), bias.data(), y.data(), true);
+    fn(g, x.data(), weights.data(), bias.data(), y.data(), escpod::nn::detail::SmallConvPost::kSilu);
     benchmark::DoNotOptimize(y.data());
   }
 }

@@ -888,34 +888,38 @@ std::vector<float> channels_last(const std::vector<float>& x, int64_t n, int64_t
 
 TEST(SmallConv, EqualsPlainConvolution) {
   using nn::detail::SmallConvGeometry;
+  using nn::detail::SmallConvPost;
   const auto fn = nn::detail::small_conv_fn(nn::detail::simd_level());
   if (fn == nullptr) GTEST_SKIP() << "the direct kernel needs AVX-512 (oneDNN runs these convolutions here)";
   struct ConvCase {
     int64_t n, ic, oc, iw, k, stride, pad_l, pad_r;
   };
+  // One to four vectors of channels (the boundary CNN's first layer: 1 -> 64, k 7, stride 3).
   for (const ConvCase cs : {ConvCase{2, 1, 4, 3000, 5, 1, 2, 2}, ConvCase{3, 4, 16, 301, 5, 1, 2, 2}, ConvCase{1, 3, 7, 40, 4, 2, 0, 3},
-                        ConvCase{2, 2, 16, 9, 7, 3, 3, 1}, ConvCase{1, 1, 1, 17, 3, 1, 0, 0}, ConvCase{2, 8, 12, 64, 8, 2, 5, 0}}) {
+                            ConvCase{2, 2, 16, 9, 7, 3, 3, 1}, ConvCase{1, 1, 1, 17, 3, 1, 0, 0}, ConvCase{2, 8, 12, 64, 8, 2, 5, 0},
+                            ConvCase{2, 1, 64, 1500, 7, 3, 3, 3}, ConvCase{1, 3, 40, 50, 5, 2, 1, 2}, ConvCase{2, 2, 20, 33, 3, 1, 1, 1}}) {
     const int64_t ow = (cs.iw + cs.pad_l + cs.pad_r - cs.k) / cs.stride + 1;
+    const int64_t lanes = (cs.oc + 15) / 16 * 16;
     std::vector<float> x(static_cast<size_t>(cs.n * cs.ic * cs.iw)), w(static_cast<size_t>(cs.oc * cs.ic * cs.k)),
         bias(static_cast<size_t>(cs.oc));
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3f * static_cast<float>(i)) * 3.0f;
     for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.7f * static_cast<float>(i));
     for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>(i) - 0.4f;
-    std::vector<float> packed(static_cast<size_t>(cs.k * cs.ic * 16), 0.0f), b16(16, 0.0f);
+    std::vector<float> packed(static_cast<size_t>(cs.k * cs.ic * lanes), 0.0f), b16(static_cast<size_t>(lanes), 0.0f);
     for (int64_t o = 0; o < cs.oc; ++o) {
       b16[static_cast<size_t>(o)] = bias[static_cast<size_t>(o)];
       for (int64_t c = 0; c < cs.ic; ++c) {
         for (int64_t kk = 0; kk < cs.k; ++kk) {
-          packed[static_cast<size_t>((kk * cs.ic + c) * 16 + o)] = w[static_cast<size_t>((o * cs.ic + c) * cs.k + kk)];
+          packed[static_cast<size_t>((kk * cs.ic + c) * lanes + o)] = w[static_cast<size_t>((o * cs.ic + c) * cs.k + kk)];
         }
       }
     }
     for (bool nwc : {false, true}) {
       const std::vector<float> xin = nwc ? channels_last(x, cs.n, cs.ic, cs.iw) : x;
-      for (bool silu : {false, true}) {
+      for (SmallConvPost post : {SmallConvPost::kNone, SmallConvPost::kSilu, SmallConvPost::kRelu}) {
         std::vector<float> y(static_cast<size_t>(cs.n * ow * cs.oc) + 1, -9.0f);
         const SmallConvGeometry g{cs.n, cs.ic, cs.oc, cs.iw, ow, cs.k, cs.stride, cs.pad_l, nwc};
-        fn(g, xin.data(), packed.data(), b16.data(), y.data(), silu);
+        fn(g, xin.data(), packed.data(), b16.data(), y.data(), post);
         for (int64_t b = 0; b < cs.n; ++b) {
           for (int64_t t = 0; t < ow; ++t) {
             for (int64_t o = 0; o < cs.oc; ++o) {
@@ -929,14 +933,25 @@ TEST(SmallConv, EqualsPlainConvolution) {
                   }
                 }
               }
-              if (silu) v = v / (1.0 + std::exp(-v));
+              if (post == SmallConvPost::kSilu) v = v / (1.0 + std::exp(-v));
+              if (post == SmallConvPost::kRelu) v = std::max(v, 0.0);
               ASSERT_NEAR(y[static_cast<size_t>((b * ow + t) * cs.oc + o)], v, 2e-5 * std::max(1.0, std::abs(v)))
-                  << "ic " << cs.ic << " oc " << cs.oc << " stride " << cs.stride << " nwc " << nwc << " silu " << silu
-                  << " n " << b << " t " << t << " o " << o;
+                  << "ic " << cs.ic << " oc " << cs.oc << " stride " << cs.stride << " nwc " << nwc
+                  << " post " << static_cast<int>(post) << " n " << b << " t " << t << " o " << o;
             }
           }
         }
         ASSERT_EQ(y.back(), -9.0f) << "wrote past the output";
+        if (!nn::detail::bf16_available()) continue;
+        // The bfloat16 output is the float32 one rounded as convert_to_bf16 rounds, bit for bit.
+        std::vector<uint16_t> got(static_cast<size_t>(cs.n * ow * cs.oc) + 1, 0x5555), want(got.size() - 1);
+        SmallConvGeometry gb = g;
+        gb.dst_bf16 = true;
+        fn(gb, xin.data(), packed.data(), b16.data(), got.data(), post);
+        nn::detail::convert_to_bf16(y.data(), want.data(), want.size());
+        ASSERT_EQ(got.back(), 0x5555) << "wrote past the bfloat16 output";
+        got.pop_back();
+        ASSERT_EQ(got, want) << "ic " << cs.ic << " oc " << cs.oc << " nwc " << nwc << " post " << static_cast<int>(post);
       }
     }
   }
