@@ -579,11 +579,93 @@ void deconv_outputs(const SmallConvGeometry& g, const float* taps, const float* 
   }
 }
 
+// The outputs of one input position's phase group at once: group q holds the outputs t = q *
+// stride + r - pad_l (r < stride) of every channel, lane (o, r). Term j of a lane is the tap
+// taps[q - j][o * k + r + j * stride], where r + j * stride < k: one permutation of row q - j per
+// term, added in deconv_outputs' order (bias, then j ascending), so the sums are its bits.
+struct DeconvGroups {
+  static constexpr int64_t kMaxTerms = 16;
+  int64_t terms = 0;                 // ceil(k / stride)
+  alignas(64) int32_t index[kMaxTerms][16]{};
+  std::array<__mmask16, kMaxTerms> has_tap{};
+  alignas(64) float bias[16]{};
+  std::array<int64_t, 16> lane_o{}, lane_r{};
+
+  static bool fits(const SmallConvGeometry& g) { return g.oc * g.stride <= 16 && (g.k + g.stride - 1) / g.stride <= kMaxTerms; }
+
+  // Without fits(g), terms stays 0 and the groups are not used.
+  DeconvGroups(const SmallConvGeometry& g, const float* b, bool dst_nwc) {
+    if (!fits(g)) return;
+    terms = (g.k + g.stride - 1) / g.stride;
+    for (int64_t o = 0; o < g.oc; ++o) {
+      for (int64_t r = 0; r < g.stride; ++r) {
+        const int64_t lane = dst_nwc ? r * g.oc + o : o * g.stride + r;
+        lane_o[static_cast<size_t>(lane)] = o;
+        lane_r[static_cast<size_t>(lane)] = r;
+        bias[lane] = b[o];
+        for (int64_t j = 0; j < terms; ++j) {
+          const int64_t kk = r + j * g.stride;
+          if (kk >= g.k) continue;
+          index[j][lane] = static_cast<int32_t>(o * g.k + kk);
+          has_tap[static_cast<size_t>(j)] |= static_cast<__mmask16>(1u << lane);
+        }
+      }
+    }
+  }
+};
+
+// The lanes of group q whose outputs t fall inside [0, ow) (every lane but at the two ends).
+__mmask16 group_lanes(const SmallConvGeometry& g, const DeconvGroups& d, int64_t q) {
+  __mmask16 m = 0;
+  for (int64_t lane = 0; lane < g.oc * g.stride; ++lane) {
+    const int64_t t = q * g.stride + d.lane_r[static_cast<size_t>(lane)] - g.pad_l;
+    if (t >= 0 && t < g.ow) m = static_cast<__mmask16>(m | (1u << lane));
+  }
+  return m;
+}
+
+// deconv_outputs over phase groups (DeconvGroups::fits).
+ESCPOD_AVX512_TARGET void deconv_outputs_grouped(const SmallConvGeometry& g, const DeconvGroups& d, const float* taps,
+                                                 float* yn, bool dst_nwc) {
+  const int64_t all_lanes = g.oc * g.stride;
+  const __mmask16 full = static_cast<__mmask16>((1u << all_lanes) - 1u);
+  const int64_t q_first = g.pad_l / g.stride, q_last = (g.ow - 1 + g.pad_l) / g.stride;
+  for (int64_t q = q_first; q <= q_last; ++q) {
+    __m512 acc = _mm512_load_ps(d.bias);
+    for (int64_t j = 0; j < d.terms; ++j) {
+      const int64_t s = q - j;
+      if (s < 0) break;
+      if (s >= g.iw) continue;
+      const __mmask16 has = d.has_tap[static_cast<size_t>(j)];
+      const __m512 tap = _mm512_maskz_permutexvar_ps(has, _mm512_load_si512(d.index[j]), _mm512_loadu_ps(taps + s * 16));
+      acc = _mm512_mask_add_ps(acc, has, acc, tap);
+    }
+    const __mmask16 lanes = q == q_first || q == q_last ? group_lanes(g, d, q) : full;
+    const int64_t t0 = q * g.stride - g.pad_l;  // output of lane r = 0
+    if (dst_nwc) {
+      _mm512_mask_storeu_ps(yn + t0 * g.oc, lanes, acc);
+      continue;
+    }
+    // Channel o's lanes o * stride + r go to y[o][t0 + r]: the vector stored from o * stride
+    // lanes before, masked to them (masked lanes are never touched).
+    for (int64_t o = 0; o < g.oc; ++o) {
+      const auto mine = static_cast<__mmask16>(lanes & (((1u << g.stride) - 1u) << (o * g.stride)));
+      _mm512_mask_storeu_ps(yn + o * g.ow + t0 - o * g.stride, mine, acc);
+    }
+  }
+}
+
 void small_deconv_avx512(const SmallConvGeometry& g, const float* x, const float* weights, const float* bias,
                          float* y, bool dst_nwc, float* taps) {
+  const DeconvGroups groups(g, bias, dst_nwc);
+  const bool grouped = groups.terms > 0;
   for (int64_t n = 0; n < g.n; ++n) {
     deconv_taps_avx512(g, x + n * g.ic * g.iw, weights, taps);
-    deconv_outputs(g, taps, bias, y + n * g.oc * g.ow, dst_nwc);
+    if (grouped) {
+      deconv_outputs_grouped(g, groups, taps, y + n * g.oc * g.ow, dst_nwc);
+    } else {
+      deconv_outputs(g, taps, bias, y + n * g.oc * g.ow, dst_nwc);
+    }
   }
 }
 
