@@ -1,6 +1,7 @@
 #include "escpod/signal/fingerprint.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 #include <limits>
@@ -31,30 +32,47 @@ std::string_view fingerprint_error_reason(FingerprintError error) {
   return "unknown fingerprint error";
 }
 
+namespace {
+
+// T for the L consecutive outputs from x[0] on. Each output sums in the one-at-a-time order (k
+// ascending, in double), so the values are those of the plain loop; the L sums are independent,
+// so they vectorise and do not wait on each other's additions.
+template <size_t L>
+void t_statistic_block(const float* x, size_t w, double inv_w, double* out) {
+  std::array<double, L> sum_l{}, sum_r{}, ss{};
+  for (size_t k = 0; k < w; ++k) {
+    for (size_t u = 0; u < L; ++u) {
+      sum_l[u] += x[u + k];
+      sum_r[u] += x[u + w + k];
+    }
+  }
+  std::array<double, L> mean_l, mean_r;
+  for (size_t u = 0; u < L; ++u) {
+    mean_l[u] = sum_l[u] * inv_w;
+    mean_r[u] = sum_r[u] * inv_w;
+  }
+  for (size_t k = 0; k < w; ++k) {
+    for (size_t u = 0; u < L; ++u) {
+      const double dl = x[u + k] - mean_l[u];
+      const double dr = x[u + w + k] - mean_r[u];
+      ss[u] += dl * dl + dr * dr;
+    }
+  }
+  for (size_t u = 0; u < L; ++u) out[u] = ss[u] > 0.0 ? std::fabs(mean_l[u] - mean_r[u]) / std::sqrt(ss[u]) : 0.0;
+}
+
+}  // namespace
+
 void windowed_t_statistic(std::span<const float> x, size_t w, std::span<double> out) {
   assert(w >= 1);
   if (x.size() < 2 * w) return;
   const size_t n_out = x.size() - 2 * w;
   assert(out.size() >= n_out);
   const double inv_w = 1.0 / static_cast<double>(w);
-  for (size_t j = 0; j < n_out; ++j) {
-    const float* left = x.data() + j;
-    const float* right = left + w;
-    double sum_l = 0.0, sum_r = 0.0;
-    for (size_t k = 0; k < w; ++k) {
-      sum_l += left[k];
-      sum_r += right[k];
-    }
-    const double mean_l = sum_l * inv_w;
-    const double mean_r = sum_r * inv_w;
-    double ss = 0.0;
-    for (size_t k = 0; k < w; ++k) {
-      const double dl = left[k] - mean_l;
-      const double dr = right[k] - mean_r;
-      ss += dl * dl + dr * dr;
-    }
-    out[j] = ss > 0.0 ? std::fabs(mean_l - mean_r) / std::sqrt(ss) : 0.0;
-  }
+  constexpr size_t kBlock = 8;
+  size_t j = 0;
+  for (; j + kBlock <= n_out; j += kBlock) t_statistic_block<kBlock>(x.data() + j, w, inv_w, out.data() + j);
+  for (; j < n_out; ++j) t_statistic_block<1>(x.data() + j, w, inv_w, out.data() + j);
 }
 
 namespace {

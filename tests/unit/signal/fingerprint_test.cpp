@@ -66,6 +66,36 @@ TEST(Fingerprint, TStatisticDefinition) {
   for (double v : tf) EXPECT_EQ(v, 0.0);
 }
 
+// The blocked computation against the definition computed one output at a time (the order of
+// every double sum is the same, so the values are equal bit for bit), for window widths around
+// the block of eight outputs and lengths with and without a partial block.
+TEST(Fingerprint, TStatisticEqualsThePlainLoop) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(80.0f, 6.0f);
+  for (size_t w : {1u, 2u, 3u, 7u, 8u, 9u, 25u}) {
+    for (size_t n : {2 * w, 2 * w + 1, 2 * w + 8, 2 * w + 13, size_t{500}}) {
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = i % 50 < 3 ? 80.0f : std::round(g(rng) * 4.0f) / 4.0f;  // flat runs, ties
+      std::vector<double> got(n - 2 * w, -1.0), want(n - 2 * w);
+      windowed_t_statistic(x, w, got);
+      for (size_t j = 0; j < want.size(); ++j) {
+        double sum_l = 0.0, sum_r = 0.0, ss = 0.0;
+        for (size_t k = 0; k < w; ++k) {
+          sum_l += x[j + k];
+          sum_r += x[j + w + k];
+        }
+        const double mean_l = sum_l * (1.0 / static_cast<double>(w)), mean_r = sum_r * (1.0 / static_cast<double>(w));
+        for (size_t k = 0; k < w; ++k) {
+          const double dl = x[j + k] - mean_l, dr = x[j + w + k] - mean_r;
+          ss += dl * dl + dr * dr;
+        }
+        want[j] = ss > 0.0 ? std::fabs(mean_l - mean_r) / std::sqrt(ss) : 0.0;
+      }
+      ASSERT_EQ(got, want) << "w " << w << " n " << n;
+    }
+  }
+}
+
 TEST(Fingerprint, RecoversPlantedEventsExactly) {
   FingerprintScratch scratch;
   FingerprintParams p;
