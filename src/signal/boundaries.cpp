@@ -12,6 +12,10 @@
 #include "escpod/signal/robust_stats.hpp"
 #include "pairwise_sum.hpp"
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 namespace escpod::signal {
 
 namespace {
@@ -469,9 +473,21 @@ MvsResult mvs_polya_check(std::span<const float> sig, int64_t adapter_end, int64
 namespace {
 
 // Whether any value is NaN; one pass without an early exit, which the compiler vectorises.
+// Eight values per step with SSE2 (every x86-64 CPU has it): the check runs over the whole
+// signal on every validation, and the plain loop compared one value at a time.
 bool contains_nan(std::span<const float> x) {
+  size_t i = 0;
   bool nan = false;
-  for (float v : x) nan |= v != v;
+#ifdef __SSE2__
+  __m128 any0 = _mm_setzero_ps(), any1 = _mm_setzero_ps();
+  for (; i + 8 <= x.size(); i += 8) {
+    const __m128 v0 = _mm_loadu_ps(x.data() + i), v1 = _mm_loadu_ps(x.data() + i + 4);
+    any0 = _mm_or_ps(any0, _mm_cmpunord_ps(v0, v0));
+    any1 = _mm_or_ps(any1, _mm_cmpunord_ps(v1, v1));
+  }
+  nan = _mm_movemask_ps(_mm_or_ps(any0, any1)) != 0;
+#endif
+  for (; i < x.size(); ++i) nan |= x[i] != x[i];
   return nan;
 }
 

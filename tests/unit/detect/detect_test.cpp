@@ -522,11 +522,15 @@ TEST(DetectValidate, OnlyTheFirstCandidateCanPass) {
 }
 
 TEST(DetectValidate, NanSignalRaises) {
-  auto g = good_read(3000, 4500, 20000);
-  g[5] = std::numeric_limits<float>::quiet_NaN();
-  const auto v = validate(g, 3000, {4500});
-  EXPECT_TRUE(v.exception);
-  EXPECT_EQ(v.fail_reason, "Validate boundaries failed: Signal contains nan values");
+  // Anywhere in what is checked (validate() passes the 11,500-sample prefix): in the
+  // eight-at-a-time part of the scan or its tail.
+  for (size_t at : {size_t{5}, size_t{6789}, size_t{11499}}) {
+    auto g = good_read(3000, 4500, 11500);  // 1,437 steps of eight, then a tail of four
+    g[at] = std::numeric_limits<float>::quiet_NaN();
+    const auto v = validate(g, 3000, {4500});
+    EXPECT_TRUE(v.exception) << at;
+    EXPECT_EQ(v.fail_reason, "Validate boundaries failed: Signal contains nan values");
+  }
 }
 
 // ---- fallbacks through the detector ----------------------------------------------------------
