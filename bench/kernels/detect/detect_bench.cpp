@@ -2,7 +2,8 @@
 // detect_batch() (CNN on up to 32 reads per call), on the real RNA004 tRNA reads
 // (escapepod/drna/yeast_trna_reads.pod5; most fail validation and take the LLR fallbacks) and on
 // synthetic mRNA-like reads (pass on the CNN answer, the cheapest path); plus the LLR-only
-// detector on whole reads. Single thread.
+// detector on whole reads; the order statistics of the boundary checks, and find_peaks on the
+// traces it searches (t-statistic, LLR gain). Single thread.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -16,7 +17,10 @@
 
 #include "escpod/pipeline/detect/boundary_detector.hpp"
 #include "escpod/pod5/file_reader.hpp"
+#include "escpod/signal/boundaries.hpp"
 #include "escpod/signal/calibration.hpp"
+#include "escpod/signal/fingerprint.hpp"
+#include "escpod/signal/peaks.hpp"
 #include "escpod/signal/robust_stats.hpp"
 
 namespace {
@@ -185,6 +189,102 @@ void BM_OrderStats_MedianMad_NthElement(benchmark::State& s) { run_median_mad(s,
 void BM_OrderStats_MedianMad1000(benchmark::State& s) { run_median_mad(s, false, 1000); }
 void BM_OrderStats_MedianMad1000_NthElement(benchmark::State& s) { run_median_mad(s, true, 1000); }
 
+// find_peaks on the traces it searches in a fused run, one per real read: the windowed
+// t-statistic of the first 6,000 samples (stat width 12, distance 6: the fingerprint's change
+// points; ~1,200 candidates, half removed by the distance filter) and the LLR gain trace of the
+// normalised read (3.4: ~800 values; prominence >= its std and width >= 100 at relative height 1,
+// as the adapter end is picked; distance 10, prominence 1 and width 10 at half height, as the
+// poly(A) end is). The CNN's outputs (distance 5) need the network and are not here.
+struct PeakTraces {
+  std::vector<std::vector<double>> tstat, llr;
+};
+
+const PeakTraces& peak_traces() {
+  static PeakTraces t = [] {
+    PeakTraces out;
+    signal::BoundaryWork work;
+    std::vector<float> u, blocks;
+    for (const auto& pa : real_reads().pa) {
+      const auto head = std::span<const float>(pa).first(std::min<size_t>(pa.size(), 6000));
+      if (head.size() > 24) {
+        out.tstat.emplace_back(head.size() - 24);
+        signal::windowed_t_statistic(head, 12, out.tstat.back());
+      }
+      const auto prefix = std::span<const float>(pa).first(std::min<size_t>(pa.size(), 10000));
+      if (!signal::winsor_mad_normalise(prefix, 5.0, u, work)) continue;
+      signal::block_means_f32(u, 10, /*pad_partial=*/true, blocks);
+      if (blocks.size() < 200) continue;
+      const std::vector<double> s(blocks.begin(), blocks.end());
+      std::vector<double> c1, c2, g;
+      signal::llr_prefix_sums(s, c1, c2);
+      signal::llr_trace(c1, c2, 0, static_cast<int64_t>(s.size()) - 1, 101, 1, g);
+      for (double& v : g) {
+        if (!std::isfinite(v)) v = 0.0;
+      }
+      out.llr.push_back(std::move(g));
+    }
+    return out;
+  }();
+  return t;
+}
+
+// Population standard deviation (the adapter picker's prominence scale).
+double stddev(const std::vector<double>& v) {
+  double m = 0.0, ss = 0.0;
+  for (double x : v) m += x;
+  m /= static_cast<double>(v.size());
+  for (double x : v) ss += (x - m) * (x - m);
+  return std::sqrt(ss / static_cast<double>(v.size()));
+}
+
+void run_find_peaks(benchmark::State& state, const std::vector<std::vector<double>>& traces,
+                    const std::vector<signal::PeakOptions>& options) {
+  signal::PeakScratch scratch;
+  std::vector<size_t> peaks;
+  size_t found = 0;
+  for (auto _ : state) {
+    for (size_t i = 0; i < traces.size(); ++i) {
+      signal::find_peaks(traces[i], options[i], scratch, peaks);
+      found += peaks.size();
+    }
+  }
+  benchmark::DoNotOptimize(found);
+  state.counters["traces/s"] = benchmark::Counter(
+      static_cast<double>(traces.size()) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
+void BM_FindPeaks_TStat(benchmark::State& s) {
+  const auto& traces = peak_traces().tstat;
+  signal::PeakOptions o;
+  o.min_distance = 6.0;
+  run_find_peaks(s, traces, std::vector<signal::PeakOptions>(traces.size(), o));
+}
+void BM_FindPeaks_LlrAdapter(benchmark::State& s) {
+  const auto& traces = peak_traces().llr;
+  std::vector<signal::PeakOptions> options;
+  for (const auto& g : traces) {
+    signal::PeakOptions o;
+    o.min_prominence = stddev(g);
+    o.min_width = 100.0;
+    o.rel_height = 1.0;
+    options.push_back(o);
+  }
+  run_find_peaks(s, traces, options);
+}
+void BM_FindPeaks_LlrPolyA(benchmark::State& s) {
+  const auto& traces = peak_traces().llr;
+  signal::PeakOptions o;
+  o.min_distance = 10.0;
+  o.min_prominence = 1.0;
+  o.min_width = 10.0;
+  o.rel_height = 0.5;
+  run_find_peaks(s, traces, std::vector<signal::PeakOptions>(traces.size(), o));
+}
+
+BENCHMARK(BM_FindPeaks_TStat);
+BENCHMARK(BM_FindPeaks_LlrAdapter);
+BENCHMARK(BM_FindPeaks_LlrPolyA);
 BENCHMARK(BM_OrderStats_MedianMad);
 BENCHMARK(BM_OrderStats_MedianMad_NthElement);
 BENCHMARK(BM_OrderStats_MedianMad1000);

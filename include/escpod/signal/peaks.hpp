@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace escpod::signal {
@@ -39,8 +40,9 @@ struct PeakProperties {
 // Per-worker buffers. Reused across calls; they grow to the largest input and then stay.
 struct PeakScratch {
   std::vector<size_t> candidates;
-  std::vector<size_t> order;
+  std::vector<std::pair<double, size_t>> by_height;  // (height, candidate) of one cluster
   std::vector<uint8_t> keep;
+  std::vector<size_t> walk_edge, walk_beyond;  // prominence walks' extents
   PeakProperties props;
 };
 
