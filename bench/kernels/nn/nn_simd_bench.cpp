@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "nn/gemm_bf16.hpp"
 #include "nn/simd.hpp"
 
 namespace {
@@ -87,6 +88,30 @@ void BM_SmallConv(benchmark::State& s) {
   }
 }
 BENCHMARK(BM_SmallConv)->Arg(4)->Arg(16)->Unit(benchmark::kMicrosecond);
+
+// The boundary CNN's first layer at batch 64 (1 -> 64 channels, k 7, stride 3, ReLU), written in
+// float32 (Arg 0) or in bfloat16 for its bfloat16 reader (Arg 1, where the CPU has AVX512_BF16).
+// oneDNN's float32 convolution it replaced: `escpod model bench --profile` of the CNN.
+void BM_SmallConvCnnFirstLayer(benchmark::State& s) {
+  namespace nn = escpod::nn::detail;
+  const auto fn = nn::small_conv_fn(nn::simd_level());
+  const bool bf16_out = s.range(0) == 1;
+  if (fn == nullptr || (bf16_out && !nn::bf16_available())) {
+    s.SkipWithError("needs AVX-512 (and AVX512_BF16 for the bfloat16 output)");
+    return;
+  }
+  const int64_t n = 64, ic = 1, oc = 64, w = 1500, k = 7, stride = 3, pad = 3, ow = (w + 2 * pad - k) / stride + 1;
+  const std::vector<float> x = wave(static_cast<size_t>(n * w), 1.5f, 0.21f);
+  const std::vector<float> weights = wave(static_cast<size_t>(k * ic * oc), 0.4f, 0.7f), bias(static_cast<size_t>(oc), 0.1f);
+  std::vector<float> y(static_cast<size_t>(n * ow * oc));
+  nn::SmallConvGeometry g{n, ic, oc, w, ow, k, stride, pad, true};
+  g.dst_bf16 = bf16_out;
+  for (auto _ : s) {
+    fn(g, x.data(), weights.data(), bias.data(), y.data(), nn::SmallConvPost::kRelu);
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+BENCHMARK(BM_SmallConvCnnFirstLayer)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
