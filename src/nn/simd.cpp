@@ -615,21 +615,23 @@ struct DeconvGroups {
   }
 };
 
-// The lanes of group q whose outputs t fall inside [0, ow) (every lane but at the two ends).
-__mmask16 group_lanes(const SmallConvGeometry& g, const DeconvGroups& d, int64_t q) {
-  __mmask16 m = 0;
+// Group q's lanes one by one, those whose outputs t fall inside [0, ow): the groups at the two
+// ends, where a vector store's base could lie outside the output.
+ESCPOD_AVX512_TARGET void store_group_lanes(const SmallConvGeometry& g, const DeconvGroups& d, int64_t q, __m512 acc,
+                                            float* yn, bool dst_nwc) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
   for (int64_t lane = 0; lane < g.oc * g.stride; ++lane) {
+    const int64_t o = d.lane_o[static_cast<size_t>(lane)];
     const int64_t t = q * g.stride + d.lane_r[static_cast<size_t>(lane)] - g.pad_l;
-    if (t >= 0 && t < g.ow) m = static_cast<__mmask16>(m | (1u << lane));
+    if (t >= 0 && t < g.ow) yn[dst_nwc ? t * g.oc + o : o * g.ow + t] = lanes[lane];
   }
-  return m;
 }
 
 // deconv_outputs over phase groups (DeconvGroups::fits).
 ESCPOD_AVX512_TARGET void deconv_outputs_grouped(const SmallConvGeometry& g, const DeconvGroups& d, const float* taps,
                                                  float* yn, bool dst_nwc) {
-  const int64_t all_lanes = g.oc * g.stride;
-  const __mmask16 full = static_cast<__mmask16>((1u << all_lanes) - 1u);
+  const auto full = static_cast<__mmask16>((1u << (g.oc * g.stride)) - 1u);
   const int64_t q_first = g.pad_l / g.stride, q_last = (g.ow - 1 + g.pad_l) / g.stride;
   for (int64_t q = q_first; q <= q_last; ++q) {
     __m512 acc = _mm512_load_ps(d.bias);
@@ -641,16 +643,19 @@ ESCPOD_AVX512_TARGET void deconv_outputs_grouped(const SmallConvGeometry& g, con
       const __m512 tap = _mm512_maskz_permutexvar_ps(has, _mm512_load_si512(d.index[j]), _mm512_loadu_ps(taps + s * 16));
       acc = _mm512_mask_add_ps(acc, has, acc, tap);
     }
-    const __mmask16 lanes = q == q_first || q == q_last ? group_lanes(g, d, q) : full;
-    const int64_t t0 = q * g.stride - g.pad_l;  // output of lane r = 0
+    if (q == q_first || q == q_last) {
+      store_group_lanes(g, d, q, acc, yn, dst_nwc);
+      continue;
+    }
+    const int64_t t0 = q * g.stride - g.pad_l;  // > 0 here: the output of lane r = 0
     if (dst_nwc) {
-      _mm512_mask_storeu_ps(yn + t0 * g.oc, lanes, acc);
+      _mm512_mask_storeu_ps(yn + t0 * g.oc, full, acc);
       continue;
     }
     // Channel o's lanes o * stride + r go to y[o][t0 + r]: the vector stored from o * stride
-    // lanes before, masked to them (masked lanes are never touched).
+    // lanes before (inside the output: ow > stride here), masked to them.
     for (int64_t o = 0; o < g.oc; ++o) {
-      const auto mine = static_cast<__mmask16>(lanes & (((1u << g.stride) - 1u) << (o * g.stride)));
+      const auto mine = static_cast<__mmask16>(((1u << g.stride) - 1u) << (o * g.stride));
       _mm512_mask_storeu_ps(yn + o * g.ow + t0 - o * g.stride, mine, acc);
     }
   }

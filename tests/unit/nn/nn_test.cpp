@@ -967,8 +967,12 @@ TEST(SmallDeconv, EqualsPlainTransposedConvolution) {
   struct DeconvCase {
     int64_t n, ic, oc, iw, k, stride, pad_l, pad_r;
   };
+  // The phase-group path (oc * stride <= 16): pad_l a multiple of the stride or not, one output
+  // group only (ow 1); the per-output path: oc * stride > 16.
   for (const DeconvCase cs : {DeconvCase{2, 64, 2, 350, 7, 3, 3, 3}, DeconvCase{1, 16, 1, 13, 5, 2, 0, 0},
-                              DeconvCase{3, 5, 4, 9, 4, 1, 1, 2}, DeconvCase{1, 32, 2, 20, 8, 4, 0, 5}}) {
+                              DeconvCase{3, 5, 4, 9, 4, 1, 1, 2}, DeconvCase{1, 32, 2, 20, 8, 4, 0, 5},
+                              DeconvCase{2, 8, 2, 30, 7, 3, 4, 2}, DeconvCase{1, 4, 2, 1, 3, 2, 1, 1},
+                              DeconvCase{1, 8, 2, 12, 7, 9, 2, 1}}) {
     const int64_t ow = (cs.iw - 1) * cs.stride + cs.k - cs.pad_l - cs.pad_r;
     std::vector<float> x(static_cast<size_t>(cs.n * cs.ic * cs.iw)), w(static_cast<size_t>(cs.ic * cs.oc * cs.k)),
         bias(static_cast<size_t>(cs.oc));
