@@ -254,8 +254,9 @@ class SmallConv final : public Step {
 };
 
 // Transposed convolutions with few outputs per input position (oc * k <= 16), no post-op: the
-// direct kernel of small_deconv_fn (AVX-512), 2.6x oneDNN's at the boundary CNN's last layer
-// (64 -> 2 channels, k 7, stride 3; bench: `escpod model bench --profile`).
+// direct kernel of small_deconv_fn (AVX-512 or AVX2), 2.6x oneDNN's at the boundary CNN's last
+// layer (64 -> 2 channels, k 7, stride 3) on AVX-512 and ~2x under an AVX2 cap, with no layout
+// copy after it (bench: `escpod model bench --profile [--isa avx2]`).
 class SmallDeconv final : public Step {
  public:
   static bool handles(const ConvParams& p) {

@@ -535,31 +535,49 @@ ESCPOD_AVX512_TARGET void small_conv_avx512(const SmallConvGeometry& g, const fl
   }
 }
 
-// taps[s][0, 16) for the input positions s of one batch element (SmallDeconvFn).
-__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void deconv_taps_avx512(
-    const SmallConvGeometry& g, const float* xn, const float* weights, float* taps) {
-  constexpr int64_t kBlock = 8;  // input positions per register block (independent accumulators)
+// taps[s][0, 16) for the input positions s of one batch element (SmallDeconvFn), a row as 16 / W
+// vectors of W lanes: AVX-512 (W 16, eight positions per block) or AVX2 (W 8, four positions of
+// two vectors). The same products and sums in the same order either way.
+template <int W>
+[[gnu::always_inline]] inline void deconv_taps(const SmallConvGeometry& g, const float* xn, const float* weights,
+                                               float* taps) {
+  constexpr int V = 16 / W;
+  constexpr int64_t kBlock = 8 / V;  // input positions per register block (independent accumulators)
   const int64_t c_step = g.src_nwc ? 1 : g.iw, pos_step = g.src_nwc ? g.ic : 1;
   int64_t s = 0;
   for (; s + kBlock <= g.iw; s += kBlock) {
-    vf<16> acc[kBlock];
+    vf<W> acc[kBlock][V];
 #pragma GCC unroll 8
-    for (int64_t p = 0; p < kBlock; ++p) acc[p] = vf<16>{};
+    for (int64_t p = 0; p < kBlock; ++p) {
+      for (int v = 0; v < V; ++v) acc[p][v] = vf<W>{};
+    }
     const float* x0 = xn + s * pos_step;
     for (int64_t c = 0; c < g.ic; ++c) {
-      const vf<16> w = load<16>(weights + c * 16);
+      vf<W> w[V];
+      for (int v = 0; v < V; ++v) w[v] = load<W>(weights + c * 16 + v * W);
       const float* xc = x0 + c * c_step;
 #pragma GCC unroll 8
-      for (int64_t p = 0; p < kBlock; ++p) acc[p] += w * xc[p * pos_step];
+      for (int64_t p = 0; p < kBlock; ++p) {
+        for (int v = 0; v < V; ++v) acc[p][v] += w[v] * xc[p * pos_step];
+      }
     }
 #pragma GCC unroll 8
-    for (int64_t p = 0; p < kBlock; ++p) store<16>(taps + (s + p) * 16, acc[p]);
+    for (int64_t p = 0; p < kBlock; ++p) {
+      for (int v = 0; v < V; ++v) store<W>(taps + (s + p) * 16 + v * W, acc[p][v]);
+    }
   }
   for (; s < g.iw; ++s) {
-    vf<16> acc{};
-    for (int64_t c = 0; c < g.ic; ++c) acc += load<16>(weights + c * 16) * xn[s * pos_step + c * c_step];
-    store<16>(taps + s * 16, acc);
+    for (int v = 0; v < V; ++v) {
+      vf<W> acc{};
+      for (int64_t c = 0; c < g.ic; ++c) acc += load<W>(weights + c * 16 + v * W) * xn[s * pos_step + c * c_step];
+      store<W>(taps + s * 16 + v * W, acc);
+    }
   }
+}
+
+ESCPOD_AVX512_TARGET void deconv_taps_avx512(const SmallConvGeometry& g, const float* xn, const float* weights,
+                                             float* taps) {
+  deconv_taps<16>(g, xn, weights, taps);
 }
 
 // Each output from its taps (the phase of t + pad_l, kept without a division per output).
@@ -661,6 +679,16 @@ ESCPOD_AVX512_TARGET void deconv_outputs_grouped(const SmallConvGeometry& g, con
   }
 }
 
+// Below AVX-512 the outputs are summed one by one (the phase groups use AVX-512 permutations).
+__attribute__((target("avx2,fma"))) void small_deconv_avx2(const SmallConvGeometry& g, const float* x,
+                                                          const float* weights, const float* bias, float* y,
+                                                          bool dst_nwc, float* taps) {
+  for (int64_t n = 0; n < g.n; ++n) {
+    deconv_taps<8>(g, x + n * g.ic * g.iw, weights, taps);
+    deconv_outputs(g, taps, bias, y + n * g.oc * g.ow, dst_nwc);
+  }
+}
+
 void small_deconv_avx512(const SmallConvGeometry& g, const float* x, const float* weights, const float* bias,
                          float* y, bool dst_nwc, float* taps) {
   const DeconvGroups groups(g, bias, dst_nwc);
@@ -716,7 +744,14 @@ const char* simd_level_name(SimdLevel level) {
 
 SmallConvFn small_conv_fn(SimdLevel level) { return level == SimdLevel::kAvx512 ? small_conv_avx512 : nullptr; }
 
-SmallDeconvFn small_deconv_fn(SimdLevel level) { return level == SimdLevel::kAvx512 ? small_deconv_avx512 : nullptr; }
+SmallDeconvFn small_deconv_fn(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512: return small_deconv_avx512;
+    case SimdLevel::kAvx2: return small_deconv_avx2;
+    case SimdLevel::kSse2: break;
+  }
+  return nullptr;
+}
 
 SiluFn silu_fn(SimdLevel level) {
   switch (level) {

@@ -63,7 +63,8 @@ SmallConvFn small_conv_fn(SimdLevel level);
 // g.iw * 16 floats.
 using SmallDeconvFn = void (*)(const SmallConvGeometry& g, const float* x, const float* weights, const float* bias,
                                float* y, bool dst_nwc, float* taps);
-// The AVX-512 kernel, or null below AVX-512 (callers then use oneDNN).
+// The AVX-512 or AVX2 kernel (the same sums in the same order), or null below AVX2 (callers then
+// use oneDNN).
 SmallDeconvFn small_deconv_fn(SimdLevel level);
 
 // y = y * sigmoid(y) over n floats, in place.

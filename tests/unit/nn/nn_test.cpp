@@ -963,7 +963,7 @@ TEST(SmallConv, EqualsPlainConvolution) {
 TEST(SmallDeconv, EqualsPlainTransposedConvolution) {
   using nn::detail::SmallConvGeometry;
   const auto fn = nn::detail::small_deconv_fn(nn::detail::simd_level());
-  if (fn == nullptr) GTEST_SKIP() << "the direct kernel needs AVX-512 (oneDNN runs these convolutions here)";
+  if (fn == nullptr) GTEST_SKIP() << "the direct kernel needs AVX2 (oneDNN runs these convolutions here)";
   struct DeconvCase {
     int64_t n, ic, oc, iw, k, stride, pad_l, pad_r;
   };
