@@ -22,6 +22,10 @@
 #include "demux/crf_passes.hpp"
 #include "escpod/nn/simd_vec.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 // The vector helpers are always inlined into their target-specific callers, so the "vector
 // argument ABI changes without AVX" note does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -552,6 +556,7 @@ ESCPOD_AVX512 void crf_lse_rows_avx512(const float* planes, int n_planes, int64_
 }
 ESCPOD_AVX2 void crf_lse_rows_avx2(const float* planes, int n_planes, int64_t stride, int64_t n, float* out) {
   lse_rows_impl<8>(planes, n_planes, stride, n, out);
+  _mm256_zeroupper();  // GCC 12 leaves the upper halves dirty on one exit; the callers are SSE code
 }
 #undef ESCPOD_AVX512
 #undef ESCPOD_AVX2

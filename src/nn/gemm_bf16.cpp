@@ -40,6 +40,7 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void convert_avx512(const
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), reinterpret_cast<const __m256i&>(v));
   }
   for (; i < n; ++i) dst[i] = round_to_bf16(src[i]);
+  _mm256_zeroupper();  // GCC 12 leaves the upper halves dirty on one exit; the callers are SSE code
 }
 
 }  // namespace

@@ -11,6 +11,11 @@
 
 // The vector helpers below are always inlined into their target-specific callers, so the
 // "vector argument ABI changes without AVX" note does not apply.
+//
+// A kernel that writes the upper halves of ymm0-15 clears them (vzeroupper) before it returns or
+// calls baseline code, where GCC 12 does not on its own: the callers are baseline SSE code, which
+// pays for dirty upper halves on every instruction (on Zen 4 the fused demux run's signal code ran
+// ~10% slower after an AVX2 kernel that left them dirty).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace escpod::nn::detail {
@@ -347,6 +352,7 @@ __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void blan
 __attribute__((target("avx2,fma"))) void blank_pad_tanh_avx2(const float* x, float* y, int64_t rows, float blank,
                                                               float alpha, float beta) {
   blank_pad_tanh_impl<8>(x, y, rows, blank, alpha, beta);
+  _mm256_zeroupper();  // see the note at the top
 }
 void blank_pad_tanh_sse2(const float* x, float* y, int64_t rows, float blank, float alpha, float beta) {
   blank_pad_tanh_impl<4>(x, y, rows, blank, alpha, beta);
@@ -528,11 +534,12 @@ ESCPOD_AVX512_TARGET void small_conv_channels(const SmallConvGeometry& g, const 
 ESCPOD_AVX512_TARGET void small_conv_avx512(const SmallConvGeometry& g, const float* x, const float* weights,
                                             const float* bias, void* y, SmallConvPost post) {
   switch ((g.oc + 15) / 16) {
-    case 1: return small_conv_channels<1, 8>(g, x, weights, bias, y, post);
-    case 2: return small_conv_channels<2, 8>(g, x, weights, bias, y, post);
-    case 3: return small_conv_channels<3, 4>(g, x, weights, bias, y, post);
-    default: return small_conv_channels<4, 4>(g, x, weights, bias, y, post);
+    case 1: small_conv_channels<1, 8>(g, x, weights, bias, y, post); break;
+    case 2: small_conv_channels<2, 8>(g, x, weights, bias, y, post); break;
+    case 3: small_conv_channels<3, 4>(g, x, weights, bias, y, post); break;
+    default: small_conv_channels<4, 4>(g, x, weights, bias, y, post); break;
   }
+  _mm256_zeroupper();  // see the note at the top
 }
 
 // taps[s][0, 16) for the input positions s of one batch element (SmallDeconvFn), a row as 16 / W
@@ -581,7 +588,8 @@ ESCPOD_AVX512_TARGET void deconv_taps_avx512(const SmallConvGeometry& g, const f
 }
 
 // Each output from its taps (the phase of t + pad_l, kept without a division per output).
-void deconv_outputs(const SmallConvGeometry& g, const float* taps, const float* bias, float* yn, bool dst_nwc) {
+// Inlined into each kernel, so that it is encoded for the kernel's instruction set.
+[[gnu::always_inline]] inline void deconv_outputs(const SmallConvGeometry& g, const float* taps, const float* bias, float* yn, bool dst_nwc) {
   for (int64_t o = 0; o < g.oc; ++o) {
     int64_t q = g.pad_l / g.stride, r = g.pad_l % g.stride;  // t + pad_l = q * stride + r
     for (int64_t t = 0; t < g.ow; ++t) {
@@ -687,10 +695,11 @@ __attribute__((target("avx2,fma"))) void small_deconv_avx2(const SmallConvGeomet
     deconv_taps<8>(g, x + n * g.ic * g.iw, weights, taps);
     deconv_outputs(g, taps, bias, y + n * g.oc * g.ow, dst_nwc);
   }
+  _mm256_zeroupper();
 }
 
-void small_deconv_avx512(const SmallConvGeometry& g, const float* x, const float* weights, const float* bias,
-                         float* y, bool dst_nwc, float* taps) {
+ESCPOD_AVX512_TARGET void small_deconv_avx512(const SmallConvGeometry& g, const float* x, const float* weights,
+                                              const float* bias, float* y, bool dst_nwc, float* taps) {
   const DeconvGroups groups(g, bias, dst_nwc);
   const bool grouped = groups.terms > 0;
   for (int64_t n = 0; n < g.n; ++n) {
@@ -701,6 +710,7 @@ void small_deconv_avx512(const SmallConvGeometry& g, const float* x, const float
       deconv_outputs(g, taps, bias, y + n * g.oc * g.ow, dst_nwc);
     }
   }
+  _mm256_zeroupper();
 }
 
 }  // namespace

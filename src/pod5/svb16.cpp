@@ -267,6 +267,9 @@ ESCPOD_TARGET_AVX2 void decode_avx2(const uint8_t* keys, const uint8_t* data, si
     data = data_hi + kBlockBytes[key_hi];
   }
   __m128i prev_128 = _mm256_castsi256_si128(prev);
+  // The tail runs SSSE3 and scalar code, which pays for dirty upper halves on every instruction
+  // (GCC 12 does not clear them here on its own).
+  _mm256_zeroupper();
   for (; block < n_blocks && end - data >= 16; ++block) {
     data = decode_block_ssse3(keys[block], data, out + 8 * block, prev_128);
   }
