@@ -409,19 +409,6 @@ inline __mmask16 last_vector_lanes(int64_t oc) {
   _mm256_mask_storeu_epi16(static_cast<uint16_t*>(yn) + at, lanes, h);
 }
 
-// acc + w x, Fused: with one rounding (vfmadd231ps), else a multiply and an add. The direct
-// convolution's one-vector rows (the CRF encoders' first layers) keep the separate multiply and
-// add their scores were validated with; wider rows fuse them (half the instructions, one
-// rounding).
-template <bool Fused>
-[[gnu::always_inline]] ESCPOD_AVX512_TARGET inline vf<16> multiply_add(vf<16> acc, vf<16> w, float x) {
-  if constexpr (Fused) {
-    return reinterpret_cast<vf<16>>(_mm512_fmadd_ps(reinterpret_cast<__m512>(w), _mm512_set1_ps(x), reinterpret_cast<__m512>(acc)));
-  } else {
-    return acc + w * x;
-  }
-}
-
 // The post-operation on U vectors in registers.
 template <int U>
 [[gnu::always_inline]] ESCPOD_AVX512_TARGET inline void post_in_registers(vf<16> (&acc)[U], SmallConvPost post) {
@@ -459,7 +446,7 @@ ESCPOD_AVX512_TARGET void small_conv_edge(const SmallConvGeometry& g, const floa
     for (int64_t c = 0; c < g.ic; ++c) {
       const float xv = xn[c * c_step + pos * pos_step];
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[v] = multiply_add<(V > 1)>(acc[v], load<16>(weights + (kk * g.ic + c) * 16 * V + 16 * v), xv);
+      for (int v = 0; v < V; ++v) acc[v] += load<16>(weights + (kk * g.ic + c) * 16 * V + 16 * v) * xv;
     }
   }
   if (!post_after_store(g, post)) post_in_registers<V>(acc, post);
@@ -491,7 +478,7 @@ template <int V, int P>
       for (int p = 0; p < P; ++p) {
         const float xv = xc[p * g.stride * pos_step];
 #pragma GCC unroll 4
-        for (int v = 0; v < V; ++v) acc[p * V + v] = multiply_add<(V > 1)>(acc[p * V + v], w[v], xv);
+        for (int v = 0; v < V; ++v) acc[p * V + v] += w[v] * xv;
       }
     }
   }
