@@ -778,7 +778,7 @@ bool conv_takes_bf16(const ConvParams& p) {
 
 bool conv_writes_plain_cheaply(const ConvParams& p) { return SmallDeconv::handles(p); }
 
-bool conv_writes_bf16(const ConvParams& p) { return SmallConv::handles(p) || (p.bf16 && !p.transposed); }
+bool conv_writes_bf16(const ConvParams& p) { return SmallConv::handles(p) || p.bf16; }  // bf16: never transposed
 
 std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) {
   if (SmallConv::handles(p)) return std::make_unique<SmallConv>(p);

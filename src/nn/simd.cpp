@@ -21,6 +21,9 @@
 namespace escpod::nn::detail {
 namespace {
 
+// The target of every AVX-512 function below.
+#define ESCPOD_AVX512_TARGET __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
+
 using simd::load;
 using simd::store;
 using simd::vf;
@@ -238,7 +241,7 @@ template <int W>
   }
 }
 
-__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void gemm_acc_avx512(
+ESCPOD_AVX512_TARGET void gemm_acc_avx512(
     const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k) {
   gemm_acc_impl<16>(a, lda, b, ldb, c, ldc, m, n, k);
 }
@@ -251,7 +254,7 @@ void gemm_acc_sse2(const float* a, int64_t lda, const float* b, int64_t ldb, flo
   gemm_acc_impl<4>(a, lda, b, ldb, c, ldc, m, n, k);
 }
 
-__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void lstm_cell_avx512(
+ESCPOD_AVX512_TARGET void lstm_cell_avx512(
     const float* gates, const float* bias, float* c, float* h_out, int64_t n, int64_t h, int64_t h_stride) {
   lstm_cell_impl<16>(gates, bias, c, h_out, n, h, h_stride);
 }
@@ -331,7 +334,7 @@ constexpr PadTables make_pad_tables() {
 }
 constexpr PadTables kPadTables = make_pad_tables();
 
-__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void blank_pad_tanh_avx512(
+ESCPOD_AVX512_TARGET void blank_pad_tanh_avx512(
     const float* x, float* y, int64_t rows, float blank, float alpha, float beta) {
   __m512i shuffle[5];
   for (int j = 0; j < 5; ++j) shuffle[j] = _mm512_loadu_si512(kPadTables.shuffle[j]);
@@ -380,13 +383,12 @@ template <int W>
   for (; i < n; ++i) y[i] = y[i] * vsigmoid<1>(vf<1>{y[i]})[0];
 }
 
-__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma"))) void silu_avx512(float* y, int64_t n) {
+ESCPOD_AVX512_TARGET void silu_avx512(float* y, int64_t n) {
   silu_in_place<16>(y, n);
 }
 __attribute__((target("avx2,fma"))) void silu_avx2(float* y, int64_t n) { silu_in_place<8>(y, n); }
 void silu_sse2(float* y, int64_t n) { silu_in_place<4>(y, n); }
 
-#define ESCPOD_AVX512_TARGET __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
 
 // The lanes of the last of a row's vectors that hold channels (oc not a multiple of 16).
 inline __mmask16 last_vector_lanes(int64_t oc) {
@@ -396,7 +398,7 @@ inline __mmask16 last_vector_lanes(int64_t oc) {
 
 // Vector v of output position t's row: float32 lanes masked to the channels, or rounded to
 // bfloat16 (vcvtneps2bf16, as convert_to_bf16 rounds; the planner asks for it only where the CPU
-// has the instruction).
+// has the instruction, which the kernels' target leaves out, hence the inline assembly).
 [[gnu::always_inline]] ESCPOD_AVX512_TARGET inline void store_row_vector(const SmallConvGeometry& g, void* yn, int64_t t,
                                                                          int64_t v, vf<16> acc, __mmask16 lanes) {
   const int64_t at = t * g.oc + v * 16;
