@@ -17,7 +17,7 @@ trust on a loaded machine; both engines run their kernels on that one thread), a
 NumPy runs once per geometry at batch 1 (it is ~30x slower; its time is for scale only).
 With several batch sizes (`--batch 1,4,8,16`) every round runs each engine at each B in turn, and
 a second table gives ours at each B against onnxruntime's best per-window time at any B.
-`--variant NAME=VALUE` adds ours with that environment variable set (e.g. ESCPOD_NN_LSTM_INT8=1)
+`--variant NAME=VALUE` adds ours with that environment variable set (e.g. ONEDNN_MAX_CPU_ISA=AVX2)
 as a third engine in the same rounds, with its own rows; `--precision P` instead adds ours with
 `model bench --precision P` (the encoder as `demux --encoder-precision P` runs it).
 
@@ -168,7 +168,7 @@ def main():
     ap.add_argument("--geometries", type=lambda t: t.split(","), default=list(GEOMETRIES),
                     help="comma-separated subset of " + ",".join(GEOMETRIES))
     ap.add_argument("--variant", help="NAME=VALUE: also time ours with this environment variable set, in the "
-                    "same rounds (e.g. ESCPOD_NN_LSTM_INT8=1)")
+                    "same rounds (e.g. ONEDNN_MAX_CPU_ISA=AVX2, an ISA cap)")
     ap.add_argument("--precision", help="also time ours with `model bench --precision P` (as --encoder-precision "
                     "P runs the encoder), in the same rounds; not with --variant")
     ap.add_argument("--markdown")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Call agreement of the opt-in int8 LSTM recurrent weights (ESCPOD_NN_LSTM_INT8=1, nn::LoadOptions::
-lstm_int8) with float32, on the 200 real RNA004 reads of shared/data/escapepod, for the four
+"""Call agreement of an opt-in encoder precision (default int8 LSTM recurrent weights:
+`--encoder-precision int8`, nn::LoadOptions::lstm_int8) with float32, on the 200 real RNA004 reads of shared/data/escapepod, for the four
 SeqTagger models.
 
 Per model: `demux basecall` on LLR boundaries (the same windows for both runs) with every gate
@@ -11,7 +11,9 @@ of the call's quality (baseq with the beam decoder, else mean_post). A second ta
 with the default gates: the final calls (`barcode`, classified or `unclassified`).
 
     .venv/bin/python bench/tools/crf_int8_agreement.py --escpod build/src/cli/escpod \\
-        [--shared ../shared/data] [--env ESCPOD_NN_LSTM_INT8=1[,NAME=VALUE...] | --encoder-precision bf16]
+        [--shared ../shared/data] [--encoder-precision int8|bf16|f32-fma] [--env NAME=VALUE[,...]]
+
+--env runs the variant with those environment variables set as well (e.g. ONEDNN_MAX_CPU_ISA=AVX2).
 """
 import argparse
 import csv
@@ -43,15 +45,11 @@ def main():
     ap.add_argument("--escpod", required=True)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--shared", default=os.path.normpath(os.path.join(here, "..", "..", "..", "shared", "data")))
-    ap.add_argument("--env", help="NAME=VALUE[,NAME=VALUE...] selecting the variant (default ESCPOD_NN_LSTM_INT8=1)")
-    ap.add_argument("--encoder-precision", help="the variant is `--encoder-precision P` instead of --env")
+    ap.add_argument("--encoder-precision", default="int8", help="the variant's `--encoder-precision` (default int8)")
+    ap.add_argument("--env", help="NAME=VALUE[,NAME=VALUE...]: environment variables of the variant's runs")
     a = ap.parse_args()
-    if a.env and a.encoder_precision:
-        ap.error("--env and --encoder-precision each select the variant: give one")
-    if not a.encoder_precision and not a.env:
-        a.env = "ESCPOD_NN_LSTM_INT8=1"
-    variant = {} if a.encoder_precision else dict(kv.split("=", 1) for kv in a.env.split(","))
-    extra = ("--encoder-precision", a.encoder_precision) if a.encoder_precision else ()
+    variant = dict(kv.split("=", 1) for kv in a.env.split(",")) if a.env else {}
+    extra = ("--encoder-precision", a.encoder_precision)
     reads = [os.path.join(a.shared, "escapepod/drna/yeast_trna_reads.pod5"),
              os.path.join(a.shared, "escapepod/charging/trna_reads.pod5")]
     wdx = os.path.join(a.shared, "warpdemux/WDX4_rna004_v1_0.json")

@@ -571,59 +571,13 @@ class AmxMatMul final : public Step {
   AmxF32Gemm m_gemm;
 };
 
-class DnnlLstm final : public DnnlStep {
- public:
-  explicit DnnlLstm(const LstmParams& p) {
-    m_src = p.src;
-    m_dst = p.dst;
-    m_src_arg = DNNL_ARG_SRC_LAYER;
-    const int64_t H = p.h, C = p.c;
-    m_src_md = dnnl::memory::desc({p.t, p.n, C}, dt::f32, tag::tnc);
-    m_dst_md = dnnl::memory::desc({p.t, p.n, H}, dt::f32, tag::tnc);
-    const dnnl::memory::desc wl_any({1, 1, C, 4, H}, dt::f32, tag::any);
-    const dnnl::memory::desc wi_any({1, 1, H, 4, H}, dt::f32, tag::any);
-    const dnnl::memory::desc b_md({1, 1, 4, H}, dt::f32, tag::ldgo);
-    dnnl::lstm_forward::desc d(dnnl::prop_kind::forward_inference,
-                               p.reverse ? dnnl::rnn_direction::unidirectional_right2left
-                                         : dnnl::rnn_direction::unidirectional_left2right,
-                               m_src_md, dnnl::memory::desc(), dnnl::memory::desc(), wl_any, wi_any, b_md,
-                               m_dst_md, dnnl::memory::desc(), dnnl::memory::desc());
-    dnnl::lstm_forward::primitive_desc pd(d, make_attr({}), engine());
-    m_prim = dnnl::lstm_forward(pd);
-    m_scratch_md = pd.scratchpad_desc();
-    // ONNX gates i, o, f, c -> oneDNN i, f, c, o; ONNX [g*H+o][in] -> ldigo [in][g][o].
-    static constexpr int kFromOnnx[4] = {0, 2, 3, 1};
-    auto to_ldigo = [&](const float* w, int64_t in) {
-      std::vector<float> v(static_cast<size_t>(in * 4 * H));
-      for (int64_t g = 0; g < 4; ++g) {
-        const int64_t og = kFromOnnx[g];
-        for (int64_t o = 0; o < H; ++o) {
-          for (int64_t i = 0; i < in; ++i) v[static_cast<size_t>((i * 4 + g) * H + o)] = w[(og * H + o) * in + i];
-        }
-      }
-      return v;
-    };
-    std::vector<float> wl = to_ldigo(p.w, C), wi = to_ldigo(p.r, H);
-    std::vector<float> bias(static_cast<size_t>(4 * H));
-    for (int64_t g = 0; g < 4; ++g) {
-      for (int64_t o = 0; o < H; ++o) bias[static_cast<size_t>(g * H + o)] = p.bias[kFromOnnx[g] * H + o];
-    }
-    const dnnl::memory::desc wl_md = pd.weights_layer_desc(), wi_md = pd.weights_iter_desc();
-    dnnl::memory wl_user(dnnl::memory::desc({1, 1, C, 4, H}, dt::f32, tag::ldigo), engine(), wl.data());
-    dnnl::memory wi_user(dnnl::memory::desc({1, 1, H, 4, H}, dt::f32, tag::ldigo), engine(), wi.data());
-    add_const(DNNL_ARG_WEIGHTS_LAYER, wl_md, shared_weights(p.w, wl_md, wl_user));
-    add_const(DNNL_ARG_WEIGHTS_ITER, wi_md, shared_weights(p.r, wi_md, wi_user));
-    add_const(DNNL_ARG_BIAS, b_md, plain_copy(bias.data(), bias.size()));
-  }
-};
-
 // LSTM as GEMMs plus a fused cell: the input projections of a block of time steps in one sgemm
 // ([Tb*N, C] x [C, 4H]), then per time step one sgemm of the previous output rows with R^T
 // accumulated into that step's gates, and the vectorised cell (simd.cpp) writing h straight into
 // the output. Blocks of steps keep the gates in L2 (all T steps at once is 79 MB at H = 128,
 // batch 64, chunk 3000 / stride 5: the recurrence then streamed them from memory). At batch 1
-// this is ~10x faster than oneDNN 2.6's LSTM primitive (whose per-step overhead dominates there);
-// ESCPOD_NN_LSTM=onednn selects the primitive instead, for comparison.
+// this is ~10x faster than oneDNN 2.6's LSTM primitive (whose per-step overhead dominates there;
+// bench/results/nn.md), so the primitive is not used.
 class GemmLstm final : public Step {
  public:
   explicit GemmLstm(const LstmParams& p)
@@ -721,12 +675,9 @@ class GemmLstm final : public Step {
   // that fits (a short block computes 32 rows all the same): each projection call splits its
   // first row block with nothing to hide it behind and wakes the tile unit from idle, and with 4x
   // fewer calls the encoder ran 1.04-1.06x faster at B 1, 4 and 16 (bench/results/crf_encoder.md,
-  // Session 15); the FMA path's time did not change. Env ESCPOD_NN_LSTM_BLOCK_KB overrides both
-  // for measurements.
+  // Session 15); the FMA path's time did not change.
   static int64_t gate_block_steps(const LstmParams& p) {
-    static const char* env = std::getenv("ESCPOD_NN_LSTM_BLOCK_KB");
-    const int64_t block_bytes = env ? std::max<int64_t>(1, std::atoll(env)) << 10
-                                    : (p.amx_f32_input ? int64_t{1024} : int64_t{256}) << 10;
+    const int64_t block_bytes = (p.amx_f32_input ? int64_t{1024} : int64_t{256}) << 10;
     const int64_t step_bytes = p.n * 4 * p.h * static_cast<int64_t>(sizeof(float));
     int64_t steps = std::clamp<int64_t>(block_bytes / std::max<int64_t>(1, step_bytes), 1, std::max<int64_t>(1, p.t));
     if (p.amx_f32_input && steps < p.t) {
@@ -789,13 +740,7 @@ std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error
   if (p.blank_pad) return make_guarded<DnnlMatMulBlankPad>(p, error);
   return p.amx_f32 ? make_guarded<AmxMatMul>(p, error) : make_guarded<DnnlMatMul>(p, error);
 }
-std::unique_ptr<Step> make_dnnl_lstm(const LstmParams& p, std::string* error) {
-  static const bool use_primitive = [] {
-    const char* env = std::getenv("ESCPOD_NN_LSTM");
-    return env != nullptr && std::string(env) == "onednn";
-  }();
-  return use_primitive ? make_guarded<DnnlLstm>(p, error) : make_guarded<GemmLstm>(p, error);
-}
+std::unique_ptr<Step> make_dnnl_lstm(const LstmParams& p, std::string* error) { return make_guarded<GemmLstm>(p, error); }
 
 std::shared_ptr<void> make_dnnl_stream() {
   auto s = std::make_shared<dnnl::stream>(engine());

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string_view>
@@ -29,7 +28,7 @@ namespace detail {
 
 struct ModelImpl {
   Graph graph;
-  LoadOptions options;  // the environment's ESCPOD_NN_LSTM_INT8 / ESCPOD_NN_BF16 folded in
+  LoadOptions options;  // as the caller gave them: no process-wide switch changes a model's arithmetic
   mutable std::mutex mu;
   mutable std::vector<std::shared_ptr<const Plan>> plans;  // guarded by mu
 
@@ -195,13 +194,6 @@ Result<Model> make_model(Graph graph, const LoadOptions& options) {
   impl->graph = std::move(graph);
   ESCPOD_RETURN_IF_ERROR(prepare_graph(impl->graph));
   impl->options = options;
-  auto env_is = [](const char* name, std::string_view value) {
-    const char* v = std::getenv(name);
-    return v != nullptr && std::string_view(v) == value;
-  };
-  impl->options.lstm_int8 = options.lstm_int8 || env_is("ESCPOD_NN_LSTM_INT8", "1");
-  impl->options.bf16_gemm = options.bf16_gemm || env_is("ESCPOD_NN_BF16", "1");
-  impl->options.amx_f32 = options.amx_f32 && !env_is("ESCPOD_NN_AMX_F32", "0");
   // The float32 fallback gives float32's results, but a user who asked for the speed is told.
   if ((impl->options.bf16_conv || impl->options.bf16_gemm) && !bf16_available()) {
     log::warn("{}: bfloat16 products were asked for, but this CPU (within its ISA cap) has no AVX512_BF16: "

@@ -150,8 +150,7 @@ struct LstmParams {
   const float* bias = nullptr;  // [4H] = Wb + Rb
   Loc src, dst;
   // Run h x R^T with int8 R (LoadOptions::lstm_int8; the planner sets it only where
-  // lstm_int8_available()). The reference kernel and oneDNN's LSTM primitive
-  // (ESCPOD_NN_LSTM=onednn) ignore it.
+  // lstm_int8_available()). The reference kernel ignores it.
   bool int8_recurrent = false;
   // The input projection x W^T in bfloat16 (as MatMulParams::bf16); GemmLstm only.
   bool bf16_input = false;

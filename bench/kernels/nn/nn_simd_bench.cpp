@@ -1,8 +1,9 @@
 // The CRF encoder's element-wise kernels (src/nn/simd.hpp) at each ISA level this CPU runs, on the
 // bundle geometry's shapes (batch 4, chunk 3000): the LSTM cell of one layer (300 steps of 4 rows
-// x 96 units), the blank-pad tanh of the linear layer's output (1200 rows x 256 runs of 4), and
-// the direct small convolutions (1 -> 4 and 4 -> 16 channels, k 5, SiLU). Arg: 0 SSE2, 1 AVX2,
-// 2 AVX-512. bench/results/crf_encoder.md (Session 14) has the numbers.
+// x 96 units) and the blank-pad tanh of the linear layer's output (1200 rows x 256 runs of 4)
+// (Arg: 0 SSE2, 1 AVX2, 2 AVX-512); then the direct small convolutions: the encoders' first two
+// (1 -> 4 and 4 -> 16 channels, k 5, SiLU) and the boundary CNN's first and last layers at batch
+// 64. bench/results/crf_encoder.md (Session 14) and cpu_kinds.md (Sessions 21-22) have the numbers.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -112,6 +113,31 @@ void BM_SmallConvCnnFirstLayer(benchmark::State& s) {
   }
 }
 BENCHMARK(BM_SmallConvCnnFirstLayer)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// The boundary CNN's last layer at batch 64 (transposed, 64 -> 2 channels, k 7, stride 3, 500 ->
+// 1498 positions), its input channels-first (Arg 0) or channels-last (Arg 1, as the CNN's plan
+// stores it), its output [n][oc][ow]. oneDNN's transposed convolution it replaced: `escpod model
+// bench --profile` of the CNN. The float32 FMA peak to hold it against: nn_bench's PeakFma.
+void BM_SmallDeconvCnnLastLayer(benchmark::State& s) {
+  namespace nn = escpod::nn::detail;
+  const auto fn = nn::small_deconv_fn(nn::simd_level());
+  if (fn == nullptr) {
+    s.SkipWithError("needs AVX2");
+    return;
+  }
+  const int64_t n = 64, ic = 64, oc = 2, iw = 500, k = 7, stride = 3, pad = 3, ow = (iw - 1) * stride - 2 * pad + k;
+  const std::vector<float> x = wave(static_cast<size_t>(n * ic * iw), 1.5f, 0.21f);
+  const std::vector<float> weights = wave(static_cast<size_t>(ic * 16), 0.4f, 0.7f), bias(static_cast<size_t>(oc), 0.1f);
+  std::vector<float> y(static_cast<size_t>(n * oc * ow)), taps(static_cast<size_t>(iw * 16));
+  const nn::SmallConvGeometry g{n, ic, oc, iw, ow, k, stride, pad, s.range(0) == 1};
+  for (auto _ : s) {
+    fn(g, x.data(), weights.data(), bias.data(), y.data(), false, taps.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double gflop = 2e-9 * static_cast<double>(n * iw * ic * oc * k);  // the products that are used
+  s.counters["GFLOP/s"] = benchmark::Counter(gflop * static_cast<double>(s.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SmallDeconvCnnLastLayer)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

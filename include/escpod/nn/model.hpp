@@ -47,16 +47,15 @@ struct LoadOptions {
   // int8 recurrent weights in the LSTM steps (per-gate-row scales, h rounded to u8 each step;
   // src/nn/lstm_int8.hpp): ~4x fewer bytes per step than float32, but the outputs move (not
   // within float32 tolerance), so off by default. Taken only by the optimised backend on a CPU
-  // with AVX-512 VNNI (and oneDNN's ISA cap at AVX-512); elsewhere float32 runs. The environment
-  // variable ESCPOD_NN_LSTM_INT8=1 turns it on for every model loaded (for the CLI's commands);
-  // `describe_plan` marks the LSTM steps that use it ("R int8").
+  // with AVX-512 VNNI (and oneDNN's ISA cap at AVX-512); elsewhere float32 runs (the CLI's
+  // `--encoder-precision int8`). `describe_plan` marks the LSTM steps that use it ("R int8").
   bool lstm_int8 = false;
   // bfloat16 operands with float32 accumulation in the dense products: the LSTM's input
   // projections and the MatMul steps (src/nn/gemm_bf16.hpp); the recurrence stays float32. On a
-  // CPU with AMX, oneDNN runs them on the tile unit. Outputs move, so off by default. Taken only
-  // by the optimised backend where oneDNN runs bfloat16 on AMX (within its ISA cap); elsewhere
-  // float32 runs. ESCPOD_NN_BF16=1 turns it on for every model loaded;
-  // `describe_plan` marks the steps that use it ("bf16").
+  // CPU with AMX, oneDNN runs them on the tile unit, elsewhere with the AVX512_BF16 dot products.
+  // Outputs move, so off by default. Taken only by the optimised backend where oneDNN's ISA
+  // (within its cap) is avx512_core_bf16 or avx512_core_amx; elsewhere float32 runs (the CLI's
+  // `--encoder-precision bf16`). `describe_plan` marks the steps that use it ("bf16").
   bool bf16_gemm = false;
   // bfloat16 input and weights with float32 accumulation in the convolutions with many inputs
   // per output (ic * k > 64: the boundary CNN's 64 -> 64 layers; the layers over the raw signal
@@ -70,8 +69,8 @@ struct LoadOptions {
   // (src/nn/gemm_amx.hpp): float32 accuracy - within (k + 2) * 2^-24 of the exact product, as an
   // FMA sgemm - at 1.4-1.9x its speed. On by default; taken only by the optimised backend on a CPU
   // with AMX (within oneDNN's ISA cap) for products with a multiple of 32 outputs and at least 64
-  // inputs, and not when bf16_gemm is. ESCPOD_NN_AMX_F32=0 turns it off for every model loaded; `describe_plan` marks
-  // the steps that use it ("amx-f32").
+  // inputs, and not when bf16_gemm is (the CLI's `--encoder-precision f32-fma` turns it off).
+  // `describe_plan` marks the steps that use it ("amx-f32").
   bool amx_f32 = true;
 };
 
