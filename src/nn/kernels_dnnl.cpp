@@ -361,18 +361,36 @@ class DnnlMatMul final : public DnnlStep {
   }
 };
 
+// Weights w [K][N] (in the layout `w_tag`: ab row-major, ba [N][K]) as the row-major panel
+// gemm_acc_fn reads, shared by every plan of the model: rows `*ld` floats apart, an odd number of
+// cache lines, so that the rows of a panel of columns fall in different L1 sets (at 4 KB apart,
+// N = 1024, they all shared one: the AVX2 product ran at ~0.6x its FMA peak).
+Buffer shared_gemm_panel(const float* w, int64_t k, int64_t n, tag w_tag, int64_t* ld) {
+  const int64_t lines = (n + 15) / 16;
+  *ld = 16 * (lines % 2 == 1 ? lines : lines + 1);
+  const dnnl::memory::desc panel({k, n}, dt::f32, dnnl::memory::dims{*ld, 1});
+  const dnnl::memory user(dnnl::memory::desc({k, n}, dt::f32, w_tag), engine(), const_cast<float*>(w));
+  return shared_weights(w, panel, user);
+}
+
 // y[rows][N] = x[rows][K] w (+ bias) for a few fixed row counts (a full block of rows and the
 // shorter last one), one oneDNN matmul each, over caller-given pointers: the blocked products of
 // GemmLstm (the input projections, float32 or bf16) and DnnlMatMulBlankPad. `w` is float32
 // [K][N] in the layout `w_tag` (ab: row-major [K][N]; ba: [N][K], i.e. W^T), kept in the
 // primitives' layout and type (shared by every plan of the model); `in` is the input's type (f32
-// or bf16); y is float32.
+// or bf16); y is float32. A float32 product where fma_gemm_products() runs gemm_acc_fn over a
+// panel of w instead (each output the chain of its K products in order, after the bias).
 class RowBlockMatMul {
  public:
   RowBlockMatMul(std::initializer_list<int64_t> row_counts, int64_t k, int64_t n, dt in, const float* w, tag w_tag,
                  const float* bias)
-      : m_n(n) {
+      : m_n(n), m_k(k) {
     if (bias) m_bias = plain_copy(bias, static_cast<size_t>(n));
+    if (in == dt::f32 && fma_gemm_products()) {
+      m_panel = shared_gemm_panel(w, k, n, w_tag, &m_ld);
+      m_gemm = gemm_acc_fn(simd_level());
+      return;
+    }
     for (int64_t rows : row_counts) {
       if (rows > 0 && std::none_of(m_prims.begin(), m_prims.end(), [&](const Prim& q) { return q.rows == rows; })) {
         m_prims.push_back(make(rows, k, n, in, w, w_tag));
@@ -412,6 +430,7 @@ class RowBlockMatMul {
   }
   // y = x w (+ bias) for `rows`, one of the row counts given at construction.
   void run(int64_t rows, const void* x, float* y, void* scratch, void* stream, State& st) const {
+    if (m_gemm) return run_fma(rows, static_cast<const float*>(x), y);
     size_t i = 0;
     while (m_prims[i].rows != rows) ++i;
     State::Bound& b = st.bound[i];
@@ -429,6 +448,18 @@ class RowBlockMatMul {
     dnnl::memory::desc src_md, dst_md, weights_md, scratch_md;
     Buffer weights;
   };
+  void run_fma(int64_t rows, const float* x, float* y) const {
+    const auto* bias = static_cast<const float*>(m_bias.get());
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = y + r * m_n;
+      if (bias) {
+        std::copy(bias, bias + m_n, row);
+      } else {
+        std::fill(row, row + m_n, 0.0f);
+      }
+    }
+    m_gemm(x, m_k, static_cast<const float*>(m_panel.get()), m_ld, y, m_n, rows, m_n, m_k);
+  }
   dnnl::memory::desc bias_md() const { return dnnl::memory::desc({1, m_n}, dt::f32, tag::ab); }
   Prim make(int64_t rows, int64_t k, int64_t n, dt in, const float* w, tag w_tag) const {
     Prim q;
@@ -445,9 +476,12 @@ class RowBlockMatMul {
     q.weights = shared_weights(w, q.weights_md, user);
     return q;
   }
-  int64_t m_n;
+  int64_t m_n, m_k;
   Buffer m_bias;
   std::vector<Prim> m_prims;
+  Buffer m_panel;              // with m_gemm: w as gemm_acc_fn's panel, rows m_ld floats apart
+  int64_t m_ld = 0;
+  GemmAccFn m_gemm = nullptr;  // set where fma_gemm_products() (no primitives then)
 };
 
 // MatMulParams::blank_pad: the product a block of rows at a time into scratch (kBlockBytes of
@@ -582,7 +616,7 @@ class GemmLstm final : public Step {
  public:
   explicit GemmLstm(const LstmParams& p)
       : m_p(p), m_cell(lstm_cell_fn(simd_level())), m_gemm(gemm_acc_fn(simd_level())) {
-    m_rt = shared_transposed(p.r, 4 * p.h, p.h);
+    m_rt = shared_gemm_panel(p.r, p.h, 4 * p.h, tag::ba, &m_rt_ld);  // R [4H][H] -> R^T [H][4H]
     m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
     m_block_steps = gate_block_steps(p);
     if (p.int8_recurrent) m_r_int8 = quantise_recurrent(p.r, 4 * p.h, p.h);
@@ -641,7 +675,7 @@ class GemmLstm final : public Step {
           if (m_p.int8_recurrent) {
             gemv_acc_int8(m_r_int8, y + prev * N * H, H, g, G, N);
           } else {
-            m_gemm(y + prev * N * H, H, rt, G, g, G, N, G, H);
+            m_gemm(y + prev * N * H, H, rt, m_rt_ld, g, G, N, G, H);
           }
         }
         m_cell(g, bias, c, y + t * N * H, N, H, H);
@@ -650,26 +684,6 @@ class GemmLstm final : public Step {
   }
 
  private:
-  // R [4H][H] -> R^T [H][4H], shared by every plan of the model.
-  static Buffer shared_transposed(const float* r, int64_t rows, int64_t cols) {
-    static std::mutex mu;
-    static std::vector<std::pair<const float*, std::weak_ptr<void>>> cache;
-    std::lock_guard<std::mutex> lock(mu);
-    for (const auto& [key, weak] : cache) {
-      if (key == r) {
-        if (Buffer b = weak.lock()) return b;
-      }
-    }
-    Buffer b(std::aligned_alloc(64, align64(static_cast<size_t>(rows * cols) * sizeof(float))), AlignedFree{});
-    float* t = static_cast<float*>(b.get());
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) t[j * rows + i] = r[i * cols + j];
-    }
-    std::erase_if(cache, [](const auto& e) { return e.second.expired(); });
-    cache.emplace_back(r, b);
-    return b;
-  }
-
   // Time steps whose gates fit in ~256 KB (an eighth of a core's L2 on the AMX CPUs, half on
   // older ones), at least one; on the tile unit ~1 MB, in a whole number of 32-row blocks where
   // that fits (a short block computes 32 rows all the same): each projection call splits its
@@ -702,7 +716,8 @@ class GemmLstm final : public Step {
   LstmParams m_p;
   LstmCellFn m_cell;
   GemmAccFn m_gemm;
-  Buffer m_rt, m_bias;
+  Buffer m_rt, m_bias;  // R^T as gemm_acc_fn's panel (rows m_rt_ld floats apart), the gate bias
+  int64_t m_rt_ld = 0;
   Int8Recurrent m_r_int8;  // R quantised when p.int8_recurrent (then m_rt goes unused)
   std::unique_ptr<RowBlockMatMul> m_proj;  // the input projection x W^T: oneDNN's,
   std::unique_ptr<AmxF32Gemm> m_amx;       // or the tile unit's
@@ -726,6 +741,13 @@ std::unique_ptr<Step> make_guarded(const Params& p, std::string* error) {
 bool conv_takes_bf16(const ConvParams& p) {
   return !p.transposed && p.ic * p.k > SmallConv::kMaxTaps;  // never SmallConv's: it takes ic * k <= kMaxTaps
 }
+
+// RowBlockMatMul's float32 products run on gemm_acc_fn instead of oneDNN below AVX-512, where
+// oneDNN 2.6's matmul ran the CRF encoder's shapes ([64 x 96] x [96 x 1024], the LSTM's [Tb N x C]
+// x [C x 4H]) at ~0.4-0.7x the FMA peak and the register-blocked kernel over a padded panel at
+// ~0.85x (nn_simd_bench DenseProductFma; bench/results/cpu_kinds.md, Session 22). At AVX-512
+// oneDNN's runs at the peak. (SSE4.1 keeps oneDNN's: not measured there.)
+bool fma_gemm_products() { return simd_level() == SimdLevel::kAvx2; }
 
 bool conv_writes_plain_cheaply(const ConvParams& p) { return SmallDeconv::handles(p); }
 

@@ -312,16 +312,27 @@ Status set_max_isa(Isa isa) {
 
 std::string effective_isa_name() { return detail::dnnl_isa_name(); }
 
+namespace {
+
+// Who runs the float32 dense products here (kernel_report).
+std::string dense_products_kernel(const char* level) {
+  if (detail::amx_f32_available()) return "AMX tile unit, exact bfloat16 splits (f32-fma keeps FMA)";
+  if (detail::fma_gemm_products()) {
+    return fmt::format("FMA ({}; LSTM projections and linear on escpod's kernel, convolutions on oneDNN's)", level);
+  }
+  return fmt::format("FMA ({}, oneDNN's; no AMX tile unit here)", level);
+}
+
+}  // namespace
+
 std::string kernel_report() {
   const char* level = detail::simd_level_name(detail::simd_level());
   return fmt::format(
-      "nn: oneDNN {} ISA {}; LSTM cell, CRF blank pad, small convolutions: {}\n"
+      "nn: oneDNN {} ISA {}; LSTM recurrence and cell, CRF blank pad, small convolutions: {}\n"
       "nn: float32 dense products (LSTM projections, linear, channels-last convolutions): {}\n"
       "nn: opt-in bfloat16 (--cnn-precision bfloat16, --encoder-precision bf16): "
       "convolutions {}, dense products {}\n",
-      detail::dnnl_version_text(), detail::dnnl_isa_name(), level,
-      detail::amx_f32_available() ? "AMX tile unit, exact bfloat16 splits (f32-fma keeps FMA)"
-                                  : std::string("FMA (") + level + "; no AMX tile unit here)",
+      detail::dnnl_version_text(), detail::dnnl_isa_name(), level, dense_products_kernel(level),
       detail::bf16_available() ? "AVX512_BF16" : "float32 (no AVX512_BF16 within the ISA cap)",
       detail::bf16_available() ? (detail::amx_f32_available() ? "AMX" : "AVX512_BF16")
                                : "float32 (no AVX512_BF16 within the ISA cap)");

@@ -6,6 +6,7 @@
 // 64. bench/results/crf_encoder.md (Session 14) and cpu_kinds.md (Sessions 21-22) have the numbers.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -51,6 +52,56 @@ void BM_LstmCellLayer(benchmark::State& s) {
                                              benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_LstmCellLayer)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+// The LSTM step's recurrent product C[m][384] += h[m][96] x R^T[96][384] (gemm_acc_fn) for the
+// 300 steps of one bundle-geometry layer, at the CRF head's batch (m 4) and at batch 1.
+// Args: ISA (0 SSE2, 1 AVX2, 2 AVX-512), m. Against the FMA peak: nn_bench's PeakFma.
+void BM_RecurrentProduct(benchmark::State& s) {
+  SimdLevel level;
+  if (!runnable(s, &level)) return;
+  constexpr int64_t kSteps = 300, kHidden = 96, kGates = 4 * kHidden;
+  const int64_t m = s.range(1);
+  const auto gemm = escpod::nn::detail::gemm_acc_fn(level);
+  const std::vector<float> h = wave(static_cast<size_t>(m * kHidden), 0.9f, 0.31f);
+  const int64_t ldb = 400;  // R^T's rows as shared_gemm_panel pads them: 25 cache lines apart
+  const std::vector<float> rt = wave(static_cast<size_t>(kHidden * ldb), 0.2f, 0.13f);
+  std::vector<float> gates(static_cast<size_t>(kSteps * m * kGates), 0.0f);
+  for (auto _ : s) {
+    for (int64_t t = 0; t < kSteps; ++t) {
+      gemm(h.data(), kHidden, rt.data(), ldb, gates.data() + t * m * kGates, kGates, m, kGates, kHidden);
+    }
+    benchmark::DoNotOptimize(gates.data());
+  }
+  const double gflop = 2e-9 * static_cast<double>(kSteps * m * kHidden * kGates);
+  s.counters["GFLOP/s"] = benchmark::Counter(gflop * static_cast<double>(s.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_RecurrentProduct)->ArgsProduct({{0, 1, 2}, {1, 4}})->Unit(benchmark::kMicrosecond);
+
+// The CRF linear layer's product at B 4 (bundle geometry): [1200 x 96] x [96 x 1024] in blocks of 64
+// rows (gemm_acc_fn over rows initialised to the bias), as the matmul steps run it below AVX-512.
+// Args: ISA (0 SSE2, 1 AVX2, 2 AVX-512); the weights' row padding in floats (0: rows 4 KB apart;
+// 16: 65 cache lines apart, as shared_gemm_panel lays them out). oneDNN's product at the same
+// shape: `escpod model bench --profile` of a CRF folder (its matmul+blank_pad row, less the pad).
+void BM_DenseProductFma(benchmark::State& s) {
+  SimdLevel level;
+  if (!runnable(s, &level)) return;
+  constexpr int64_t kRows = 1200, kBlock = 64, kIn = 96, kOut = 1024;
+  const auto gemm = escpod::nn::detail::gemm_acc_fn(level);
+  const std::vector<float> x = wave(static_cast<size_t>(kRows * kIn), 0.9f, 0.31f);
+  const int64_t ldb = kOut + s.range(1);
+  const std::vector<float> w = wave(static_cast<size_t>(kIn * ldb), 0.2f, 0.13f), bias = wave(kOut, 0.1f, 0.7f);
+  std::vector<float> y(static_cast<size_t>(kBlock * kOut));
+  for (auto _ : s) {
+    for (int64_t first = 0; first < kRows; first += kBlock) {
+      for (int64_t r = 0; r < kBlock; ++r) std::copy(bias.begin(), bias.end(), y.begin() + r * kOut);
+      gemm(x.data() + first * kIn, kIn, w.data(), ldb, y.data(), kOut, kBlock, kOut, kIn);
+      benchmark::DoNotOptimize(y.data());
+    }
+  }
+  const double gflop = 2e-9 * static_cast<double>(kRows * kIn * kOut);
+  s.counters["GFLOP/s"] = benchmark::Counter(gflop * static_cast<double>(s.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DenseProductFma)->ArgsProduct({{0, 1, 2}, {0, 16}})->Unit(benchmark::kMicrosecond);
 
 // The linear layer's output of batch 4 in its 64-row blocks: 1200 rows of 1024 scores.
 void BM_BlankPadTanh(benchmark::State& s) {

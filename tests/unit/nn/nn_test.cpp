@@ -873,6 +873,54 @@ TEST(LstmCell, EqualsPlainFormulaAtEveryLevel) {
   }
 }
 
+// The recurrent product C += A B at each ISA level: every row count the register blocks take (1
+// to 9: whole blocks of four and each remainder), column counts that leave whole blocks, single
+// vectors and scalar tails, leading dimensions wider than the matrices. Each output is one chain
+// over k in order, so with FMA (AVX2, AVX-512) it is exactly the chain of std::fma from C's value;
+// at SSE2 (separate multiply and add) it is within float32 summation error of the exact sum.
+TEST(GemmAcc, EachOutputIsItsChainOverKAtEveryLevel) {
+  using nn::detail::SimdLevel;
+  for (SimdLevel level : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (static_cast<int>(level) > static_cast<int>(nn::detail::simd_level())) continue;
+    const auto gemm = nn::detail::gemm_acc_fn(level);
+    for (int64_t m = 1; m <= 9; ++m) {
+      for (int64_t n : {3, 16, 40, 100, 384}) {
+        const int64_t k = 37, lda = k + 3, ldb = n + 5, ldc = n + 2;
+        std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(k * ldb)), c(static_cast<size_t>(m * ldc));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i)) * 1.5f;
+        for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * static_cast<float>(i)) * 0.7f;
+        for (size_t i = 0; i < c.size(); ++i) c[i] = std::sin(0.05f * static_cast<float>(i));
+        std::vector<float> out = c;
+        gemm(a.data(), lda, b.data(), ldb, out.data(), ldc, m, n, k);
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const size_t at = static_cast<size_t>(r * ldc + j);
+            if (j >= n) {
+              ASSERT_EQ(out[at], c[at]) << "wrote past n: m " << m << " n " << n << " j " << j;
+              continue;
+            }
+            float chain = c[at];
+            double exact = c[at], magnitude = std::abs(c[at]);
+            for (int64_t q = 0; q < k; ++q) {
+              const float x = a[static_cast<size_t>(r * lda + q)], w = b[static_cast<size_t>(q * ldb + j)];
+              chain = std::fma(x, w, chain);
+              exact += static_cast<double>(x) * w;
+              magnitude += std::abs(static_cast<double>(x) * w);
+            }
+            if (level == SimdLevel::kSse2) {
+              EXPECT_NEAR(out[at], exact, 2.0 * static_cast<double>(k) * 0x1p-24 * magnitude)
+                  << "sse2 m " << m << " n " << n << " r " << r << " j " << j;
+            } else {
+              EXPECT_EQ(out[at], chain) << nn::detail::simd_level_name(level) << " m " << m << " n " << n << " r " << r
+                                        << " j " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The direct small convolution against the plain formula: channels 1..16, strides 1..3, padding
 // on either side or none, both input layouts, with and without SiLU, outputs short enough that
 // every position is near an edge and long enough for whole register blocks.
