@@ -89,6 +89,21 @@ Buffer shared_weights(const void* source_key, const dnnl::memory::desc& want, co
   return buf;
 }
 
+// Weights w [K][N] (in the layout `w_tag`: ab row-major, ba [N][K]) as the row-major panel
+// gemm_acc_fn reads, shared by every plan of the model: rows `*ld` floats apart, an odd number of
+// cache lines, so that the rows of a panel of columns fall in different L1 sets (at 4 KB apart,
+// N = 1024, they all shared one: the AVX2 product ran at ~0.6x its FMA peak).
+int64_t gemm_panel_ld(int64_t n) {
+  const int64_t lines = (n + 15) / 16;
+  return 16 * (lines % 2 == 1 ? lines : lines + 1);
+}
+Buffer shared_gemm_panel(const float* w, int64_t k, int64_t n, tag w_tag, int64_t* ld) {
+  *ld = gemm_panel_ld(n);
+  const dnnl::memory::desc panel({k, n}, dt::f32, dnnl::memory::dims{*ld, 1});
+  const dnnl::memory user(dnnl::memory::desc({k, n}, dt::f32, w_tag), engine(), const_cast<float*>(w));
+  return shared_weights(w, panel, user);
+}
+
 // Per-worker bindings: memory objects and the argument array.
 class DnnlState final : public StepState {
  public:
@@ -166,6 +181,34 @@ Buffer plain_copy(const float* data, size_t n) {
   return b;
 }
 
+// Whether the convolution's post-operations are none or one SiLU or ReLU (what the direct
+// kernels apply), and that activation over an output buffer (null for none).
+bool activation_only(const ConvParams& p) {
+  return p.post_ops.empty() || (p.post_ops.size() == 1 && (p.post_ops[0].kind == PostOp::Kind::kSilu ||
+                                                           p.post_ops[0].kind == PostOp::Kind::kRelu));
+}
+void relu_in_place(float* y, int64_t n) {  // the reference backend's ReLU (plan.hpp)
+  for (int64_t i = 0; i < n; ++i) y[i] = relu(y[i]);
+}
+using ActivationFn = void (*)(float* y, int64_t n);
+ActivationFn activation_fn(const ConvParams& p) {
+  if (p.post_ops.empty()) return nullptr;
+  return p.post_ops[0].kind == PostOp::Kind::kSilu ? silu_fn(simd_level()) : &relu_in_place;
+}
+
+// oneDNN's forward convolution for `p` (not transposed), its weights in the layout it prefers.
+dnnl::convolution_forward::primitive_desc conv_primitive_desc(const ConvParams& p) {
+  const dt in = p.bf16 ? dt::bf16 : dt::f32;
+  const dnnl::memory::desc src({p.n, p.ic, p.iw}, in, p.src_nwc ? tag::nwc : tag::ncw);
+  const dnnl::memory::desc dst({p.n, p.oc, p.ow}, p.dst_bf16 ? dt::bf16 : dt::f32, p.dst_nwc ? tag::nwc : tag::ncw);
+  const dnnl::memory::desc w_any({p.oc, p.ic, p.k}, in, tag::any);
+  const dnnl::memory::desc b_md({p.oc}, dt::f32, tag::x);
+  const dnnl::memory::dims strides{p.stride}, dil{p.dilation - 1}, pl{p.pad_l}, pr{p.pad_r};
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                    w_any, p.bias ? b_md : dnnl::memory::desc(), dst, strides, dil, pl, pr);
+  return dnnl::convolution_forward::primitive_desc(d, make_attr(p.post_ops), engine());
+}
+
 // With ConvParams::bf16 the input and the weights are bfloat16 (the input rounded per call, see
 // DnnlStep, unless its producer stored it so: src_bf16); accumulation is float32, and so is the
 // output unless dst_bf16 (oneDNN rounds it to nearest even after the post-ops).
@@ -194,9 +237,7 @@ class DnnlConv final : public DnnlStep {
       w_md = pd.weights_desc();
       m_scratch_md = pd.scratchpad_desc();
     } else {
-      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                        m_src_md, w_any, p.bias ? b_md : no_bias, m_dst_md, strides, dil, pl, pr);
-      dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
+      const dnnl::convolution_forward::primitive_desc pd = conv_primitive_desc(p);
       m_prim = dnnl::convolution_forward(pd);
       w_md = pd.weights_desc();
       m_scratch_md = pd.scratchpad_desc();
@@ -217,9 +258,7 @@ class SmallConv final : public Step {
  public:
   static constexpr int64_t kMaxTaps = 64;
   static bool handles(const ConvParams& p) {
-    const bool post_ok = p.post_ops.empty() ||
-                         (p.post_ops.size() == 1 && (p.post_ops[0].kind == PostOp::Kind::kSilu ||
-                                                     p.post_ops[0].kind == PostOp::Kind::kRelu));
+    const bool post_ok = activation_only(p);
     return small_conv_fn(simd_level()) != nullptr && !p.transposed && p.dilation == 1 &&
            (p.oc <= 16 || (p.oc <= 64 && !p.amx_f32)) && p.ic * p.k <= kMaxTaps && (p.dst_nwc || p.oc == 1) &&
            post_ok;
@@ -299,9 +338,7 @@ class AmxConv final : public Step {
       : m_p(p),
         m_gemm(p.ic * p.k, p.oc, p.weights, AmxF32Gemm::Layout::kConvOIW, p.bias, p.ic),
         m_plane(round_up32(std::max(m_gemm.plane_elems(p.ow, p.stride * p.ic), (p.pad_l + p.iw) * p.ic + 16))),
-        m_post(p.post_ops.empty() ? nullptr
-               : p.post_ops[0].kind == PostOp::Kind::kSilu ? silu_fn(simd_level())
-                                                            : &relu_in_place) {}
+        m_post(activation_fn(p)) {}
   std::size_t scratch_bytes() const override { return gemm_scratch_at() + m_gemm.scratch_bytes(); }
   void run(const ExecContext& ctx, StepState*) const override {
     const ConvParams& p = m_p;
@@ -324,16 +361,73 @@ class AmxConv final : public Step {
   }
 
  private:
-  // The reference backend's ReLU (plan.hpp), over the buffer.
-  static void relu_in_place(float* y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) y[i] = relu(y[i]);
-  }
   static int64_t round_up32(int64_t v) { return (v + 31) / 32 * 32; }
   std::size_t gemm_scratch_at() const { return align64(static_cast<std::size_t>(3 * m_plane) * sizeof(uint16_t)); }
   ConvParams m_p;
   AmxF32Gemm m_gemm;
   int64_t m_plane;  // uint16 per plane, a multiple of 32 (planes stay 64-byte aligned)
-  void (*m_post)(float* y, int64_t n);  // the activation over the output (silu_fn's or ReLU), or null
+  ActivationFn m_post;  // the activation over the output (silu_fn's or ReLU), or null
+};
+
+// A float32 convolution below AVX-512 for which oneDNN has no direct kernel (it would run its
+// im2col GEMM or its reference loops: the CRF encoders' 16 -> F, k 31, stride 10 layer under
+// AVX2, its GEMM at ~0.35x the FMA peak), channels-last in and out: as AmxConv, output position t is the product of the k * ic
+// values from input position t * stride - pad_l on (a row of a matrix whose rows lie `stride * ic`
+// apart, overlapping) with the weights, here on gemm_acc_fn over a padded panel of them, each
+// output the FMA chain over its window in order after the bias. Per batch element the input is
+// copied once between zero paddings; the activation (none, SiLU or ReLU) then runs over the
+// element's output.
+class FmaConv final : public Step {
+ public:
+  static bool handles(const ConvParams& p) {
+    const bool post_ok = activation_only(p);
+    if (!fma_gemm_products() || p.transposed || p.dilation != 1 || !p.src_nwc || !p.dst_nwc || p.bf16 ||
+        p.src_bf16 || p.dst_bf16 || p.amx_f32 || !post_ok) {
+      return false;
+    }
+    const std::string_view impl = conv_primitive_desc(p).impl_info_str();  // "x64:gemm:jit", "ref:any", ...
+    return impl.find("gemm") != std::string_view::npos || impl.rfind("ref", 0) == 0;
+  }
+  explicit FmaConv(const ConvParams& p)
+      : m_p(p),
+        m_gemm(gemm_acc_fn(simd_level())),
+        m_padded(((p.ow - 1) * p.stride + p.k) * p.ic),
+        m_post(activation_fn(p)) {
+    // B[kk * ic + c][o] = w[o][c][kk]: ONNX's [oc][ic][k] with strides (1, ld, ic ld).
+    m_ld = gemm_panel_ld(p.oc);
+    const dnnl::memory::desc panel({p.oc, p.ic, p.k}, dt::f32, dnnl::memory::dims{1, m_ld, p.ic * m_ld});
+    const dnnl::memory user(dnnl::memory::desc({p.oc, p.ic, p.k}, dt::f32, tag::oiw), engine(),
+                            const_cast<float*>(p.weights));
+    m_panel = shared_weights(p.weights, panel, user);
+    m_bias.assign(static_cast<size_t>(p.oc), 0.0f);
+    if (p.bias) std::copy(p.bias, p.bias + p.oc, m_bias.begin());
+  }
+  std::size_t scratch_bytes() const override { return static_cast<std::size_t>(m_padded) * sizeof(float); }
+  void run(const ExecContext& ctx, StepState*) const override {
+    const ConvParams& p = m_p;
+    auto* padded = static_cast<float*>(ctx.scratchpad);
+    const int64_t lead = std::min(p.pad_l * p.ic, m_padded), body = std::min(p.iw * p.ic, m_padded - lead);
+    std::fill(padded, padded + lead, 0.0f);
+    std::fill(padded + lead + body, padded + m_padded, 0.0f);
+    const float* x = resolve(ctx, p.src);
+    float* y = resolve(ctx, p.dst);
+    for (int64_t n = 0; n < p.n; ++n) {
+      std::copy(x + n * p.iw * p.ic, x + n * p.iw * p.ic + body, padded + lead);
+      float* yn = y + n * p.ow * p.oc;
+      for (int64_t t = 0; t < p.ow; ++t) std::copy(m_bias.begin(), m_bias.end(), yn + t * p.oc);
+      m_gemm(padded, p.stride * p.ic, static_cast<const float*>(m_panel.get()), m_ld, yn, p.oc, p.ow, p.oc, p.k * p.ic);
+      if (m_post) m_post(yn, p.ow * p.oc);
+    }
+  }
+
+ private:
+  ConvParams m_p;
+  GemmAccFn m_gemm;
+  int64_t m_padded;  // floats of one element's padded input: the last window's end
+  ActivationFn m_post;
+  Buffer m_panel;  // the weights as gemm_acc_fn's [k ic][oc] panel, rows m_ld floats apart
+  int64_t m_ld = 0;
+  std::vector<float> m_bias;
 };
 
 // With MatMulParams::bf16, the input is rounded to bfloat16 into the step's scratch (after
@@ -360,18 +454,6 @@ class DnnlMatMul final : public DnnlStep {
     if (p.bias) add_const(DNNL_ARG_BIAS, b_md, plain_copy(p.bias, static_cast<size_t>(p.n)));
   }
 };
-
-// Weights w [K][N] (in the layout `w_tag`: ab row-major, ba [N][K]) as the row-major panel
-// gemm_acc_fn reads, shared by every plan of the model: rows `*ld` floats apart, an odd number of
-// cache lines, so that the rows of a panel of columns fall in different L1 sets (at 4 KB apart,
-// N = 1024, they all shared one: the AVX2 product ran at ~0.6x its FMA peak).
-Buffer shared_gemm_panel(const float* w, int64_t k, int64_t n, tag w_tag, int64_t* ld) {
-  const int64_t lines = (n + 15) / 16;
-  *ld = 16 * (lines % 2 == 1 ? lines : lines + 1);
-  const dnnl::memory::desc panel({k, n}, dt::f32, dnnl::memory::dims{*ld, 1});
-  const dnnl::memory user(dnnl::memory::desc({k, n}, dt::f32, w_tag), engine(), const_cast<float*>(w));
-  return shared_weights(w, panel, user);
-}
 
 // y[rows][N] = x[rows][K] w (+ bias) for a few fixed row counts (a full block of rows and the
 // shorter last one), one oneDNN matmul each, over caller-given pointers: the blocked products of
@@ -756,6 +838,7 @@ bool conv_writes_bf16(const ConvParams& p) { return SmallConv::handles(p) || p.b
 std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error) {
   if (SmallConv::handles(p)) return std::make_unique<SmallConv>(p);
   if (SmallDeconv::handles(p)) return std::make_unique<SmallDeconv>(p);
+  if (FmaConv::handles(p)) return std::make_unique<FmaConv>(p);
   return p.amx_f32 ? make_guarded<AmxConv>(p, error) : make_guarded<DnnlConv>(p, error);
 }
 std::unique_ptr<Step> make_dnnl_matmul(const MatMulParams& p, std::string* error) {

@@ -318,7 +318,8 @@ namespace {
 std::string dense_products_kernel(const char* level) {
   if (detail::amx_f32_available()) return "AMX tile unit, exact bfloat16 splits (f32-fma keeps FMA)";
   if (detail::fma_gemm_products()) {
-    return fmt::format("FMA ({}; LSTM projections and linear on escpod's kernel, convolutions on oneDNN's)", level);
+    return fmt::format("FMA ({}; LSTM projections, linear and convolutions oneDNN would run as an im2col GEMM on "
+                       "escpod's kernel, other convolutions on oneDNN's)", level);
   }
   return fmt::format("FMA ({}, oneDNN's; no AMX tile unit here)", level);
 }

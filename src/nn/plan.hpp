@@ -217,9 +217,10 @@ std::unique_ptr<Step> make_dnnl_conv(const ConvParams& p, std::string* error);
 // Whether make_dnnl_conv's kernel for `p` writes a plain [N, C, W] output as cheaply as a
 // channels-last one (the direct transposed kernel does; oneDNN's are several times slower).
 bool conv_writes_plain_cheaply(const ConvParams& p);
-// Whether the float32 dense products (LSTM input projections, MatMul steps with a blank pad) run
-// on escpod's register-blocked FMA kernel (gemm_acc_fn over a padded panel of the weights) rather
-// than oneDNN's matmul: below AVX-512 (kernels_dnnl.cpp says why).
+// Whether the float32 dense products (LSTM input projections, MatMul steps with a blank pad, and
+// the channels-last convolutions oneDNN would run as an im2col GEMM) run on escpod's
+// register-blocked FMA kernel (gemm_acc_fn over a padded panel of the weights) rather than
+// oneDNN's: below AVX-512 (kernels_dnnl.cpp says why).
 bool fma_gemm_products();
 
 // Whether make_dnnl_conv's kernel for `p` (its bf16 and amx_f32 chosen) can write a bfloat16
