@@ -203,12 +203,20 @@ except KeyboardInterrupt:
 def test_ctrl_c_interrupts_demux_and_leaves_no_output(shared_data, tmp_path):
     import subprocess, sys
     model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
-    import shutil
+    # Ten copies of the sample reads under new read ids: long enough (8,000 reads) that the
+    # interrupt always lands before the end, and never a duplicate read id (an error of its own,
+    # which a late interrupt used to meet in the second copy).
     inputs = []
-    for k in range(3):  # distinct copies (duplicate paths are dropped)
+    for k in range(10):
         (tmp_path / f"in{k}").mkdir()
         for f in sorted((shared_data / "warpdemux/sample").glob("*.pod5")):
-            inputs.append(shutil.copy(f, tmp_path / f"in{k}" / f.name))
+            with escpod.Reader(f) as r:
+                reads = [rec.to_read() for rec in r.reads()]
+            for read in reads:
+                read.read_id = uuid.uuid5(read.read_id, str(k))
+            inputs.append(tmp_path / f"in{k}" / f.name)
+            with escpod.Writer(inputs[-1]) as w:
+                w.add_reads(reads)
     out = tmp_path / "split"
     r = subprocess.run([sys.executable, "-c", INTERRUPT, str(model), str(out), *map(str, inputs)],
                        capture_output=True, text=True, timeout=300)
