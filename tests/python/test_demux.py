@@ -185,6 +185,9 @@ INTERRUPT = r"""
 import os, pathlib, signal, sys, threading, time
 import escpod
 model, out, *inputs = sys.argv[1:]
+# Python's Ctrl-C handler, even where this process inherited SIGINT ignored (a shell starts
+# background jobs so, and Python then leaves it ignored): the test is of escpod, not of its caller.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 # The interrupt lands while the run is writing: a watcher waits for the run's first staged output
 # file to appear (a state, not a clock), then sends SIGINT to the process.
 def interrupt_once_writing():
@@ -203,20 +206,12 @@ except KeyboardInterrupt:
 def test_ctrl_c_interrupts_demux_and_leaves_no_output(shared_data, tmp_path):
     import subprocess, sys
     model = shared_data / "warpdemux/WDX4_rna004_v1_0.json"
-    # Ten copies of the sample reads under new read ids: long enough (8,000 reads) that the
-    # interrupt always lands before the end, and never a duplicate read id (an error of its own,
-    # which a late interrupt used to meet in the second copy).
+    import shutil
     inputs = []
-    for k in range(10):
+    for k in range(3):  # distinct copies (duplicate paths are dropped)
         (tmp_path / f"in{k}").mkdir()
         for f in sorted((shared_data / "warpdemux/sample").glob("*.pod5")):
-            with escpod.Reader(f) as r:
-                reads = [rec.to_read() for rec in r.reads()]
-            for read in reads:
-                read.read_id = uuid.uuid5(read.read_id, str(k))
-            inputs.append(tmp_path / f"in{k}" / f.name)
-            with escpod.Writer(inputs[-1]) as w:
-                w.add_reads(reads)
+            inputs.append(shutil.copy(f, tmp_path / f"in{k}" / f.name))
     out = tmp_path / "split"
     r = subprocess.run([sys.executable, "-c", INTERRUPT, str(model), str(out), *map(str, inputs)],
                        capture_output=True, text=True, timeout=300)
