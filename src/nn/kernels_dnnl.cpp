@@ -181,6 +181,19 @@ Buffer plain_copy(const float* data, size_t n) {
   return b;
 }
 
+// The `rows` rows of y ([rows][n]) set to the bias, or to zero without one: the start of the
+// products that gemm_acc_fn accumulates.
+void fill_rows_with_bias(float* y, int64_t rows, int64_t n, const float* bias) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * n;
+    if (bias) {
+      std::copy(bias, bias + n, row);
+    } else {
+      std::fill(row, row + n, 0.0f);
+    }
+  }
+}
+
 // Whether the convolution's post-operations are none or one SiLU or ReLU (what the direct
 // kernels apply), and that activation over an output buffer (null for none).
 bool activation_only(const ConvParams& p) {
@@ -414,7 +427,7 @@ class FmaConv final : public Step {
     for (int64_t n = 0; n < p.n; ++n) {
       std::copy(x + n * p.iw * p.ic, x + n * p.iw * p.ic + body, padded + lead);
       float* yn = y + n * p.ow * p.oc;
-      for (int64_t t = 0; t < p.ow; ++t) std::copy(m_bias.begin(), m_bias.end(), yn + t * p.oc);
+      fill_rows_with_bias(yn, p.ow, p.oc, m_bias.data());
       m_gemm(padded, p.stride * p.ic, static_cast<const float*>(m_panel.get()), m_ld, yn, p.oc, p.ow, p.oc, p.k * p.ic);
       if (m_post) m_post(yn, p.ow * p.oc);
     }
@@ -531,15 +544,7 @@ class RowBlockMatMul {
     Buffer weights;
   };
   void run_fma(int64_t rows, const float* x, float* y) const {
-    const auto* bias = static_cast<const float*>(m_bias.get());
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = y + r * m_n;
-      if (bias) {
-        std::copy(bias, bias + m_n, row);
-      } else {
-        std::fill(row, row + m_n, 0.0f);
-      }
-    }
+    fill_rows_with_bias(y, rows, m_n, static_cast<const float*>(m_bias.get()));
     m_gemm(x, m_k, static_cast<const float*>(m_panel.get()), m_ld, y, m_n, rows, m_n, m_k);
   }
   dnnl::memory::desc bias_md() const { return dnnl::memory::desc({1, m_n}, dt::f32, tag::ab); }

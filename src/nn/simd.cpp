@@ -1,9 +1,3 @@
-
-
-
-
-
-
 #include "nn/simd.hpp"
 
 #include <algorithm>
