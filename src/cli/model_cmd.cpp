@@ -300,8 +300,8 @@ void add_model_flags(CLI::App* sub, ModelOptions& o) {
   sub->add_option("--precision", o.precision,
                   "f32 (default; on CPUs with AMX the dense products run on the tile unit as exact bfloat16 "
                   "splits, within float32 rounding: marked amx-f32), f32-fma (float32 on the vector units "
-                  "only), bf16 (LSTM input projections, linear layers and convolutions with many inputs per "
-                  "output in bfloat16, on CPUs with AVX512_BF16 or AMX) or "
+                  "only), bf16 (the LSTM products, linear layers and convolutions with many inputs per output in "
+                  "bfloat16, on CPUs with AVX512_BF16 or AMX) or "
                   "int8 (LSTM recurrent weights, on CPUs with AVX-512 VNNI); elsewhere f32 runs. "
                   "`info --shape` marks the steps that take it")
       ->check(CLI::IsMember({"f32", "f32-fma", "bf16", "int8"}));

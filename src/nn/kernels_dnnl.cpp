@@ -703,10 +703,15 @@ class GemmLstm final : public Step {
  public:
   explicit GemmLstm(const LstmParams& p)
       : m_p(p), m_cell(lstm_cell_fn(simd_level())), m_gemm(gemm_acc_fn(simd_level())) {
-    m_rt = shared_gemm_panel(p.r, p.h, 4 * p.h, tag::ba, &m_rt_ld);  // R [4H][H] -> R^T [H][4H]
+    if (p.int8_recurrent) {
+      m_r_int8 = quantise_recurrent(p.r, 4 * p.h, p.h);
+    } else if (p.bf16_recurrent) {
+      m_rt = bf16_recurrent_panel(p, &m_rt_ld);
+    } else {
+      m_rt = shared_gemm_panel(p.r, p.h, 4 * p.h, tag::ba, &m_rt_ld);  // R [4H][H] -> R^T [H][4H]
+    }
     m_bias = plain_copy(p.bias, static_cast<size_t>(4 * p.h));
     m_block_steps = gate_block_steps(p);
-    if (p.int8_recurrent) m_r_int8 = quantise_recurrent(p.r, 4 * p.h, p.h);
     // x W^T per block of steps (in bfloat16 with bf16_input, on the tile unit with
     // amx_f32_input): W is [4H][C], i.e. [C][4H] transposed (ba).
     if (p.amx_f32_input) {
@@ -716,8 +721,9 @@ class GemmLstm final : public Step {
                                                 p.c, 4 * p.h, p.bf16_input ? dt::bf16 : dt::f32, p.w, tag::ba, nullptr);
     }
   }
-  // Scratch: the gates of a block of steps and c (float32); with bf16_input, x in bfloat16; then
-  // the projection's oneDNN scratchpad or the tile kernel's.
+  // Scratch: the gates of a block of steps and c (float32); with bf16_recurrent, one step's h in
+  // bfloat16; with bf16_input, x in bfloat16; then the projection's oneDNN scratchpad or the tile
+  // kernel's.
   std::size_t scratch_bytes() const override {
     return dnnl_scratch_at() + (m_amx ? m_amx->scratch_bytes() : m_proj->scratch_bytes());
   }
@@ -733,8 +739,8 @@ class GemmLstm final : public Step {
     float* y = resolve(ctx, p.dst);
     float* gx = static_cast<float*>(ctx.scratchpad);
     float* c = gx + m_block_steps * N * G;
-    const float* rt = static_cast<const float*>(m_rt.get());
     const float* bias = static_cast<const float*>(m_bias.get());
+    auto* h_bf16 = reinterpret_cast<uint16_t*>(static_cast<char*>(ctx.scratchpad) + h_bf16_at());
     std::fill(c, c + N * H, 0.0f);
     const void* xin = x;  // the projection's input: x, or x converted to bfloat16
     size_t xin_row = p.c * sizeof(float);
@@ -757,20 +763,37 @@ class GemmLstm final : public Step {
       for (int64_t step = first; step < first + nb; ++step) {
         const int64_t t = p.reverse ? p.t - 1 - step : step;
         float* g = gx + (t - lo) * N * G;
-        if (step > 0) {
-          const int64_t prev = p.reverse ? t + 1 : t - 1;
-          if (m_p.int8_recurrent) {
-            gemv_acc_int8(m_r_int8, y + prev * N * H, H, g, G, N);
-          } else {
-            m_gemm(y + prev * N * H, H, rt, m_rt_ld, g, G, N, G, H);
-          }
-        }
+        if (step > 0) recurrent_product(y + (p.reverse ? t + 1 : t - 1) * N * H, g, h_bf16);
         m_cell(g, bias, c, y + t * N * H, N, H, H);
       }
     }
   }
 
  private:
+  // g += h_prev R^T for the N rows of one step, in the step's precision (h_bf16: scratch for
+  // h_prev rounded to bfloat16, as the next layer's bfloat16 projection rounds it).
+  void recurrent_product(const float* h_prev, float* g, uint16_t* h_bf16) const {
+    const int64_t H = m_p.h, G = 4 * m_p.h, N = m_p.n;
+    if (m_p.int8_recurrent) {
+      gemv_acc_int8(m_r_int8, h_prev, H, g, G, N);
+    } else if (m_p.bf16_recurrent) {
+      convert_to_bf16(h_prev, h_bf16, static_cast<size_t>(N * H));
+      gemm_acc_bf16(h_bf16, H, static_cast<const uint32_t*>(m_rt.get()), m_rt_ld, g, G, N, G, H);
+    } else {
+      m_gemm(h_prev, H, static_cast<const float*>(m_rt.get()), m_rt_ld, g, G, N, G, H);
+    }
+  }
+
+  // R^T [H][4H] as gemm_acc_bf16's panel of bfloat16 pairs, rows *ld words apart (an odd number
+  // of cache lines, as shared_gemm_panel's). Each plan packs its own (~H * 4H * 2 bytes).
+  static Buffer bf16_recurrent_panel(const LstmParams& p, int64_t* ld) {
+    *ld = gemm_panel_ld(4 * p.h);
+    const size_t bytes = align64(static_cast<size_t>(bf16_pairs_rows(p.h) * *ld) * sizeof(uint32_t));
+    Buffer panel(std::aligned_alloc(64, bytes), AlignedFree{});
+    pack_bf16_pairs(p.r, 1, p.h, p.h, 4 * p.h, static_cast<uint32_t*>(panel.get()), *ld);  // B[k][j] = R[j][k]
+    return panel;
+  }
+
   // Time steps whose gates fit in ~256 KB (an eighth of a core's L2 on the AMX CPUs, half on
   // older ones), at least one; on the tile unit ~1 MB, in a whole number of 32-row blocks where
   // that fits (a short block computes 32 rows all the same): each projection call splits its
@@ -794,7 +817,11 @@ class GemmLstm final : public Step {
   std::size_t float_scratch_bytes() const {
     return static_cast<std::size_t>(m_block_steps * m_p.n * 4 * m_p.h + m_p.n * m_p.h) * sizeof(float);
   }
-  std::size_t converted_at() const { return align64(float_scratch_bytes()); }
+  std::size_t h_bf16_at() const { return align64(float_scratch_bytes()); }
+  std::size_t converted_at() const {
+    if (!m_p.bf16_recurrent) return h_bf16_at();
+    return h_bf16_at() + align64(static_cast<std::size_t>(m_p.n * m_p.h) * sizeof(uint16_t));
+  }
   std::size_t dnnl_scratch_at() const {
     if (!m_p.bf16_input) return converted_at();
     return converted_at() + align64(static_cast<std::size_t>(m_p.t * m_p.n * m_p.c) * sizeof(uint16_t));
@@ -803,7 +830,7 @@ class GemmLstm final : public Step {
   LstmParams m_p;
   LstmCellFn m_cell;
   GemmAccFn m_gemm;
-  Buffer m_rt, m_bias;  // R^T as gemm_acc_fn's panel (rows m_rt_ld floats apart), the gate bias
+  Buffer m_rt, m_bias;  // R^T as gemm_acc_fn's panel (rows m_rt_ld floats apart) or gemm_acc_bf16's, the gate bias
   int64_t m_rt_ld = 0;
   Int8Recurrent m_r_int8;  // R quantised when p.int8_recurrent (then m_rt goes unused)
   std::unique_ptr<RowBlockMatMul> m_proj;  // the input projection x W^T: oneDNN's,

@@ -154,6 +154,9 @@ struct LstmParams {
   bool int8_recurrent = false;
   // The input projection x W^T in bfloat16 (as MatMulParams::bf16); GemmLstm only.
   bool bf16_input = false;
+  // h x R^T in bfloat16 (R and each step's h rounded, float32 accumulation: gemm_acc_bf16);
+  // GemmLstm only, where bf16_available().
+  bool bf16_recurrent = false;
   // The input projection in float32 on the AMX tile unit (as MatMulParams::amx_f32).
   bool amx_f32_input = false;
 };

@@ -181,10 +181,11 @@ class StepBuilder {
     p.dst = loc(r.out);
     p.int8_recurrent = m_lstm_int8 && !reference() && lstm_int8_available() && lstm_int8_shape_ok(4 * p.h, p.h);
     p.bf16_input = m_bf16 && !reference() && bf16_available();
+    p.bf16_recurrent = p.bf16_input && !p.int8_recurrent;
     p.amx_f32_input = !p.bf16_input && amx_f32_ok(p.c, 4 * p.h);
     text = fmt::format("lstm{} T{} N{} C{} H{}{}{}", p.reverse ? "(reverse)" : "", p.t, p.n, p.c, p.h,
-                       p.int8_recurrent ? " R int8" : "",
-                       p.bf16_input ? " Wx bf16" : p.amx_f32_input ? " Wx amx-f32" : "");
+                       p.bf16_input ? " Wx bf16" : p.amx_f32_input ? " Wx amx-f32" : "",
+                       p.int8_recurrent ? " R int8" : p.bf16_recurrent ? " R bf16" : "");
     std::unique_ptr<Step> step = reference() ? make_ref_lstm(p) : make_dnnl_lstm(p, &error);
     if (step) step->flops = 2.0 * static_cast<double>(p.t) * static_cast<double>(p.n) * 4.0 * static_cast<double>(p.h) * static_cast<double>(p.c + p.h);
     return step;

@@ -150,10 +150,10 @@ def test_posterior_decoder_and_window_options_change_the_calls_not_the_rows(
 
 def test_bf16_encoder_keeps_rows_and_default_calls_and_is_deterministic(
         escpod, shared_data, reads, read_ids, cnn, tmp_path):
-    """--encoder-precision bf16 (bfloat16 GEMMs and wide convolution where the CPU has AVX512_BF16
-    or AMX, float32 elsewhere): one row and one output per read, the same rows for any -t, and with
-    the default gates the final calls of float32 (bench/RESULTS.md Sessions 13 and 20); the scores
-    move only where bfloat16 runs."""
+    """--encoder-precision bf16 (bfloat16 GEMMs, LSTM recurrences and wide convolution where the
+    CPU has AVX512_BF16 or AMX, float32 elsewhere): one row and one output per read, the same rows
+    for any -t, and with the default gates the final calls of float32 (bench/RESULTS.md Sessions
+    13, 20 and 23); the scores move only where bfloat16 runs."""
     model = shared_data / "seqtagger/b04_RNA004"
     flags = ["--cnn-model", cnn]
     f32 = demux(escpod, reads, model, tmp_path / "f32", *flags)
@@ -164,7 +164,7 @@ def test_bf16_encoder_keeps_rows_and_default_calls_and_is_deterministic(
     assert [r["barcode"] for r in one] == [r["barcode"] for r in f32]
     plan = run([escpod, "model", "info", model, "--shape", "1,1,2000", "--precision", "bf16"]).stdout
     if " bf16" in plan:  # the scores moved somewhere
-        assert plan.count("Wx bf16") == 5 and "k31 s10 d1 p15,15 bf16" in plan, plan
+        assert plan.count("Wx bf16 R bf16") == 5 and "k31 s10 d1 p15,15 bf16" in plan, plan
         assert any(a["mean_post"] != b["mean_post"] for a, b in zip(one, f32) if a["edit_dist"] != "")
     else:
         assert one == f32

@@ -77,6 +77,36 @@ void BM_RecurrentProduct(benchmark::State& s) {
 }
 BENCHMARK(BM_RecurrentProduct)->ArgsProduct({{0, 1, 2}, {1, 4}})->Unit(benchmark::kMicrosecond);
 
+// The same product in bfloat16 (gemm_acc_bf16, the recurrence of `--encoder-precision bf16`):
+// h rounded each step, R^T packed in pairs. Arg: m. Runs where bf16_available(); against the
+// float32 rows above (BM_RecurrentProduct/2/m) and the dot products' rate (2x the FMA peak on
+// Zen 4).
+void BM_RecurrentProductBf16(benchmark::State& s) {
+  if (!escpod::nn::detail::bf16_available()) {
+    s.SkipWithError("no AVX512_BF16 within oneDNN's ISA cap");
+    return;
+  }
+  constexpr int64_t kSteps = 300, kHidden = 96, kGates = 4 * kHidden, kLd = 400;
+  const int64_t m = s.range(0);
+  const std::vector<float> h = wave(static_cast<size_t>(m * kHidden), 0.9f, 0.31f);
+  const std::vector<float> r = wave(static_cast<size_t>(kGates * kHidden), 0.2f, 0.13f);
+  std::vector<uint32_t> rt(static_cast<size_t>(escpod::nn::detail::bf16_pairs_rows(kHidden) * kLd));
+  escpod::nn::detail::pack_bf16_pairs(r.data(), 1, kHidden, kHidden, kGates, rt.data(), kLd);
+  std::vector<uint16_t> h16(h.size());
+  std::vector<float> gates(static_cast<size_t>(kSteps * m * kGates), 0.0f);
+  for (auto _ : s) {
+    for (int64_t t = 0; t < kSteps; ++t) {
+      escpod::nn::detail::convert_to_bf16(h.data(), h16.data(), h.size());
+      escpod::nn::detail::gemm_acc_bf16(h16.data(), kHidden, rt.data(), kLd, gates.data() + t * m * kGates, kGates, m,
+                                        kGates, kHidden);
+    }
+    benchmark::DoNotOptimize(gates.data());
+  }
+  const double gflop = 2e-9 * static_cast<double>(kSteps * m * kHidden * kGates);
+  s.counters["GFLOP/s"] = benchmark::Counter(gflop * static_cast<double>(s.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_RecurrentProductBf16)->Arg(1)->Arg(4)->Unit(benchmark::kMicrosecond);
+
 // The CRF linear layer's product at B 4 (bundle geometry): [1200 x 96] x [96 x 1024] in blocks of 64
 // rows (gemm_acc_fn over rows initialised to the bias), as the matmul steps run it below AVX-512.
 // Args: ISA (0 SSE2, 1 AVX2, 2 AVX-512); the weights' row padding in floats (0: rows 4 KB apart;

@@ -51,11 +51,13 @@ struct LoadOptions {
   // `--encoder-precision int8`). `describe_plan` marks the LSTM steps that use it ("R int8").
   bool lstm_int8 = false;
   // bfloat16 operands with float32 accumulation in the dense products: the LSTM's input
-  // projections and the MatMul steps (src/nn/gemm_bf16.hpp); the recurrence stays float32. On a
-  // CPU with AMX, oneDNN runs them on the tile unit, elsewhere with the AVX512_BF16 dot products.
-  // Outputs move, so off by default. Taken only by the optimised backend where oneDNN's ISA
-  // (within its cap) is avx512_core_bf16 or avx512_core_amx; elsewhere float32 runs (the CLI's
-  // `--encoder-precision bf16`). `describe_plan` marks the steps that use it ("bf16").
+  // projections and its recurrence (each step's h rounded as the next layer's input is) and the
+  // MatMul steps (src/nn/gemm_bf16.hpp). oneDNN runs the projections and MatMuls on the tile unit
+  // on a CPU with AMX, elsewhere with the AVX512_BF16 dot products; the recurrence runs on
+  // escpod's dot-product kernel. Outputs move, so off by default. Taken only by the optimised
+  // backend where oneDNN's ISA (within its cap) is avx512_core_bf16 or avx512_core_amx; elsewhere
+  // float32 runs (the CLI's `--encoder-precision bf16`). `describe_plan` marks the steps that use
+  // it ("bf16"; an LSTM "Wx bf16 R bf16").
   bool bf16_gemm = false;
   // bfloat16 input and weights with float32 accumulation in the convolutions with many inputs
   // per output (ic * k > 64: the boundary CNN's 64 -> 64 layers; the layers over the raw signal

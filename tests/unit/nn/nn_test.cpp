@@ -468,10 +468,11 @@ TEST(Npy, RoundTrip) {
 }
 
 // The opt-in bfloat16 GEMMs (LoadOptions::bf16_gemm). Where the CPU runs them (AMX or AVX512_BF16,
-// ISA not capped: the plan marks the five LSTM input projections "Wx bf16" and the linear layer
-// "bf16") the scores move by the rounding of the GEMM operands only: mean |difference| 1.4e-4 /
-// 1.1e-4 (h96 / h128) and max 1.1e-3 / 7.6e-4 on both (int8's: 1.1e-3 and 7.4e-3); the bounds
-// are ~4x those.
+// ISA not capped: the plan marks the five LSTMs' input projections and recurrences "Wx bf16 R
+// bf16" and the linear layer "bf16") the scores move by the rounding of the GEMM operands only:
+// mean |difference| 1.5e-4 / 1.2e-4 (h96 / h128) and max 1.1e-3 / 8.1e-4 (int8's: 1.1e-3 and
+// 7.4e-3; with the recurrence in float32 they were 1.4e-4 / 1.1e-4 and 1.1e-3 / 7.6e-4); the
+// bounds are ~4x those.
 // Elsewhere the plan is float32's and so are the scores, exactly.
 TEST(NnRun, Bf16GemmsStayNearFloat32OrFallBack) {
   for (const char* name : {"crf_h96_s10", "crf_h128_s5"}) {
@@ -488,7 +489,7 @@ TEST(NnRun, Bf16GemmsStayNearFloat32OrFallBack) {
         return line.rfind(op, 0) == 0 && line.find(mark) != std::string::npos;
       });
     };
-    const auto n_lstm = marked("lstm", " Wx bf16"), n_matmul = marked("matmul", " bf16");
+    const auto n_lstm = marked("lstm", " Wx bf16 R bf16"), n_matmul = marked("matmul", " bf16");
     std::vector<float> want(c.expected.size()), got(c.expected.size());
     Workspace ws_f32, ws_bf16;
     ASSERT_TRUE(f32->run(ws_f32, c.input, c.in_shape, want).is_ok());
@@ -914,6 +915,56 @@ TEST(GemmAcc, EachOutputIsItsChainOverKAtEveryLevel) {
               EXPECT_EQ(out[at], chain) << nn::detail::simd_level_name(level) << " m " << m << " n " << n << " r " << r
                                         << " j " << j;
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The bfloat16 recurrent product against a double-precision sum of the same bfloat16 operands:
+// every row count the register blocks take, column counts with whole panels, single vectors and a
+// masked last vector, k even and odd (the last pair half empty), leading dimensions wider than the
+// matrices, and B read transposed (as the LSTM packs R^T). Products of two bfloat16 values are
+// exact in float32, so each output is within float32 summation error of that sum.
+TEST(GemmAccBf16, EqualsTheSumOfItsBfloat16Products) {
+  if (!nn::detail::bf16_available()) GTEST_SKIP() << "no AVX512_BF16 within oneDNN's ISA cap: the kernel is not used here";
+  const auto bf16_value = [](uint16_t v) {
+    const uint32_t u = static_cast<uint32_t>(v) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return static_cast<double>(f);
+  };
+  for (int64_t m = 1; m <= 9; ++m) {
+    for (int64_t n : {3, 16, 40, 100, 384}) {
+      for (int64_t k : {1, 36, 37, 96}) {
+        const int64_t lda = k + 3, ldc = n + 2, ld = (n + 15) / 16 * 16 + 16;
+        std::vector<float> a(static_cast<size_t>(m * lda)), bt(static_cast<size_t>(n * k)), c(static_cast<size_t>(m * ldc));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i)) * 1.5f;
+        for (size_t i = 0; i < bt.size(); ++i) bt[i] = std::cos(0.11f * static_cast<float>(i)) * 0.7f;
+        for (size_t i = 0; i < c.size(); ++i) c[i] = std::sin(0.05f * static_cast<float>(i));
+        std::vector<uint16_t> a16(a.size()), b16(bt.size());
+        nn::detail::convert_to_bf16(a.data(), a16.data(), a.size());
+        nn::detail::convert_to_bf16(bt.data(), b16.data(), bt.size());
+        std::vector<uint32_t> packed(static_cast<size_t>(nn::detail::bf16_pairs_rows(k) * ld), 0xdeadbeefu);
+        nn::detail::pack_bf16_pairs(bt.data(), 1, k, k, n, packed.data(), ld);  // B [k][n] = bt^T
+        std::vector<float> out = c;
+        nn::detail::gemm_acc_bf16(a16.data(), lda, packed.data(), ld, out.data(), ldc, m, n, k);
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const size_t at = static_cast<size_t>(r * ldc + j);
+            if (j >= n) {
+              ASSERT_EQ(out[at], c[at]) << "wrote past n: m " << m << " n " << n << " k " << k << " j " << j;
+              continue;
+            }
+            double exact = c[at], magnitude = std::abs(c[at]);
+            for (int64_t q = 0; q < k; ++q) {
+              const double p = bf16_value(a16[static_cast<size_t>(r * lda + q)]) * bf16_value(b16[static_cast<size_t>(j * k + q)]);
+              exact += p;
+              magnitude += std::abs(p);
+            }
+            ASSERT_NEAR(out[at], exact, static_cast<double>(k + 1) * 0x1p-24 * magnitude)
+                << "m " << m << " n " << n << " k " << k << " r " << r << " j " << j;
           }
         }
       }
