@@ -332,11 +332,12 @@ std::string kernel_report() {
       "nn: oneDNN {} ISA {}; LSTM recurrence and cell, CRF blank pad, small convolutions: {}\n"
       "nn: float32 dense products (LSTM projections, linear, channels-last convolutions): {}\n"
       "nn: opt-in bfloat16 (--cnn-precision bfloat16, --encoder-precision bf16): "
-      "convolutions {}, dense products {}\n",
+      "convolutions {}, dense products {}, LSTM recurrence {}\n",
       detail::dnnl_version_text(), detail::dnnl_isa_name(), level, dense_products_kernel(level),
       detail::bf16_available() ? "AVX512_BF16" : "float32 (no AVX512_BF16 within the ISA cap)",
       detail::bf16_available() ? (detail::amx_f32_available() ? "AMX" : "AVX512_BF16")
-                               : "float32 (no AVX512_BF16 within the ISA cap)");
+                               : "float32 (no AVX512_BF16 within the ISA cap)",
+      detail::bf16_available() ? "AVX512_BF16 (escpod's kernel)" : "float32");
 }
 
 }  // namespace escpod::nn
