@@ -75,13 +75,14 @@ BENCHMARK(BM_BoundaryCnn1500Reference)->Arg(1)->Unit(benchmark::kMillisecond)->U
 // than FMA latency x pipes) in hand-written assembly, so neither the compiler nor a dependency
 // chain decides the number; FLOPs = 2 per lane per FMA.
 #if defined(__x86_64__)
-#define ESCPOD_FMA12(R)                                                                      \
-  "vfmadd231ps %%" R "12,%%" R "13,%%" R "0\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "1\n\t" \
-  "vfmadd231ps %%" R "12,%%" R "13,%%" R "2\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "3\n\t"  \
-  "vfmadd231ps %%" R "12,%%" R "13,%%" R "4\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "5\n\t"  \
-  "vfmadd231ps %%" R "12,%%" R "13,%%" R "6\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "7\n\t"  \
-  "vfmadd231ps %%" R "12,%%" R "13,%%" R "8\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "9\n\t"  \
-  "vfmadd231ps %%" R "12,%%" R "13,%%" R "10\n\t vfmadd231ps %%" R "12,%%" R "13,%%" R "11\n\t"
+#define ESCPOD_OP12(OP, R)                                                                 \
+  OP " %%" R "12,%%" R "13,%%" R "0\n\t " OP " %%" R "12,%%" R "13,%%" R "1\n\t"   \
+  OP " %%" R "12,%%" R "13,%%" R "2\n\t " OP " %%" R "12,%%" R "13,%%" R "3\n\t"   \
+  OP " %%" R "12,%%" R "13,%%" R "4\n\t " OP " %%" R "12,%%" R "13,%%" R "5\n\t"   \
+  OP " %%" R "12,%%" R "13,%%" R "6\n\t " OP " %%" R "12,%%" R "13,%%" R "7\n\t"   \
+  OP " %%" R "12,%%" R "13,%%" R "8\n\t " OP " %%" R "12,%%" R "13,%%" R "9\n\t"   \
+  OP " %%" R "12,%%" R "13,%%" R "10\n\t " OP " %%" R "12,%%" R "13,%%" R "11\n\t"
+#define ESCPOD_FMA12(R) ESCPOD_OP12("vfmadd231ps", R)
 #define ESCPOD_FMA_CLOBBERS                                                                  \
   "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
       "xmm10", "xmm11", "xmm12", "xmm13"
@@ -115,7 +116,31 @@ void BM_PeakFma(benchmark::State& s) {
                                              benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_PeakFma)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);
+
+// The bfloat16 limit: AVX512_BF16 dot products (vdpbf16ps, zmm), each 32 products = 64 FLOPs,
+// twelve independent accumulators: what the bfloat16 paths (oneDNN's products and convolutions,
+// gemm_acc_bf16) are held against on CPUs without AMX.
+__attribute__((target("avx512f,avx512bf16"))) void bf16_dot_loop_zmm(int64_t n) {
+  asm volatile("vxorps %%xmm12,%%xmm12,%%xmm12\n\t vxorps %%xmm13,%%xmm13,%%xmm13\n\t"
+               "1:\n\t" ESCPOD_OP12("vdpbf16ps", "zmm") "dec %0\n\t jnz 1b\n\t vzeroupper"
+               : "+r"(n)
+               :
+               : ESCPOD_FMA_CLOBBERS);
+}
+void BM_PeakBf16Dot(benchmark::State& s) {
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    s.SkipWithError("no AVX512_BF16 on this CPU");
+    return;
+  }
+  constexpr int64_t kIters = 1 << 22;
+  for (auto _ : s) bf16_dot_loop_zmm(kIters);
+  const double flops = 64.0 * 12 * static_cast<double>(kIters);
+  s.counters["GFLOP/s"] = benchmark::Counter(flops * static_cast<double>(s.iterations()) / 1e9,
+                                             benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PeakBf16Dot)->Unit(benchmark::kMillisecond);
 #undef ESCPOD_FMA12
+#undef ESCPOD_OP12
 #undef ESCPOD_FMA_CLOBBERS
 #endif
 
