@@ -41,8 +41,8 @@ void add_crf_flags(CLI::App* sub, CrfCliFlags& o) {
   sub->add_option("--encoder-precision", o.precision,
                   "f32 (default; on CPUs with AMX the dense products run on the tile unit as exact bfloat16 "
                   "splits, within float32 rounding), f32-fma (float32 on the vector units only), or opt-in "
-                  "reduced precision that moves the scores: bf16 (dense products and the wide convolution in "
-                  "bfloat16, on CPUs with AVX512_BF16 or AMX) "
+                  "reduced precision that moves the scores: bf16 (the LSTM products, the linear layer and the wide "
+                  "convolution in bfloat16, on CPUs with AVX512_BF16 or AMX) "
                   "or int8 (LSTM recurrent weights, AVX-512 VNNI); f32 runs where the CPU lacks them. Call "
                   "agreement: bench/results/crf_encoder.md")
       ->check(CLI::IsMember({"f32", "f32-fma", "bf16", "int8"}))->group(g);
