@@ -45,12 +45,28 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void convert_avx512(const
 
 #define ESCPOD_BF16_TARGET __attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw")))
 
-// The pair of A's row at q = 2p, 2p + 1 as one 32-bit broadcast (the low half first, as
-// vdpbf16ps pairs them); past an odd k the high half is zero, as B's is.
-ESCPOD_BF16_TARGET [[gnu::always_inline]] inline __m512bh a_pair(const uint16_t* row, int64_t p, int64_t k) {
+// A's row at q = 2p, 2p + 1 as one 32-bit broadcast (the low half first, as vdpbf16ps pairs
+// them); with kHalf (the last pair of an odd k) the high half is zero, as B's is.
+template <bool kHalf>
+ESCPOD_BF16_TARGET [[gnu::always_inline]] inline __m512bh a_pair(const uint16_t* row, int64_t p) {
   uint32_t pair = row[2 * p];
-  if (2 * p + 1 < k) pair |= static_cast<uint32_t>(row[2 * p + 1]) << 16;
+  if constexpr (!kHalf) std::memcpy(&pair, row + 2 * p, sizeof pair);
   return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+}
+
+// acc += A's R rows x pair p of B's V vectors.
+template <int R, int V, bool kHalf>
+ESCPOD_BF16_TARGET [[gnu::always_inline]] inline void dot_pair(__m512 (&acc)[R][V], const uint16_t* a, int64_t lda,
+                                                                const uint32_t* b, int64_t ldb, int64_t p) {
+  __m512bh bv[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + p * ldb + 16 * v));
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m512bh av = a_pair<kHalf>(a + r * lda, p);
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+  }
 }
 
 // C's R rows x V vectors of columns (the last vector's lanes `last`) += A B over every pair of k,
@@ -65,18 +81,8 @@ ESCPOD_BF16_TARGET [[gnu::always_inline]] inline void bf16_block(const uint16_t*
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_maskz_loadu_ps(v == V - 1 ? last : 0xffff, c + r * ldc + 16 * v);
   }
-  const int64_t pairs = (k + 1) / 2;
-  for (int64_t p = 0; p < pairs; ++p) {
-    __m512bh bv[V];
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + p * ldb + 16 * v));
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512bh av = a_pair(a + r * lda, p, k);
-#pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
-    }
-  }
+  for (int64_t p = 0; p < k / 2; ++p) dot_pair<R, V, false>(acc, a, lda, b, ldb, p);
+  if (k % 2 == 1) dot_pair<R, V, true>(acc, a, lda, b, ldb, k / 2);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8

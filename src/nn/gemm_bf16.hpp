@@ -6,7 +6,7 @@
 // dot products (~2x the float32 rate, bench/RESULTS.md Session 20). The LSTM recurrence runs in
 // bfloat16 too (gemm_acc_bf16, below): h is rounded as the next layer's projection rounds it, and
 // on the SeqTagger models' real windows the scores' mean |difference| from float32 grows by
-// ~10-25% over the projections' alone (bench/results/cpu_kinds.md, Session 23), not compounding
+// 3-25% over the projections' alone (bench/results/cpu_kinds.md, Session 23), not compounding
 // over the steps. Outputs move (not within float32 tolerance), so the path is off by default and
 // its effect on calls is measured.
 // Likewise opt-in bfloat16 convolutions (nn::LoadOptions::bf16_conv) for the convolutions with
